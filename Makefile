@@ -1,0 +1,24 @@
+# Developer entry points for cl-lifetime: make setup | demo | test | lint | clean.
+CARGO ?= cargo
+# Fall back to a rustup install whose bin directory is not on PATH yet.
+export PATH := $(PATH):$(HOME)/.cargo/bin
+
+.PHONY: setup demo test lint clean
+
+setup:
+	bash scripts/setup.sh
+
+demo: setup
+	$(CARGO) run --release --example tour
+
+test: setup
+	$(CARGO) test --all-targets
+	$(CARGO) test --doc
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --no-deps
+
+clean:
+	$(CARGO) clean

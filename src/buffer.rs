@@ -1,0 +1,384 @@
+//! `ClBuffer<T>`: one `cl_mem` and the events of every command that touched it.
+//!
+//! # The release guarantee
+//!
+//! 1. [`ClBuffer::release`] waits with `clWaitForEvents` on exactly the buffer's record
+//!    (nothing when it is empty: DESIGN.md trap 1), then calls `clReleaseMemObject`. It
+//!    never waits on work that did not touch the buffer: no `clFinish`.
+//! 2. A command that failed still ends: the memory is released anyway and the failure is
+//!    reported (trap 2).
+//! 3. Host memory lent to a non-blocking write is kept alive until the write ends, and
+//!    is dropped only after the release's wait (trap 14).
+//! 4. `Drop` does the same as `release`, logs what went wrong, and never panics.
+
+use std::any::Any;
+use std::fmt;
+use std::marker::PhantomData;
+use std::panic::Location;
+use std::ptr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use opencl3::memory as cl;
+use opencl3::types::{cl_event, cl_mem};
+
+use crate::context::{ContextInner, next_id};
+use crate::error::{ClStatus, Error, Result};
+use crate::event::{CommandKind, Event, Status, wait_terminal};
+use crate::tracker::{Access, EventSet, Lane};
+
+/// Plain data that may live in a device buffer: `Copy`, no padding that matters, and
+/// valid for every bit pattern the device may write.
+///
+/// # Safety
+///
+/// Implement it only for types that are valid for every bit pattern and contain no
+/// pointers or references (`#[repr(C)]` structs of such fields, for example).
+pub unsafe trait Pod: Copy + Send + Sync + 'static {}
+
+macro_rules! pod {
+    ($($t:ty),*) => { $(
+        // SAFETY: a primitive number is valid for every bit pattern and holds no pointer.
+        unsafe impl Pod for $t {}
+    )* };
+}
+pod!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+
+// SAFETY: an array of `Pod` elements has no padding between them and inherits their
+// validity for every bit pattern.
+unsafe impl<T: Pod, const N: usize> Pod for [T; N] {}
+
+/// A command that ended with an error status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailedCommand {
+    /// What kind of command it was.
+    pub command: CommandKind,
+    /// Its negative execution status.
+    pub status: ClStatus,
+}
+
+/// What [`ClBuffer::release`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReleaseReport {
+    /// How many events it waited on (0 for an empty record).
+    pub waited_on: usize,
+    /// How long the wait took.
+    pub waited: Duration,
+    /// Commands on the buffer that failed; the memory was released all the same.
+    pub failed: Vec<FailedCommand>,
+}
+
+/// At most this many failures are kept for the report.
+const MAX_FAILURES: usize = 64;
+
+/// Everything recorded about a buffer's commands.
+#[derive(Default)]
+pub(crate) struct Record {
+    events: EventSet<Event>,
+    failed: Vec<FailedCommand>,
+    /// Host memory that in-flight commands use (rule 3), with the event that ends the use.
+    host: Vec<(Event, Box<dyn Any + Send>)>,
+    host_prune_at: usize,
+}
+
+impl Record {
+    pub(crate) fn record(&mut self, lane: Lane, access: Access, event: Event) {
+        let failed = &mut self.failed;
+        self.events
+            .record(lane, access, event, |e| match e.status() {
+                Ok(Status::Complete) => true,
+                Ok(Status::Failed(status)) => {
+                    if failed.len() < MAX_FAILURES {
+                        failed.push(FailedCommand {
+                            command: e.command_kind().unwrap_or(CommandKind::Other(0)),
+                            status,
+                        });
+                    }
+                    true
+                }
+                Ok(_) => false,
+                // Unreadable status: nothing can wait on it either.
+                Err(_) => true,
+            });
+    }
+
+    fn keep_alive(&mut self, event: Event, payload: Box<dyn Any + Send>) {
+        if self.host.len() >= self.host_prune_at {
+            self.host.retain(|(e, _)| !e.is_terminal());
+            self.host_prune_at = (self.host.len() * 2).max(8);
+        }
+        self.host.push((event, payload));
+    }
+}
+
+pub(crate) struct MemInner {
+    raw: cl_mem,
+    pub(crate) id: u64,
+    bytes: usize,
+    pub(crate) ctx: Arc<ContextInner>,
+    record: Mutex<Record>,
+    allocated_at: &'static Location<'static>,
+}
+
+// SAFETY: a cl_mem may be used from any thread (OpenCL 3.0 appendix A.2: every call is
+// thread-safe except clSetKernelArg); the record is behind a Mutex.
+unsafe impl Send for MemInner {}
+// SAFETY: as above.
+unsafe impl Sync for MemInner {}
+
+impl MemInner {
+    pub(crate) fn raw(&self) -> cl_mem {
+        self.raw
+    }
+
+    pub(crate) fn lock_record(&self) -> MutexGuard<'_, Record> {
+        self.record.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn keep_alive(&self, event: Event, payload: Box<dyn Any + Send>) {
+        self.lock_record().keep_alive(event, payload);
+    }
+
+    /// Rules 1 to 3. Idempotent: the second call finds nothing to release.
+    fn retire(&mut self) -> Result<ReleaseReport> {
+        let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
+        if raw.is_null() {
+            return Ok(ReleaseReport::default());
+        }
+        let record = self
+            .record
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut events: Vec<Event> = record.events.take().into_iter().map(|e| e.event).collect();
+        events.extend(record.host.iter().map(|(e, _)| e.clone()));
+        events.sort_by_key(|e| e.as_raw() as usize);
+        events.dedup_by_key(|e| e.as_raw());
+        let raws: Vec<cl_event> = events.iter().map(Event::as_raw).collect();
+
+        let start = Instant::now();
+        wait_terminal(&raws);
+        let waited = start.elapsed();
+
+        let mut failed = std::mem::take(&mut record.failed);
+        for event in &events {
+            if let Ok(Status::Failed(status)) = event.status() {
+                failed.push(FailedCommand {
+                    command: event.command_kind().unwrap_or(CommandKind::Other(0)),
+                    status,
+                });
+            }
+        }
+        // Every command that used the host memory has ended (rule 3).
+        record.host.clear();
+
+        // SAFETY: `raw` came from clCreateBuffer and is released once, here (it was
+        // swapped out for null above); every event that used it has ended (wait above).
+        let released = unsafe { cl::release_mem_object(raw) };
+        log::debug!(
+            target: "cl_lifetime::buffer",
+            "released {} bytes allocated at {} after waiting {:?} on {} events",
+            self.bytes,
+            self.allocated_at,
+            waited,
+            raws.len()
+        );
+        released.map_err(|s| Error::cl("clReleaseMemObject", s))?;
+        Ok(ReleaseReport {
+            waited_on: raws.len(),
+            waited,
+            failed,
+        })
+    }
+}
+
+impl Drop for MemInner {
+    fn drop(&mut self) {
+        match self.retire() {
+            Ok(report) => {
+                for failure in &report.failed {
+                    log::warn!(
+                        target: "cl_lifetime::buffer",
+                        "a {:?} command on a dropped buffer failed: {}",
+                        failure.command,
+                        failure.status
+                    );
+                }
+            }
+            Err(e) => log::error!(target: "cl_lifetime::buffer", "dropping a buffer: {e}"),
+        }
+    }
+}
+
+/// A device buffer of `len` elements of `T`, released only after its own commands end.
+///
+/// Create one with [`Context::buffer`](crate::Context::buffer); use it through a
+/// [`Queue`](crate::Queue). It is `Send` and `Sync`: several threads may enqueue commands
+/// on one buffer at once.
+pub struct ClBuffer<T: Pod> {
+    mem: MemInner,
+    len: usize,
+    _elements: PhantomData<T>,
+}
+
+impl<T: Pod> fmt::Debug for ClBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClBuffer")
+            .field("len", &self.len)
+            .field("raw", &self.mem.raw)
+            .field("recorded", &self.record_len())
+            .finish()
+    }
+}
+
+impl<T: Pod> ClBuffer<T> {
+    #[track_caller]
+    pub(crate) fn create(ctx: &Arc<ContextInner>, len: usize, init: Option<&[T]>) -> Result<Self> {
+        if len == 0 {
+            return Err(Error::ZeroLength);
+        }
+        let max = ctx.device.max_alloc_bytes();
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .filter(|&b| b as u64 <= max)
+            .ok_or(Error::TooLarge {
+                bytes: (len as u64).saturating_mul(size_of::<T>() as u64),
+                max,
+            })?;
+        let (flags, host) = match init {
+            Some(data) => (
+                cl::CL_MEM_READ_WRITE | cl::CL_MEM_COPY_HOST_PTR,
+                data.as_ptr().cast_mut().cast(),
+            ),
+            None => (cl::CL_MEM_READ_WRITE, ptr::null_mut()),
+        };
+        // SAFETY: `host` is null, or points to `bytes` readable bytes that OpenCL copies
+        // before returning (CL_MEM_COPY_HOST_PTR).
+        let raw = unsafe { cl::create_buffer(ctx.raw, flags, bytes, host) }
+            .map_err(|s| Error::cl("clCreateBuffer", s))?;
+        let allocated_at = Location::caller();
+        log::debug!(target: "cl_lifetime::buffer", "allocated {bytes} bytes at {allocated_at}");
+        Ok(ClBuffer {
+            mem: MemInner {
+                raw,
+                id: next_id(),
+                bytes,
+                ctx: ctx.clone(),
+                record: Mutex::new(Record::default()),
+                allocated_at,
+            },
+            len,
+            _elements: PhantomData,
+        })
+    }
+
+    pub(crate) fn mem(&self) -> &MemInner {
+        &self.mem
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always `false`: a buffer holds at least one element.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.mem.bytes
+    }
+
+    /// How many events the record holds now. It stays small: completed events are
+    /// pruned, and an in-order queue keeps only its newest read and write.
+    pub fn record_len(&self) -> usize {
+        self.mem.lock_record().events.len()
+    }
+
+    /// Waits for every command that touched the buffer, then releases it. When this
+    /// returns, those commands have ended and `clReleaseMemObject` has been called.
+    ///
+    /// A failed command does not stop the release; it is listed in the report.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`] when `clReleaseMemObject` itself fails.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<f32>(1024)?;
+    /// queue.fill(&buf, 1.0)?;
+    /// let report = buf.release()?;
+    /// assert!(report.waited_on <= 1);
+    /// assert!(report.failed.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn release(mut self) -> Result<ReleaseReport> {
+        self.mem.retire()
+    }
+
+    /// The raw handle, still owned by this buffer. Commands enqueued on it directly are
+    /// not recorded: the release guarantee does not cover them.
+    pub fn as_raw(&self) -> cl_mem {
+        self.mem.raw
+    }
+}
+
+/// A non-blocking read into an owned `Vec`; [`PendingRead::wait`] returns it.
+///
+/// Dropping it without waiting blocks until the read has ended, since the device is
+/// writing into its memory.
+pub struct PendingRead<T: Pod> {
+    event: Event,
+    /// Capacity `len`; length 0 until the read has completed.
+    data: Vec<T>,
+    len: usize,
+}
+
+impl<T: Pod> fmt::Debug for PendingRead<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingRead")
+            .field("event", &self.event)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl<T: Pod> PendingRead<T> {
+    pub(crate) fn new(event: Event, data: Vec<T>, len: usize) -> Self {
+        PendingRead { event, data, len }
+    }
+
+    /// The read's event.
+    pub fn event(&self) -> &Event {
+        &self.event
+    }
+
+    /// Blocks until the read has ended and returns the data.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CommandFailed`] when the read failed.
+    pub fn wait(mut self) -> Result<Vec<T>> {
+        self.event.wait()?;
+        // SAFETY: the read completed, so the device wrote all `len` elements, and the
+        // capacity is at least `len` (allocated with it).
+        unsafe { self.data.set_len(self.len) };
+        Ok(std::mem::take(&mut self.data))
+    }
+}
+
+impl<T: Pod> Drop for PendingRead<T> {
+    fn drop(&mut self) {
+        if self.data.capacity() != 0 {
+            // The device may still be writing into `data`.
+            wait_terminal(&[self.event.as_raw()]);
+        }
+    }
+}

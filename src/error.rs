@@ -1,0 +1,333 @@
+//! Typed errors.
+//!
+//! Every failure the library reports is an [`Error`] with named fields. An OpenCL status
+//! is a [`ClStatus`], which prints as its symbolic name and number, for example
+//! `CL_INVALID_MEM_OBJECT (-38)`. `Display` never repeats the source error; `source()`
+//! returns it.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use opencl3::error_codes as codes;
+use opencl3::types::cl_int;
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An OpenCL status code, printed as its name and number.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClStatus(pub cl_int);
+
+impl ClStatus {
+    /// The raw status value.
+    pub fn code(self) -> cl_int {
+        self.0
+    }
+
+    /// The symbolic name, such as `CL_INVALID_MEM_OBJECT`, or `UNKNOWN` for a code the
+    /// OpenCL headers do not name.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            codes::DLOPEN_RUNTIME_LOAD_FAILED => "OpenCL loader not found",
+            codes::DLOPEN_FUNCTION_NOT_AVAILABLE => "OpenCL function not in loader",
+            other => match codes::error_text(other) {
+                "UNKNOWN_ERROR" => "UNKNOWN",
+                text => text,
+            },
+        }
+    }
+}
+
+impl fmt::Display for ClStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name(), self.0)
+    }
+}
+
+impl fmt::Debug for ClStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::error::Error for ClStatus {}
+
+/// Which transfer a range check refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Transfer {
+    /// Host to device.
+    Write,
+    /// Device to host.
+    Read,
+    /// Device to device, source side.
+    CopySource,
+    /// Device to device, destination side.
+    CopyDestination,
+    /// A pattern fill.
+    Fill,
+}
+
+/// Everything that can go wrong.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// An OpenCL call returned an error status.
+    Cl {
+        /// The OpenCL function, such as `clCreateBuffer`.
+        call: &'static str,
+        /// What it returned.
+        status: ClStatus,
+    },
+    /// No OpenCL loader (`libOpenCL.so.1`) could be opened.
+    NoLoader {
+        /// How to install one.
+        hint: &'static str,
+    },
+    /// No device matched the request.
+    NoDevice {
+        /// What was looked for (the value of `CL_LIFETIME_DEVICE`, or "any device").
+        looked_for: String,
+        /// Every device that was found, as `P:D platform / device`.
+        found: Vec<String>,
+        /// How to install PoCL, a CPU implementation that works everywhere.
+        hint: &'static str,
+    },
+    /// A buffer of zero elements was requested.
+    ZeroLength,
+    /// A buffer larger than `CL_DEVICE_MAX_MEM_ALLOC_SIZE` was requested.
+    TooLarge {
+        /// Requested size in bytes.
+        bytes: u64,
+        /// The device's limit in bytes.
+        max: u64,
+    },
+    /// A transfer reaches outside the buffer.
+    OutOfRange {
+        /// Which transfer.
+        transfer: Transfer,
+        /// First element.
+        offset: usize,
+        /// Number of elements.
+        len: usize,
+        /// Elements in the buffer.
+        buffer_len: usize,
+    },
+    /// A `.cl` file could not be found.
+    KernelFileNotFound {
+        /// The name or path asked for.
+        name: String,
+        /// Every place that was tried.
+        searched: Vec<PathBuf>,
+    },
+    /// A `.cl` file exists but could not be read.
+    KernelFileUnreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A program failed to build.
+    Build {
+        /// The file (or embedded source name) that was built.
+        file: PathBuf,
+        /// The device it was built for.
+        device: String,
+        /// The build options.
+        options: String,
+        /// What `clBuildProgram` returned.
+        status: ClStatus,
+        /// The compiler's full build log.
+        log: String,
+    },
+    /// The program has no kernel of that name.
+    UnknownKernel {
+        /// The name asked for.
+        name: String,
+        /// The program's file.
+        file: PathBuf,
+        /// The kernels it does have.
+        available: Vec<String>,
+    },
+    /// A launch passed the wrong number of arguments.
+    ArgCount {
+        /// The kernel.
+        kernel: String,
+        /// What the kernel declares.
+        expected: usize,
+        /// What was passed.
+        given: usize,
+    },
+    /// Setting one kernel argument failed.
+    KernelArg {
+        /// The kernel.
+        kernel: String,
+        /// Argument index.
+        index: usize,
+        /// What `clSetKernelArg` returned.
+        status: ClStatus,
+    },
+    /// A work size was empty or had more than three dimensions.
+    WorkSize {
+        /// What was wrong.
+        reason: &'static str,
+    },
+    /// Objects from two different contexts were used together.
+    ContextMismatch,
+    /// A command this operation waited on ended with an error status.
+    CommandFailed {
+        /// The failing command's execution status.
+        status: ClStatus,
+    },
+}
+
+impl Error {
+    pub(crate) fn cl(call: &'static str, status: cl_int) -> Error {
+        if status == codes::DLOPEN_RUNTIME_LOAD_FAILED {
+            return Error::NoLoader { hint: INSTALL_HINT };
+        }
+        Error::Cl {
+            call,
+            status: ClStatus(status),
+        }
+    }
+
+    /// The OpenCL status behind this error, if there is one.
+    pub fn status(&self) -> Option<ClStatus> {
+        match self {
+            Error::Cl { status, .. }
+            | Error::Build { status, .. }
+            | Error::KernelArg { status, .. }
+            | Error::CommandFailed { status } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// How to get an OpenCL implementation that runs everywhere.
+pub(crate) const INSTALL_HINT: &str = "install the ICD loader and PoCL (a CPU OpenCL): \
+     `apt-get install ocl-icd-libopencl1 pocl-opencl-icd` on Debian or Ubuntu, \
+     `dnf install ocl-icd pocl` on Fedora; or run `make setup`";
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Cl { call, status } => write!(f, "{call} failed: {status}"),
+            Error::NoLoader { hint } => {
+                write!(f, "no OpenCL loader (libOpenCL.so.1) found; {hint}")
+            }
+            Error::NoDevice {
+                looked_for,
+                found,
+                hint,
+            } => {
+                write!(f, "no OpenCL device matches {looked_for}; ")?;
+                if found.is_empty() {
+                    write!(f, "no platform or device was found at all; {hint}")
+                } else {
+                    write!(f, "found: {}", found.join(", "))
+                }
+            }
+            Error::ZeroLength => write!(f, "a buffer must hold at least one element"),
+            Error::TooLarge { bytes, max } => write!(
+                f,
+                "{bytes} bytes exceeds the device's CL_DEVICE_MAX_MEM_ALLOC_SIZE of {max} bytes"
+            ),
+            Error::OutOfRange {
+                transfer,
+                offset,
+                len,
+                buffer_len,
+            } => write!(
+                f,
+                "{transfer:?} of elements {offset}..{} is outside a buffer of {buffer_len}",
+                offset.saturating_add(*len)
+            ),
+            Error::KernelFileNotFound { name, searched } => {
+                write!(f, "kernel file `{name}` not found; searched:")?;
+                for path in searched {
+                    write!(f, " {}", path.display())?;
+                }
+                Ok(())
+            }
+            Error::KernelFileUnreadable { path, .. } => {
+                write!(f, "kernel file {} could not be read", path.display())
+            }
+            Error::Build {
+                file,
+                device,
+                options,
+                status,
+                log,
+            } => write!(
+                f,
+                "building {} for {device} with options `{options}` failed: {status}\n{log}",
+                file.display()
+            ),
+            Error::UnknownKernel {
+                name,
+                file,
+                available,
+            } => write!(
+                f,
+                "no kernel `{name}` in {}; it has: {}",
+                file.display(),
+                available.join(", ")
+            ),
+            Error::ArgCount {
+                kernel,
+                expected,
+                given,
+            } => write!(
+                f,
+                "kernel `{kernel}` takes {expected} arguments, {given} were given"
+            ),
+            Error::KernelArg {
+                kernel,
+                index,
+                status,
+            } => write!(f, "argument {index} of kernel `{kernel}`: {status}"),
+            Error::WorkSize { reason } => write!(f, "bad work size: {reason}"),
+            Error::ContextMismatch => write!(f, "objects from different contexts were mixed"),
+            Error::CommandFailed { status } => {
+                write!(f, "a command ended with execution status {status}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::KernelFileUnreadable { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_prints_name_and_number() {
+        assert_eq!(ClStatus(-38).to_string(), "CL_INVALID_MEM_OBJECT (-38)");
+        assert_eq!(
+            ClStatus(-14).to_string(),
+            "CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST (-14)"
+        );
+    }
+
+    #[test]
+    fn unknown_status_is_named_unknown() {
+        assert_eq!(ClStatus(-12345).name(), "UNKNOWN");
+    }
+
+    #[test]
+    fn missing_loader_is_its_own_error() {
+        assert!(matches!(
+            Error::cl("clGetPlatformIDs", codes::DLOPEN_RUNTIME_LOAD_FAILED),
+            Error::NoLoader { .. }
+        ));
+    }
+}

@@ -1,0 +1,450 @@
+//! Programs loaded from `.cl` files at run time, kernels, and launch arguments.
+//!
+//! # Rules
+//!
+//! 1. A `.cl` file is a path, or a name looked up in the folders of `CL_LIFETIME_KERNELS`
+//!    (a path list) and then in the crate's own `kernels/` folder. Kernels the library
+//!    itself needs are embedded in the binary and still built at run time.
+//! 2. A program is built once per context, file and options (the context's cache).
+//! 3. A build failure carries the file, the device and the full build log.
+//! 4. Setting a kernel's arguments and enqueueing it happen under one lock per kernel,
+//!    so threads sharing a kernel cannot interleave (DESIGN.md trap 11).
+//! 5. After the enqueue, buffer arguments are reset to NULL, so the kernel object keeps
+//!    no reference to a buffer that is later released (trap 11).
+
+use std::ffi::CString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use opencl3::kernel as clk;
+use opencl3::program as clp;
+use opencl3::types::{cl_command_queue, cl_event, cl_kernel, cl_mem, cl_program};
+
+use crate::buffer::{ClBuffer, MemInner, Pod};
+use crate::context::ContextInner;
+use crate::error::{ClStatus, Error, Result};
+use crate::queue::{Touch, wait_ptr};
+use crate::tracker::Access;
+
+/// The environment variable naming extra kernel folders.
+pub const KERNELS_VAR: &str = "CL_LIFETIME_KERNELS";
+
+/// Rule 1: where `name` is looked for, in order.
+pub(crate) fn search_paths(name: &str) -> Vec<PathBuf> {
+    let mut names = vec![PathBuf::from(name)];
+    if Path::new(name).extension().is_none() {
+        names.push(PathBuf::from(format!("{name}.cl")));
+    }
+    let mut dirs: Vec<PathBuf> = vec![PathBuf::new()];
+    if let Some(list) = std::env::var_os(KERNELS_VAR) {
+        dirs.extend(std::env::split_paths(&list).filter(|d| !d.as_os_str().is_empty()));
+    }
+    dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels"));
+    let mut paths = Vec::new();
+    for dir in &dirs {
+        for n in &names {
+            let path = dir.join(n);
+            if !paths.contains(&path) {
+                paths.push(path);
+            }
+        }
+        if Path::new(name).is_absolute() {
+            break;
+        }
+    }
+    paths
+}
+
+pub(crate) fn find_file(name: &str) -> Result<PathBuf> {
+    let searched = search_paths(name);
+    match searched.iter().find(|p| p.is_file()) {
+        Some(found) => Ok(found.canonicalize().unwrap_or_else(|_| found.clone())),
+        None => Err(Error::KernelFileNotFound {
+            name: name.to_string(),
+            searched,
+        }),
+    }
+}
+
+pub(crate) struct ProgramInner {
+    raw: cl_program,
+    ctx_id: u64,
+    file: PathBuf,
+}
+
+// SAFETY: a cl_program may be used from any thread (OpenCL 3.0 appendix A.2: every call is
+// thread-safe except clSetKernelArg); the struct is immutable.
+unsafe impl Send for ProgramInner {}
+// SAFETY: as above.
+unsafe impl Sync for ProgramInner {}
+
+impl Drop for ProgramInner {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from clCreateProgramWithSource and is released once, here;
+        // kernels made from it hold an Arc to this struct.
+        if let Err(status) = unsafe { clp::release_program(self.raw) } {
+            log::error!(target: "cl_lifetime::program", "clReleaseProgram failed: {}", ClStatus(status));
+        }
+    }
+}
+
+impl ProgramInner {
+    /// Rule 3: builds `source` for the context's device.
+    pub(crate) fn build(
+        ctx: &ContextInner,
+        file: &Path,
+        source: &str,
+        options: &str,
+    ) -> Result<Arc<ProgramInner>> {
+        let raw = clp::create_program_with_source(ctx.raw, &[source])
+            .map_err(|s| Error::cl("clCreateProgramWithSource", s))?;
+        // Owned from here on, so a failed build releases it.
+        let program = ProgramInner {
+            raw,
+            ctx_id: ctx.id,
+            file: file.to_path_buf(),
+        };
+        let c_options = CString::new(options).map_err(|_| Error::Build {
+            file: file.to_path_buf(),
+            device: ctx.device.name().to_string(),
+            options: options.to_string(),
+            status: ClStatus(opencl3::error_codes::CL_INVALID_BUILD_OPTIONS),
+            log: "build options contain a NUL byte".to_string(),
+        })?;
+        let built = clp::build_program(raw, &[ctx.device.id], &c_options, None, ptr::null_mut());
+        log::debug!(target: "cl_lifetime::program", "built {} ({options}) for {}: {built:?}", file.display(), ctx.device);
+        if let Err(status) = built {
+            let log = clp::get_program_build_info(raw, ctx.device.id, clp::CL_PROGRAM_BUILD_LOG)
+                .map(|v| String::from(v).trim_end_matches('\0').to_string())
+                .unwrap_or_else(|s| format!("(no build log: {})", ClStatus(s)));
+            return Err(Error::Build {
+                file: file.to_path_buf(),
+                device: ctx.device.to_string(),
+                options: options.to_string(),
+                status: ClStatus(status),
+                log,
+            });
+        }
+        Ok(Arc::new(program))
+    }
+}
+
+/// A built program.
+#[derive(Clone)]
+pub struct Program {
+    inner: Arc<ProgramInner>,
+}
+
+impl fmt::Debug for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Program")
+            .field("file", &self.inner.file)
+            .finish()
+    }
+}
+
+impl Program {
+    pub(crate) fn from_inner(inner: Arc<ProgramInner>) -> Program {
+        Program { inner }
+    }
+
+    /// The file it was built from.
+    pub fn file(&self) -> &Path {
+        &self.inner.file
+    }
+
+    /// The names of its kernels.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`] when the program cannot be queried.
+    pub fn kernel_names(&self) -> Result<Vec<String>> {
+        let names = clp::get_program_info(self.inner.raw, clp::CL_PROGRAM_KERNEL_NAMES)
+            .map_err(|s| Error::cl("clGetProgramInfo", s))?;
+        Ok(String::from(names)
+            .trim_end_matches('\0')
+            .split(';')
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// A new kernel object for the kernel `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownKernel`] listing the kernels the program has.
+    pub fn kernel(&self, name: &str) -> Result<Kernel> {
+        let unknown = || Error::UnknownKernel {
+            name: name.to_string(),
+            file: self.inner.file.clone(),
+            available: self.kernel_names().unwrap_or_default(),
+        };
+        let c_name = CString::new(name).map_err(|_| unknown())?;
+        let raw = match clk::create_kernel(self.inner.raw, &c_name) {
+            Ok(raw) => raw,
+            Err(opencl3::error_codes::CL_INVALID_KERNEL_NAME) => return Err(unknown()),
+            Err(s) => return Err(Error::cl("clCreateKernel", s)),
+        };
+        let mut kernel = KernelInner {
+            raw: Mutex::new(raw),
+            name: name.to_string(),
+            num_args: 0,
+            program: self.inner.clone(),
+        };
+        // `kernel` owns `raw` from here on, so an error below releases it.
+        kernel.num_args = clk::get_kernel_info(raw, clk::CL_KERNEL_NUM_ARGS)
+            .map_err(|s| Error::cl("clGetKernelInfo", s))?
+            .to_uint() as usize;
+        Ok(Kernel {
+            inner: Arc::new(kernel),
+        })
+    }
+}
+
+struct KernelInner {
+    /// Rule 4: the lock that covers setting arguments and enqueueing.
+    raw: Mutex<cl_kernel>,
+    name: String,
+    num_args: usize,
+    program: Arc<ProgramInner>,
+}
+
+// SAFETY: every use of the cl_kernel goes through the Mutex, which makes clSetKernelArg
+// plus enqueue one critical section (rule 4; OpenCL 3.0 appendix A.2 names
+// clSetKernelArg as the one call that is not thread-safe on a shared kernel).
+unsafe impl Send for KernelInner {}
+// SAFETY: as above.
+unsafe impl Sync for KernelInner {}
+
+impl Drop for KernelInner {
+    fn drop(&mut self) {
+        let raw = *self.raw.get_mut().unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: `raw` came from clCreateKernel and is released once, here.
+        if let Err(status) = unsafe { clk::release_kernel(raw) } {
+            log::error!(target: "cl_lifetime::program", "clReleaseKernel failed: {}", ClStatus(status));
+        }
+    }
+}
+
+/// A kernel of a built program. Cheap to clone; clones share one `cl_kernel` and its lock.
+#[derive(Clone)]
+pub struct Kernel {
+    inner: Arc<KernelInner>,
+}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernel")
+            .field("name", &self.inner.name)
+            .field("num_args", &self.inner.num_args)
+            .finish()
+    }
+}
+
+impl Kernel {
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// How many arguments it declares.
+    pub fn num_args(&self) -> usize {
+        self.inner.num_args
+    }
+
+    pub(crate) fn check_launch(
+        &self,
+        ctx: &ContextInner,
+        global: &[usize],
+        local: Option<&[usize]>,
+        args: &[Arg<'_>],
+    ) -> Result<()> {
+        if self.inner.program.ctx_id != ctx.id {
+            return Err(Error::ContextMismatch);
+        }
+        if args.len() != self.inner.num_args {
+            return Err(Error::ArgCount {
+                kernel: self.inner.name.clone(),
+                expected: self.inner.num_args,
+                given: args.len(),
+            });
+        }
+        if global.is_empty() || global.len() > 3 {
+            return Err(Error::WorkSize {
+                reason: "the global size needs one to three dimensions",
+            });
+        }
+        if global.contains(&0) {
+            return Err(Error::WorkSize {
+                reason: "a global dimension is zero",
+            });
+        }
+        if let Some(local) = local {
+            if local.len() != global.len() || local.contains(&0) {
+                return Err(Error::WorkSize {
+                    reason: "the local size must match the global dimensions and not be zero",
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Rules 4 and 5: sets the arguments, enqueues, and resets the buffer arguments, all
+    /// under the kernel's lock.
+    pub(crate) fn enqueue(
+        &self,
+        queue: cl_command_queue,
+        global: &[usize],
+        local: Option<&[usize]>,
+        args: &[Arg<'_>],
+        wait: &[cl_event],
+    ) -> Result<cl_event> {
+        let raw = self
+            .inner
+            .raw
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let result = self.set_args(*raw, args).and_then(|()| {
+            // SAFETY: the arguments are set (count checked in `check_launch`), `global` and
+            // `local` have `global.len()` entries, and the wait list outlives the call.
+            unsafe {
+                opencl3::command_queue::enqueue_nd_range_kernel(
+                    queue,
+                    *raw,
+                    global.len() as u32,
+                    ptr::null(),
+                    global.as_ptr(),
+                    local.map_or(ptr::null(), <[usize]>::as_ptr),
+                    wait.len() as u32,
+                    wait_ptr(wait),
+                )
+            }
+            .map_err(|s| Error::cl("clEnqueueNDRangeKernel", s))
+        });
+        for (index, arg) in args.iter().enumerate() {
+            if let ArgKind::Buffer(..) = arg.0 {
+                // SAFETY: a NULL value is allowed for a buffer argument (OpenCL 3.0,
+                // clSetKernelArg); the kernel lock is held.
+                let reset = unsafe {
+                    clk::set_kernel_arg(*raw, index as u32, size_of::<cl_mem>(), ptr::null())
+                };
+                if let Err(status) = reset {
+                    log::debug!(target: "cl_lifetime::program", "resetting argument {index} of {}: {}", self.inner.name, ClStatus(status));
+                }
+            }
+        }
+        result
+    }
+
+    fn set_args(&self, raw: cl_kernel, args: &[Arg<'_>]) -> Result<()> {
+        for (index, arg) in args.iter().enumerate() {
+            let set = match &arg.0 {
+                ArgKind::Buffer(mem, _) => {
+                    let handle: cl_mem = mem.raw();
+                    // SAFETY: `handle` is a live cl_mem (its buffer is borrowed for the
+                    // launch); OpenCL copies the handle value before returning.
+                    unsafe {
+                        clk::set_kernel_arg(
+                            raw,
+                            index as u32,
+                            size_of::<cl_mem>(),
+                            ptr::from_ref(&handle).cast(),
+                        )
+                    }
+                }
+                ArgKind::Scalar { bytes, len } => {
+                    // SAFETY: `bytes` holds `len` initialized bytes, copied by OpenCL.
+                    unsafe { clk::set_kernel_arg(raw, index as u32, *len, bytes.as_ptr().cast()) }
+                }
+                ArgKind::Local(size) => {
+                    // SAFETY: a NULL value with a size declares local memory.
+                    unsafe { clk::set_kernel_arg(raw, index as u32, *size, ptr::null()) }
+                }
+            };
+            set.map_err(|status| Error::KernelArg {
+                kernel: self.inner.name.clone(),
+                index,
+                status: ClStatus(status),
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Largest scalar argument, in bytes (a `double16` is 128).
+const MAX_SCALAR: usize = 128;
+
+enum ArgKind<'a> {
+    Buffer(&'a MemInner, Access),
+    Scalar { bytes: [u8; MAX_SCALAR], len: usize },
+    Local(usize),
+}
+
+/// One kernel argument, naming how the kernel uses it.
+pub struct Arg<'a>(ArgKind<'a>);
+
+impl fmt::Debug for Arg<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            ArgKind::Buffer(mem, access) => write!(f, "Arg::{access:?}(buffer {})", mem.id),
+            ArgKind::Scalar { len, .. } => write!(f, "Arg::scalar({len} bytes)"),
+            ArgKind::Local(size) => write!(f, "Arg::local({size} bytes)"),
+        }
+    }
+}
+
+impl<'a> Arg<'a> {
+    /// A buffer the kernel only reads.
+    pub fn read<T: Pod>(buffer: &'a ClBuffer<T>) -> Arg<'a> {
+        Arg(ArgKind::Buffer(buffer.mem(), Access::Read))
+    }
+
+    /// A buffer the kernel writes (and may read).
+    pub fn write<T: Pod>(buffer: &'a ClBuffer<T>) -> Arg<'a> {
+        Arg(ArgKind::Buffer(buffer.mem(), Access::Write))
+    }
+
+    /// A buffer the kernel reads and writes.
+    pub fn read_write<T: Pod>(buffer: &'a ClBuffer<T>) -> Arg<'a> {
+        Arg::write(buffer)
+    }
+
+    /// A value passed by copy, such as a `u32` length or a `[f32; 4]`.
+    pub fn scalar<T: Pod>(value: T) -> Arg<'a> {
+        const {
+            assert!(
+                size_of::<T>() <= MAX_SCALAR,
+                "scalar arguments are at most 128 bytes"
+            )
+        };
+        let mut bytes = [0u8; MAX_SCALAR];
+        // SAFETY: `T: Pod` is plain data of `size_of::<T>()` bytes, which fit in `bytes`
+        // (checked above); the regions do not overlap.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                ptr::from_ref(&value).cast::<u8>(),
+                bytes.as_mut_ptr(),
+                size_of::<T>(),
+            );
+        }
+        Arg(ArgKind::Scalar {
+            bytes,
+            len: size_of::<T>(),
+        })
+    }
+
+    /// Local memory for `len` elements of `T` per work group.
+    pub fn local<T: Pod>(len: usize) -> Arg<'a> {
+        Arg(ArgKind::Local(len.saturating_mul(size_of::<T>())))
+    }
+
+    pub(crate) fn touch(&self) -> Option<Touch<'a>> {
+        match self.0 {
+            ArgKind::Buffer(mem, access) => Some(Touch { mem, access }),
+            _ => None,
+        }
+    }
+}

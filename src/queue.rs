@@ -1,0 +1,604 @@
+//! Queues: every enqueue records its event on the buffers it touches.
+//!
+//! # Rules
+//!
+//! 1. Every command that touches a buffer records its event there, with its access:
+//!    writes, reads, copies (both ends), fills and kernel launches.
+//! 2. The records of all buffers a command touches are locked, in buffer-ID order, from
+//!    before the enqueue until its event is recorded, so that the order of the records is
+//!    the order of the enqueues, whatever the threads do.
+//! 3. An event from another queue of the library is flushed before it enters this queue's
+//!    wait list (DESIGN.md trap 5).
+//! 4. Host memory handed to a non-blocking command is owned by the library until the
+//!    command ends (trap 14); a transfer from or into borrowed memory blocks, and waits
+//!    only for its own command, after the records are unlocked.
+
+use std::fmt;
+use std::ops::Range;
+use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use opencl3::command_queue as cl;
+use opencl3::types::{cl_command_queue, cl_event};
+
+use crate::buffer::{ClBuffer, MemInner, PendingRead, Pod, Record};
+use crate::context::{ContextInner, next_id};
+use crate::error::{ClStatus, Error, Result, Transfer};
+use crate::event::Event;
+use crate::program::{Arg, Kernel};
+use crate::tracker::{Access, Lane};
+
+pub(crate) struct QueueInner {
+    pub(crate) raw: cl_command_queue,
+    pub(crate) lane: Lane,
+    pub(crate) ctx: Arc<ContextInner>,
+    /// Set by every enqueue, cleared by a flush.
+    dirty: AtomicBool,
+}
+
+// SAFETY: a cl_command_queue may be used from any thread (OpenCL 3.0 appendix A.2: every
+// call is thread-safe except clSetKernelArg); `dirty` is atomic.
+unsafe impl Send for QueueInner {}
+// SAFETY: as above.
+unsafe impl Sync for QueueInner {}
+
+impl Drop for QueueInner {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from clCreateCommandQueue* and is released once, here. The
+        // release flushes the queue; its commands still complete.
+        if let Err(status) = unsafe { cl::release_command_queue(self.raw) } {
+            log::error!(target: "cl_lifetime::queue", "clReleaseCommandQueue failed: {}", ClStatus(status));
+        }
+    }
+}
+
+impl QueueInner {
+    pub(crate) fn create(ctx: &Arc<ContextInner>, out_of_order: bool) -> Result<Queue> {
+        let flags = if out_of_order {
+            cl::CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE
+        } else {
+            0
+        };
+        let properties = [u64::from(cl::CL_QUEUE_PROPERTIES), flags, 0];
+        // SAFETY: context and device are valid handles owned by `ctx`; `properties` is a
+        // zero-terminated list that outlives the call.
+        let created = unsafe {
+            cl::create_command_queue_with_properties(ctx.raw, ctx.device.id, properties.as_ptr())
+        };
+        let raw = match created {
+            Ok(raw) => raw,
+            // An OpenCL 1.x platform: the 1.x entry point takes the same flags.
+            Err(opencl3::error_codes::DLOPEN_FUNCTION_NOT_AVAILABLE) => {
+                // SAFETY: as above.
+                unsafe { cl::create_command_queue(ctx.raw, ctx.device.id, flags) }
+                    .map_err(|s| Error::cl("clCreateCommandQueue", s))?
+            }
+            Err(s) => return Err(Error::cl("clCreateCommandQueueWithProperties", s)),
+        };
+        Ok(Queue {
+            inner: Arc::new(QueueInner {
+                raw,
+                lane: Lane {
+                    id: next_id(),
+                    in_order: !out_of_order,
+                },
+                ctx: ctx.clone(),
+                dirty: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    pub(crate) fn flush_if_dirty(&self) -> Result<()> {
+        if self.dirty.swap(false, Ordering::AcqRel) {
+            cl::flush(self.raw).map_err(|s| Error::cl("clFlush", s))?;
+        }
+        Ok(())
+    }
+}
+
+/// A command queue. Cheap to clone; all clones are the same queue.
+#[derive(Clone)]
+pub struct Queue {
+    pub(crate) inner: Arc<QueueInner>,
+}
+
+impl fmt::Debug for Queue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Queue")
+            .field("id", &self.inner.lane.id)
+            .field("in_order", &self.inner.lane.in_order)
+            .finish()
+    }
+}
+
+/// One buffer a command touches, and how.
+pub(crate) struct Touch<'a> {
+    pub(crate) mem: &'a MemInner,
+    pub(crate) access: Access,
+}
+
+fn check_range(transfer: Transfer, offset: usize, len: usize, buffer_len: usize) -> Result<()> {
+    if len == 0 {
+        return Err(Error::ZeroLength);
+    }
+    match offset.checked_add(len) {
+        Some(end) if end <= buffer_len => Ok(()),
+        _ => Err(Error::OutOfRange {
+            transfer,
+            offset,
+            len,
+            buffer_len,
+        }),
+    }
+}
+
+/// Commands on one queue that also wait on extra events: see [`Queue::after`].
+#[derive(Clone, Copy)]
+pub struct After<'a> {
+    queue: &'a Queue,
+    deps: &'a [&'a Event],
+}
+
+impl fmt::Debug for After<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("After")
+            .field("queue", self.queue)
+            .field("deps", &self.deps)
+            .finish()
+    }
+}
+
+impl After<'_> {
+    /// Rules 1 to 3: locks the records of `touches`, enqueues through `enqueue` with the
+    /// wait list, and records the new event on every buffer touched.
+    fn submit(
+        &self,
+        touches: &[Touch<'_>],
+        enqueue: impl FnOnce(&[cl_event]) -> Result<cl_event>,
+    ) -> Result<Event> {
+        let queue = &self.queue.inner;
+        for touch in touches {
+            if touch.mem.ctx.id != queue.ctx.id {
+                return Err(Error::ContextMismatch);
+            }
+        }
+        let mut order: Vec<&Touch<'_>> = touches.iter().collect();
+        order.sort_by_key(|t| t.mem.id);
+        let mut locked: Vec<(&MemInner, Access, std::sync::MutexGuard<'_, Record>)> =
+            Vec::with_capacity(order.len());
+        for touch in order {
+            match locked.last_mut() {
+                Some((mem, access, _)) if mem.id == touch.mem.id => {
+                    if touch.access == Access::Write {
+                        *access = Access::Write;
+                    }
+                }
+                _ => locked.push((touch.mem, touch.access, touch.mem.lock_record())),
+            }
+        }
+        let mut wait: Vec<cl_event> = Vec::with_capacity(self.deps.len());
+        for dep in self.deps {
+            if !dep.same_queue(queue) {
+                dep.flush_producer()?;
+            }
+            wait.push(dep.as_raw());
+        }
+        let raw = enqueue(&wait)?;
+        queue.dirty.store(true, Ordering::Release);
+        let event = Event::from_enqueue(raw, queue);
+        for (_, access, record) in &mut locked {
+            record.record(queue.lane, *access, event.clone());
+        }
+        Ok(event)
+    }
+
+    fn enqueue_write<T: Pod>(
+        &self,
+        buffer: &ClBuffer<T>,
+        offset: usize,
+        data: &[T],
+    ) -> Result<Event> {
+        check_range(Transfer::Write, offset, data.len(), buffer.len())?;
+        let mem = buffer.mem();
+        let queue = self.queue.inner.raw;
+        self.submit(
+            &[Touch {
+                mem,
+                access: Access::Write,
+            }],
+            |wait| {
+                // SAFETY: the range was checked against the buffer; `data` stays alive until
+                // the command ends: the callers either wait for it or own the memory (rule 4).
+                unsafe {
+                    cl::enqueue_write_buffer(
+                        queue,
+                        mem.raw(),
+                        cl::CL_NON_BLOCKING,
+                        offset * size_of::<T>(),
+                        std::mem::size_of_val(data),
+                        data.as_ptr().cast(),
+                        wait.len() as u32,
+                        wait_ptr(wait),
+                    )
+                }
+                .map_err(|s| Error::cl("clEnqueueWriteBuffer", s))
+            },
+        )
+    }
+
+    /// Enqueues a read of `len` elements into `out`, which must stay valid and unaliased
+    /// until the command ends.
+    fn enqueue_read<T: Pod>(
+        &self,
+        buffer: &ClBuffer<T>,
+        offset: usize,
+        out: *mut T,
+        len: usize,
+    ) -> Result<Event> {
+        check_range(Transfer::Read, offset, len, buffer.len())?;
+        let mem = buffer.mem();
+        let queue = self.queue.inner.raw;
+        self.submit(
+            &[Touch {
+                mem,
+                access: Access::Read,
+            }],
+            |wait| {
+                // SAFETY: the range was checked; the callers keep `out` alive and unaliased
+                // until the command ends (rule 4); every bit pattern is a valid `T: Pod`.
+                unsafe {
+                    cl::enqueue_read_buffer(
+                        queue,
+                        mem.raw(),
+                        cl::CL_NON_BLOCKING,
+                        offset * size_of::<T>(),
+                        len * size_of::<T>(),
+                        out.cast(),
+                        wait.len() as u32,
+                        wait_ptr(wait),
+                    )
+                }
+                .map_err(|s| Error::cl("clEnqueueReadBuffer", s))
+            },
+        )
+    }
+
+    /// Writes `data` to the start of `buffer` and blocks until that write is done.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] when `data` is longer than the buffer, [`Error::ZeroLength`]
+    /// when empty, [`Error::CommandFailed`] when the write failed.
+    pub fn write<T: Pod>(&self, buffer: &ClBuffer<T>, data: &[T]) -> Result<()> {
+        self.write_at(buffer, 0, data)
+    }
+
+    /// Writes `data` at element `offset` of `buffer` and blocks until that write is done.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::write`].
+    pub fn write_at<T: Pod>(&self, buffer: &ClBuffer<T>, offset: usize, data: &[T]) -> Result<()> {
+        let event = self.enqueue_write(buffer, offset, data)?;
+        // Rule 4: `data` is borrowed, so this returns only when the command has ended.
+        event.wait()
+    }
+
+    /// Writes `data` to the start of `buffer` without blocking. The library owns `data`
+    /// until the write has ended.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::write`], except that a failure of the command shows in the event.
+    pub fn write_owned<T: Pod>(&self, buffer: &ClBuffer<T>, data: Vec<T>) -> Result<Event> {
+        self.write_owned_at(buffer, 0, data)
+    }
+
+    /// Writes `data` at element `offset` of `buffer` without blocking; see
+    /// [`After::write_owned`].
+    ///
+    /// # Errors
+    ///
+    /// As [`After::write_owned`].
+    pub fn write_owned_at<T: Pod>(
+        &self,
+        buffer: &ClBuffer<T>,
+        offset: usize,
+        data: Vec<T>,
+    ) -> Result<Event> {
+        let event = self.enqueue_write(buffer, offset, &data)?;
+        buffer.mem().keep_alive(event.clone(), Box::new(data));
+        Ok(event)
+    }
+
+    /// Reads the start of `buffer` into `out` and blocks until that read is done.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] when `out` is longer than the buffer, [`Error::ZeroLength`]
+    /// when empty, [`Error::CommandFailed`] when the read failed.
+    pub fn read<T: Pod>(&self, buffer: &ClBuffer<T>, out: &mut [T]) -> Result<()> {
+        self.read_at(buffer, 0, out)
+    }
+
+    /// Reads from element `offset` of `buffer` into `out` and blocks until done.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::read`].
+    pub fn read_at<T: Pod>(
+        &self,
+        buffer: &ClBuffer<T>,
+        offset: usize,
+        out: &mut [T],
+    ) -> Result<()> {
+        let event = self.enqueue_read(buffer, offset, out.as_mut_ptr(), out.len())?;
+        // Rule 4: `out` is borrowed, so this returns only when the command has ended.
+        event.wait()
+    }
+
+    /// Reads the whole buffer into a new `Vec` without blocking.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::read_owned_range`].
+    pub fn read_owned<T: Pod>(&self, buffer: &ClBuffer<T>) -> Result<PendingRead<T>> {
+        self.read_owned_range(buffer, 0..buffer.len())
+    }
+
+    /// Reads elements `range` of `buffer` into a new `Vec` without blocking; the `Vec`
+    /// comes back from [`PendingRead::wait`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] or [`Error::ZeroLength`] for a bad range.
+    pub fn read_owned_range<T: Pod>(
+        &self,
+        buffer: &ClBuffer<T>,
+        range: Range<usize>,
+    ) -> Result<PendingRead<T>> {
+        let len = range.end.saturating_sub(range.start);
+        check_range(Transfer::Read, range.start, len, buffer.len())?;
+        let mut data: Vec<T> = Vec::with_capacity(len);
+        // The device fills the spare capacity; `PendingRead` sets the length only after
+        // the read has completed, and owns the allocation until then (rule 4).
+        let event = self.enqueue_read(buffer, range.start, data.as_mut_ptr(), len)?;
+        Ok(PendingRead::new(event, data, len))
+    }
+
+    /// Copies all of `src` to the start of `dst`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] when `dst` is shorter than `src`.
+    pub fn copy<T: Pod>(&self, src: &ClBuffer<T>, dst: &ClBuffer<T>) -> Result<Event> {
+        self.copy_range(src, 0, dst, 0, src.len())
+    }
+
+    /// Copies `len` elements from `src` at `src_offset` to `dst` at `dst_offset`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] when either range leaves its buffer, [`Error::ZeroLength`]
+    /// for `len == 0`, [`Error::Cl`] with `CL_MEM_COPY_OVERLAP` for overlapping ranges of
+    /// one buffer.
+    pub fn copy_range<T: Pod>(
+        &self,
+        src: &ClBuffer<T>,
+        src_offset: usize,
+        dst: &ClBuffer<T>,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<Event> {
+        check_range(Transfer::CopySource, src_offset, len, src.len())?;
+        check_range(Transfer::CopyDestination, dst_offset, len, dst.len())?;
+        let (s, d) = (src.mem(), dst.mem());
+        let queue = self.queue.inner.raw;
+        let touches = [
+            Touch {
+                mem: s,
+                access: Access::Read,
+            },
+            Touch {
+                mem: d,
+                access: Access::Write,
+            },
+        ];
+        self.submit(&touches, |wait| {
+            // SAFETY: both ranges were checked against their buffers.
+            unsafe {
+                cl::enqueue_copy_buffer(
+                    queue,
+                    s.raw(),
+                    d.raw(),
+                    src_offset * size_of::<T>(),
+                    dst_offset * size_of::<T>(),
+                    len * size_of::<T>(),
+                    wait.len() as u32,
+                    wait_ptr(wait),
+                )
+            }
+            .map_err(|s| Error::cl("clEnqueueCopyBuffer", s))
+        })
+    }
+
+    /// Sets every element of `buffer` to `value`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`] from `clEnqueueFillBuffer` (the pattern size must be 1, 2, 4, ...,
+    /// 128 bytes).
+    pub fn fill<T: Pod>(&self, buffer: &ClBuffer<T>, value: T) -> Result<Event> {
+        self.fill_range(buffer, value, 0..buffer.len())
+    }
+
+    /// Sets the elements `range` of `buffer` to `value`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] or [`Error::ZeroLength`] for a bad range, [`Error::Cl`] as
+    /// [`After::fill`].
+    pub fn fill_range<T: Pod>(
+        &self,
+        buffer: &ClBuffer<T>,
+        value: T,
+        range: Range<usize>,
+    ) -> Result<Event> {
+        let len = range.end.saturating_sub(range.start);
+        check_range(Transfer::Fill, range.start, len, buffer.len())?;
+        let mem = buffer.mem();
+        let queue = self.queue.inner.raw;
+        self.submit(
+            &[Touch {
+                mem,
+                access: Access::Write,
+            }],
+            |wait| {
+                // SAFETY: the range was checked; OpenCL copies the pattern before returning.
+                unsafe {
+                    cl::enqueue_fill_buffer(
+                        queue,
+                        mem.raw(),
+                        ptr::from_ref(&value).cast(),
+                        size_of::<T>(),
+                        range.start * size_of::<T>(),
+                        len * size_of::<T>(),
+                        wait.len() as u32,
+                        wait_ptr(wait),
+                    )
+                }
+                .map_err(|s| Error::cl("clEnqueueFillBuffer", s))
+            },
+        )
+    }
+
+    /// Launches `kernel` over `global` work items, letting the device pick the
+    /// work-group size. Every buffer argument records the launch with its access.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ArgCount`] when `args` does not match the kernel, [`Error::WorkSize`] for
+    /// an empty or four-dimensional range, [`Error::KernelArg`] when an argument is
+    /// refused, [`Error::Cl`] from `clEnqueueNDRangeKernel`.
+    pub fn launch(&self, kernel: &Kernel, global: &[usize], args: &[Arg<'_>]) -> Result<Event> {
+        self.launch_local(kernel, global, None, args)
+    }
+
+    /// Launches `kernel` over `global` work items in work groups of `local`.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::launch`].
+    pub fn launch_local(
+        &self,
+        kernel: &Kernel,
+        global: &[usize],
+        local: Option<&[usize]>,
+        args: &[Arg<'_>],
+    ) -> Result<Event> {
+        kernel.check_launch(&self.queue.inner.ctx, global, local, args)?;
+        let touches: Vec<Touch<'_>> = args.iter().filter_map(Arg::touch).collect();
+        let queue = self.queue.inner.raw;
+        self.submit(&touches, |wait| {
+            kernel.enqueue(queue, global, local, args, wait)
+        })
+    }
+}
+
+pub(crate) fn wait_ptr(wait: &[cl_event]) -> *const cl_event {
+    if wait.is_empty() {
+        ptr::null()
+    } else {
+        wait.as_ptr()
+    }
+}
+
+macro_rules! forward {
+    ($( $(#[$doc:meta])* fn $name:ident $(<$t:ident>)? (&self $(, $arg:ident : $ty:ty)*) -> $ret:ty; )*) => {
+        $(
+            $(#[$doc])*
+            ///
+            /// # Errors
+            ///
+            #[doc = concat!("As [`After::", stringify!($name), "`].")]
+            pub fn $name $(<$t: Pod>)? (&self $(, $arg: $ty)*) -> $ret {
+                self.after(&[]).$name($($arg),*)
+            }
+        )*
+    };
+}
+
+impl Queue {
+    /// Commands that also wait on `deps`: events from this or another queue of the
+    /// context, or [`UserEvent`](crate::UserEvent) gates.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<u32>(4)?;
+    /// let gate = ctx.user_event()?;
+    /// let fill = queue.after(&[gate.event()]).fill(&buf, 7)?;
+    /// gate.complete()?;
+    /// fill.wait()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn after<'a>(&'a self, deps: &'a [&'a Event]) -> After<'a> {
+        After { queue: self, deps }
+    }
+
+    forward! {
+        /// Writes `data` to the start of `buffer`; blocks until that write is done.
+        fn write<T>(&self, buffer: &ClBuffer<T>, data: &[T]) -> Result<()>;
+        /// Writes `data` at element `offset`; blocks until that write is done.
+        fn write_at<T>(&self, buffer: &ClBuffer<T>, offset: usize, data: &[T]) -> Result<()>;
+        /// Writes `data` without blocking; the library owns it until the write ends.
+        fn write_owned<T>(&self, buffer: &ClBuffer<T>, data: Vec<T>) -> Result<Event>;
+        /// Writes `data` at element `offset` without blocking.
+        fn write_owned_at<T>(&self, buffer: &ClBuffer<T>, offset: usize, data: Vec<T>) -> Result<Event>;
+        /// Reads the start of `buffer` into `out`; blocks until that read is done.
+        fn read<T>(&self, buffer: &ClBuffer<T>, out: &mut [T]) -> Result<()>;
+        /// Reads from element `offset` into `out`; blocks until that read is done.
+        fn read_at<T>(&self, buffer: &ClBuffer<T>, offset: usize, out: &mut [T]) -> Result<()>;
+        /// Reads the whole buffer into a new `Vec` without blocking.
+        fn read_owned<T>(&self, buffer: &ClBuffer<T>) -> Result<PendingRead<T>>;
+        /// Reads elements `range` into a new `Vec` without blocking.
+        fn read_owned_range<T>(&self, buffer: &ClBuffer<T>, range: Range<usize>) -> Result<PendingRead<T>>;
+        /// Copies all of `src` to the start of `dst`.
+        fn copy<T>(&self, src: &ClBuffer<T>, dst: &ClBuffer<T>) -> Result<Event>;
+        /// Copies `len` elements between the given offsets.
+        fn copy_range<T>(&self, src: &ClBuffer<T>, src_offset: usize, dst: &ClBuffer<T>, dst_offset: usize, len: usize) -> Result<Event>;
+        /// Sets every element of `buffer` to `value`.
+        fn fill<T>(&self, buffer: &ClBuffer<T>, value: T) -> Result<Event>;
+        /// Sets the elements `range` of `buffer` to `value`.
+        fn fill_range<T>(&self, buffer: &ClBuffer<T>, value: T, range: Range<usize>) -> Result<Event>;
+        /// Launches `kernel` over `global` work items.
+        fn launch(&self, kernel: &Kernel, global: &[usize], args: &[Arg<'_>]) -> Result<Event>;
+        /// Launches `kernel` over `global` work items in work groups of `local`.
+        fn launch_local(&self, kernel: &Kernel, global: &[usize], local: Option<&[usize]>, args: &[Arg<'_>]) -> Result<Event>;
+    }
+
+    /// Submits this queue's commands to the device (`clFlush`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`] from `clFlush`.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.dirty.store(false, Ordering::Release);
+        cl::flush(self.inner.raw).map_err(|s| Error::cl("clFlush", s))
+    }
+
+    /// Whether the queue runs its commands in order.
+    pub fn is_in_order(&self) -> bool {
+        self.inner.lane.in_order
+    }
+
+    /// The raw handle, still owned by this queue.
+    pub fn as_raw(&self) -> cl_command_queue {
+        self.inner.raw
+    }
+}
