@@ -155,9 +155,13 @@ impl MemInner {
         events.dedup_by_key(|e| e.as_raw());
         let raws: Vec<cl_event> = events.iter().map(Event::as_raw).collect();
 
-        let start = Instant::now();
-        wait_terminal(&raws);
-        let waited = start.elapsed();
+        let waited = if raws.is_empty() {
+            Duration::ZERO
+        } else {
+            let start = Instant::now();
+            wait_terminal(&raws);
+            start.elapsed()
+        };
 
         let mut failed = std::mem::take(&mut record.failed);
         for event in &events {

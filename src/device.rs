@@ -10,6 +10,7 @@
 //!    for, what was found and how to install PoCL. Nothing panics or waits.
 
 use std::fmt;
+use std::sync::{Mutex, PoisonError};
 
 use opencl3::device as cl;
 use opencl3::platform::platform;
@@ -108,6 +109,10 @@ impl Device {
     /// [`Error::NoLoader`] when `libOpenCL.so.1` cannot be opened; [`Error::Cl`] when a
     /// query fails. No platform at all gives an empty list.
     pub fn all() -> Result<Vec<Device>> {
+        // PoCL 3.1 crashes in clGetDeviceInfo when two threads enumerate at once during its
+        // first initialisation; one enumeration at a time costs nothing that matters.
+        static ENUMERATING: Mutex<()> = Mutex::new(());
+        let _one_at_a_time = ENUMERATING.lock().unwrap_or_else(PoisonError::into_inner);
         let platforms = match platform::get_platform_ids() {
             Ok(p) => p,
             // The ICD loader's "no platform" (CL_PLATFORM_NOT_FOUND_KHR).

@@ -1,0 +1,256 @@
+//! The release guarantee, proven with user events as gates and the cl-sys oracle.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+use cl_lifetime::{Arg, CommandKind};
+
+/// How long a blocked release is given to return wrongly before the gate opens. A correct
+/// release passes whatever this is; a broken one fails unless the machine stalls this long.
+const WINDOW: Duration = Duration::from_millis(200);
+
+#[test]
+fn release_waits_for_gated_kernel_on_its_buffer() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let buf = ctx.buffer_from(&[0i32; 64]).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let launch = queue
+        .after(&[gate.event()])
+        .launch(
+            &increment,
+            &[64],
+            &[Arg::read_write(&buf), Arg::scalar(64u32)],
+        )
+        .unwrap();
+    queue.flush().unwrap();
+    let watch = common::watch(&buf, &[&launch]);
+
+    let opened = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let seen = opened.clone();
+    let releaser = std::thread::spawn(move || {
+        let report = buf.release().unwrap();
+        tx.send(seen.load(Ordering::SeqCst)).unwrap();
+        report
+    });
+    assert!(
+        rx.recv_timeout(WINDOW).is_err(),
+        "release returned while its kernel was gated"
+    );
+    assert!(!watch.fired(), "memory freed while its kernel was gated");
+    opened.store(true, Ordering::SeqCst);
+    gate.complete().unwrap();
+    assert!(
+        rx.recv().unwrap(),
+        "release returned before the gate opened"
+    );
+    let report = releaser.join().unwrap();
+    assert_eq!(report.waited_on, 1);
+    assert!(report.failed.is_empty());
+    watch.assert_released_after_events();
+}
+
+#[test]
+fn drop_waits_for_gated_command_on_its_buffer() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer::<u32>(1024).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let fill = queue.after(&[gate.event()]).fill(&buf, 7).unwrap();
+    queue.flush().unwrap();
+    let watch = common::watch(&buf, &[&fill]);
+
+    let opened = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let seen = opened.clone();
+    let dropper = std::thread::spawn(move || {
+        drop(buf);
+        tx.send(seen.load(Ordering::SeqCst)).unwrap();
+    });
+    assert!(
+        rx.recv_timeout(WINDOW).is_err(),
+        "drop returned while gated"
+    );
+    opened.store(true, Ordering::SeqCst);
+    gate.complete().unwrap();
+    assert!(rx.recv().unwrap(), "drop returned before the gate opened");
+    dropper.join().unwrap();
+    watch.assert_released_after_events();
+}
+
+#[test]
+fn release_ignores_gated_command_on_another_buffer() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let other_queue = ctx.queue().unwrap();
+    let busy_buf = ctx.buffer::<f32>(256).unwrap();
+    let gate = ctx.user_event().unwrap();
+    // Gated work on another buffer, on the same queue and on another queue.
+    let same_queue = queue.after(&[gate.event()]).fill(&busy_buf, 1.0).unwrap();
+    let other = other_queue
+        .after(&[gate.event()])
+        .fill(&busy_buf, 2.0)
+        .unwrap();
+
+    let free_queue = ctx.queue().unwrap();
+    let mine = ctx.buffer::<f32>(256).unwrap();
+    let done = free_queue.fill(&mine, 3.0).unwrap();
+    done.wait().unwrap();
+    let watch = common::watch(&mine, &[&done]);
+    let report = mine.release().unwrap();
+    watch.assert_released_after_events();
+    assert!(report.waited_on <= 1);
+    assert!(
+        !same_queue.is_terminal() && !other.is_terminal(),
+        "release waited on other work"
+    );
+    gate.complete().unwrap();
+    busy_buf.release().unwrap();
+}
+
+#[test]
+fn release_ignores_gated_command_on_another_queue_sharing_nothing() {
+    let ctx = device!();
+    let gated_queue = ctx.queue().unwrap();
+    let queue = ctx.queue().unwrap();
+    let gate = ctx.user_event().unwrap();
+    let unrelated = ctx.buffer::<u8>(64).unwrap();
+    let blocked = gated_queue
+        .after(&[gate.event()])
+        .fill(&unrelated, 1)
+        .unwrap();
+
+    let buf = ctx.buffer::<u8>(64).unwrap();
+    let write = queue.write_owned(&buf, vec![5u8; 64]).unwrap();
+    write.wait().unwrap();
+    let watch = common::watch(&buf, &[&write]);
+    buf.release().unwrap();
+    watch.assert_released_after_events();
+    assert!(!blocked.is_terminal(), "release waited for another queue");
+    gate.complete().unwrap();
+}
+
+#[test]
+fn failed_command_still_ends_in_released_memory() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer::<i32>(128).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let fill = queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
+    queue.flush().unwrap();
+    let watch = common::watch(&buf, &[&fill]);
+    gate.fail(-42).unwrap();
+    let report = buf.release().unwrap();
+    watch.assert_released_after_events();
+    assert_eq!(report.failed.len(), 1, "{report:?}");
+    assert_eq!(report.failed[0].command, CommandKind::Fill);
+    assert!(report.failed[0].status.code() < 0);
+}
+
+#[test]
+fn empty_record_releases_at_once() {
+    let ctx = device!();
+    let buf = ctx.buffer::<u64>(32).unwrap();
+    let watch = common::watch(&buf, &[]);
+    let report = buf.release().unwrap();
+    assert_eq!(report.waited_on, 0);
+    assert_eq!(report.waited, Duration::ZERO);
+    watch.assert_released_after_events();
+}
+
+#[test]
+fn record_stays_small_over_100_000_commands() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer::<u32>(16).unwrap();
+    let mut largest = 0;
+    for i in 0..100_000u32 {
+        if i % 2 == 0 {
+            queue.fill(&buf, i).unwrap();
+        } else {
+            queue.read_owned(&buf).unwrap().wait().unwrap();
+        }
+        largest = largest.max(buf.record_len());
+    }
+    // One queue: its newest write and newest read.
+    assert!(largest <= 2, "record grew to {largest}");
+    let report = buf.release().unwrap();
+    assert!(report.waited_on <= 2);
+}
+
+#[test]
+fn record_stays_small_on_an_out_of_order_queue() {
+    let ctx = device!();
+    let Ok(queue) = ctx.out_of_order_queue() else {
+        eprintln!("skipped: the device has no out-of-order queues");
+        return;
+    };
+    let buf = ctx.buffer::<u32>(16).unwrap();
+    let mut largest = 0;
+    for i in 0..20_000u32 {
+        let fill = queue.fill(&buf, i).unwrap();
+        if i % 64 == 0 {
+            fill.wait().unwrap();
+        }
+        largest = largest.max(buf.record_len());
+    }
+    assert!(largest <= 256, "record grew to {largest}");
+    buf.release().unwrap();
+}
+
+/// Trap 11: a kernel object must not keep a released buffer alive through its arguments.
+#[test]
+fn kernel_arguments_do_not_keep_released_buffers_alive() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let buf = ctx.buffer_from(&[1i32; 32]).unwrap();
+    let launch = queue
+        .launch(
+            &increment,
+            &[32],
+            &[Arg::read_write(&buf), Arg::scalar(32u32)],
+        )
+        .unwrap();
+    let watch = common::watch(&buf, &[&launch]);
+    buf.release().unwrap();
+    // `increment` is still alive here, and was last launched with `buf`.
+    watch.assert_released_after_events();
+    drop(increment);
+}
+
+#[test]
+fn release_after_write_and_kernel_reports_what_it_waited_on() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let other = ctx.queue().unwrap();
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let buf = ctx.buffer::<i32>(32).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let w = queue
+        .after(&[gate.event()])
+        .write_owned(&buf, vec![1; 32])
+        .unwrap();
+    let k = other
+        .after(&[gate.event(), &w])
+        .launch(
+            &increment,
+            &[32],
+            &[Arg::read_write(&buf), Arg::scalar(32u32)],
+        )
+        .unwrap();
+    let watch = common::watch(&buf, &[&w, &k]);
+    gate.complete().unwrap();
+    let mut out = vec![0; 32];
+    other.read(&buf, &mut out).unwrap();
+    assert_eq!(out, vec![2; 32]);
+    let report = buf.release().unwrap();
+    // Two queues: at most one write and one read each.
+    assert!(report.waited_on <= 4, "{report:?}");
+    watch.assert_released_after_events();
+}
