@@ -10,13 +10,19 @@
 //! 3. Host memory lent to a non-blocking write is kept alive until the write ends, and
 //!    is dropped only after the release's wait (trap 14).
 //! 4. `Drop` does the same as `release`, logs what went wrong, and never panics.
+//! 5. "Released" means freed: the library's destructor callback (which only signals, trap
+//!    6) has fired before `release` returns. Some drivers drop their own reference to the
+//!    buffer a moment after the last event completes (PoCL does, on its worker thread), so
+//!    `release` waits for that signal too, up to [`FREE_GRACE`]; a reference held outside
+//!    the library can delay it longer, which the report shows as `freed: false`.
 
 use std::any::Any;
+use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
 use std::panic::Location;
 use std::ptr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use opencl3::memory as cl;
@@ -48,6 +54,55 @@ pod!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
 // validity for every bit pattern.
 unsafe impl<T: Pod, const N: usize> Pod for [T; N] {}
 
+/// How long a release waits, after `clReleaseMemObject`, for the driver to free the memory
+/// (rule 5).
+pub const FREE_GRACE: Duration = Duration::from_secs(2);
+
+/// Set by the destructor callback when the driver frees the memory.
+#[derive(Default)]
+struct Freed {
+    done: Mutex<bool>,
+    signal: Condvar,
+}
+
+impl Freed {
+    /// Waits up to `limit` for the callback; returns whether it fired.
+    fn wait(&self, limit: Duration) -> bool {
+        let done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+        let (done, _) = self
+            .signal
+            .wait_timeout_while(done, limit, |done| !*done)
+            .unwrap_or_else(PoisonError::into_inner);
+        *done
+    }
+}
+
+/// The destructor callback: it only signals (DESIGN.md trap 6).
+extern "C" fn on_freed(_mem: cl_mem, user: *mut c_void) {
+    // SAFETY: `user` is the `Arc<Freed>` leaked in `watch_free`, and OpenCL calls this
+    // callback exactly once, so the reference is taken back exactly once.
+    let freed = unsafe { Arc::from_raw(user.cast_const().cast::<Freed>()) };
+    *freed.done.lock().unwrap_or_else(PoisonError::into_inner) = true;
+    freed.signal.notify_all();
+}
+
+/// Registers [`on_freed`] on `raw`. `None` when the driver refuses (then rule 5 is not
+/// checked for this buffer).
+fn watch_free(raw: cl_mem) -> Option<Arc<Freed>> {
+    let freed = Arc::new(Freed::default());
+    let user = Arc::into_raw(freed.clone()).cast_mut().cast::<c_void>();
+    // SAFETY: `raw` is a live buffer; `user` is a leaked Arc that the callback takes back.
+    match unsafe { cl::set_mem_object_destructor_callback(raw, on_freed, user) } {
+        Ok(()) => Some(freed),
+        Err(status) => {
+            // SAFETY: the callback was not registered, so it will never take `user` back.
+            drop(unsafe { Arc::from_raw(user.cast_const().cast::<Freed>()) });
+            log::debug!(target: "cl_lifetime::buffer", "no destructor callback: {}", ClStatus(status));
+            None
+        }
+    }
+}
+
 /// A command that ended with an error status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FailedCommand {
@@ -66,6 +121,10 @@ pub struct ReleaseReport {
     pub waited: Duration,
     /// Commands on the buffer that failed; the memory was released all the same.
     pub failed: Vec<FailedCommand>,
+    /// Whether the driver had freed the memory (its destructor callback fired) when
+    /// `release` returned. `false` only when something outside the library still held a
+    /// reference after [`FREE_GRACE`].
+    pub freed: bool,
 }
 
 /// At most this many failures are kept for the report.
@@ -118,6 +177,7 @@ pub(crate) struct MemInner {
     pub(crate) ctx: Arc<ContextInner>,
     record: Mutex<Record>,
     allocated_at: &'static Location<'static>,
+    freed: Option<Arc<Freed>>,
 }
 
 // SAFETY: a cl_mem may be used from any thread (OpenCL 3.0 appendix A.2: every call is
@@ -143,7 +203,10 @@ impl MemInner {
     fn retire(&mut self) -> Result<ReleaseReport> {
         let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
         if raw.is_null() {
-            return Ok(ReleaseReport::default());
+            return Ok(ReleaseReport {
+                freed: true,
+                ..ReleaseReport::default()
+            });
         }
         let record = self
             .record
@@ -187,10 +250,21 @@ impl MemInner {
             raws.len()
         );
         released.map_err(|s| Error::cl("clReleaseMemObject", s))?;
+        // Rule 5.
+        let freed = self.freed.as_ref().is_none_or(|f| f.wait(FREE_GRACE));
+        if !freed {
+            log::warn!(
+                target: "cl_lifetime::buffer",
+                "buffer allocated at {} not freed {FREE_GRACE:?} after its release: \
+                 something outside the library still holds a reference",
+                self.allocated_at
+            );
+        }
         Ok(ReleaseReport {
             waited_on: raws.len(),
             waited,
             failed,
+            freed,
         })
     }
 }
@@ -269,6 +343,7 @@ impl<T: Pod> ClBuffer<T> {
                 ctx: ctx.clone(),
                 record: Mutex::new(Record::default()),
                 allocated_at,
+                freed: watch_free(raw),
             },
             len,
             _elements: PhantomData,

@@ -3,8 +3,8 @@
 //! # Rules
 //!
 //! 1. `CL_LIFETIME_DEVICE` picks the device: `P:D` (platform and device indices, as
-//!    `clinfo -l` lists them) or a case-insensitive substring of the platform or device
-//!    name (`nvidia`, `pocl`, `oclgrind`).
+//!    `clinfo -l` lists them) or a case-insensitive substring of the device name, the
+//!    platform name or the platform vendor (`nvidia`, `pocl`, `oclgrind`).
 //! 2. Without it: the first GPU, else the first device of any kind.
 //! 3. No loader, no platform, or no match is a typed error that says what was looked
 //!    for, what was found and how to install PoCL. Nothing panics or waits.
@@ -29,6 +29,7 @@ pub struct Device {
     platform_index: usize,
     device_index: usize,
     platform_name: String,
+    platform_vendor: String,
     name: String,
     version: String,
     driver_version: String,
@@ -83,6 +84,7 @@ impl Device {
         platform: cl_platform_id,
         platform_index: usize,
         platform_name: &str,
+        platform_vendor: &str,
         id: cl_device_id,
         device_index: usize,
     ) -> Result<Device> {
@@ -92,6 +94,7 @@ impl Device {
             platform_index,
             device_index,
             platform_name: platform_name.to_string(),
+            platform_vendor: platform_vendor.to_string(),
             name: info_string(id, cl::CL_DEVICE_NAME)?,
             version: info_string(id, cl::CL_DEVICE_VERSION)?,
             driver_version: info_string(id, cl::CL_DRIVER_VERSION)?,
@@ -121,17 +124,27 @@ impl Device {
         };
         let mut devices = Vec::new();
         for (p, &platform_id) in platforms.iter().enumerate() {
-            let platform_name =
-                platform::get_platform_info(platform_id, platform::CL_PLATFORM_NAME)
+            let platform_info = |param| {
+                platform::get_platform_info(platform_id, param)
                     .map(|v| String::from(v).trim_end_matches('\0').trim().to_string())
-                    .map_err(|s| Error::cl("clGetPlatformInfo", s))?;
+                    .map_err(|s| Error::cl("clGetPlatformInfo", s))
+            };
+            let platform_name = platform_info(platform::CL_PLATFORM_NAME)?;
+            let platform_vendor = platform_info(platform::CL_PLATFORM_VENDOR)?;
             let ids = match cl::get_device_ids(platform_id, cl::CL_DEVICE_TYPE_ALL) {
                 Ok(ids) => ids,
                 Err(cl::CL_DEVICE_NOT_FOUND) => continue,
                 Err(s) => return Err(Error::cl("clGetDeviceIDs", s)),
             };
             for (d, &id) in ids.iter().enumerate() {
-                devices.push(Device::query(platform_id, p, &platform_name, id, d)?);
+                devices.push(Device::query(
+                    platform_id,
+                    p,
+                    &platform_name,
+                    &platform_vendor,
+                    id,
+                    d,
+                )?);
             }
         }
         Ok(devices)
@@ -176,6 +189,11 @@ impl Device {
     /// Platform name, such as `Portable Computing Language`.
     pub fn platform_name(&self) -> &str {
         &self.platform_name
+    }
+
+    /// Platform vendor, such as `The pocl project`.
+    pub fn platform_vendor(&self) -> &str {
+        &self.platform_vendor
     }
 
     /// Device name.
@@ -240,6 +258,8 @@ fn pick<'a>(devices: &'a [Device], spec: &str) -> Option<&'a Device> {
     }
     let needle = spec.to_lowercase();
     devices.iter().find(|x| {
-        x.name.to_lowercase().contains(&needle) || x.platform_name.to_lowercase().contains(&needle)
+        [&x.name, &x.platform_name, &x.platform_vendor]
+            .iter()
+            .any(|s| s.to_lowercase().contains(&needle))
     })
 }

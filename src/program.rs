@@ -108,7 +108,7 @@ impl ProgramInner {
         };
         let c_options = CString::new(options).map_err(|_| Error::Build {
             file: file.to_path_buf(),
-            device: ctx.device.name().to_string(),
+            device: ctx.device.to_string(),
             options: options.to_string(),
             status: ClStatus(opencl3::error_codes::CL_INVALID_BUILD_OPTIONS),
             log: "build options contain a NUL byte".to_string(),

@@ -118,6 +118,16 @@ pub(crate) struct Touch<'a> {
     pub(crate) access: Access,
 }
 
+/// The length of `range`, or `OutOfRange` when it is reversed.
+fn range_len(transfer: Transfer, range: &Range<usize>, buffer_len: usize) -> Result<usize> {
+    range.end.checked_sub(range.start).ok_or(Error::OutOfRange {
+        transfer,
+        offset: range.start,
+        len: 0,
+        buffer_len,
+    })
+}
+
 fn check_range(transfer: Transfer, offset: usize, len: usize, buffer_len: usize) -> Result<()> {
     if len == 0 {
         return Err(Error::ZeroLength);
@@ -358,7 +368,7 @@ impl After<'_> {
         buffer: &ClBuffer<T>,
         range: Range<usize>,
     ) -> Result<PendingRead<T>> {
-        let len = range.end.saturating_sub(range.start);
+        let len = range_len(Transfer::Read, &range, buffer.len())?;
         check_range(Transfer::Read, range.start, len, buffer.len())?;
         let mut data: Vec<T> = Vec::with_capacity(len);
         // The device fills the spare capacity; `PendingRead` sets the length only after
@@ -445,7 +455,7 @@ impl After<'_> {
         value: T,
         range: Range<usize>,
     ) -> Result<Event> {
-        let len = range.end.saturating_sub(range.start);
+        let len = range_len(Transfer::Fill, &range, buffer.len())?;
         check_range(Transfer::Fill, range.start, len, buffer.len())?;
         let mem = buffer.mem();
         let queue = self.queue.inner.raw;

@@ -52,6 +52,7 @@ fn release_waits_for_gated_kernel_on_its_buffer() {
     let report = releaser.join().unwrap();
     assert_eq!(report.waited_on, 1);
     assert!(report.failed.is_empty());
+    assert!(report.freed);
     watch.assert_released_after_events();
 }
 

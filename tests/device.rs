@@ -1,0 +1,244 @@
+//! Device selection (`src/device.rs` rules 1 to 3), and "no ICD" as a typed error.
+
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cl_lifetime::{Context, DEVICE_VAR, Device, Error};
+
+/// PoCL's `CL_PLATFORM_NAME`.
+const POCL_PLATFORM: &str = "Portable Computing Language";
+
+/// The marker that makes [`child_no_icd_probe`] do its work.
+const CHILD_VAR: &str = "CL_LIFETIME_TEST_CHILD";
+
+/// How long the child may take before it counts as stalled.
+const CHILD_LIMIT: Duration = Duration::from_secs(60);
+
+#[test]
+fn device_list_is_not_empty_where_a_device_exists() {
+    let _ctx = device!();
+    let all = Device::all().unwrap();
+    assert!(!all.is_empty());
+    for device in &all {
+        let (p, d) = device.indices();
+        assert!(
+            device.to_string().starts_with(&format!("{p}:{d} ")),
+            "{device}"
+        );
+    }
+}
+
+#[test]
+fn index_spec_picks_that_platform_and_device() {
+    let _ctx = device!();
+    let device = Device::select(Some("0:0")).unwrap();
+    assert_eq!(device.indices(), (0, 0));
+    // Blanks around the indices are ignored.
+    let spaced = Device::select(Some(" 0 : 0 ")).unwrap();
+    assert_eq!(spaced.indices(), (0, 0));
+    assert_eq!(spaced.as_raw(), device.as_raw());
+}
+
+#[test]
+fn pocl_spec_picks_the_pocl_device_in_any_case() {
+    let _ctx = device!();
+    let all = Device::all().unwrap();
+    let Some(pocl) = all.iter().find(|d| d.platform_name() == POCL_PLATFORM) else {
+        eprintln!("skipped: no PoCL device here");
+        return;
+    };
+    // README and rule 1 name `pocl` as a spec that works.
+    for spec in ["POCL", "pocl", "PoCL"] {
+        match Device::select(Some(spec)) {
+            Ok(found) => assert_eq!(
+                found.platform_name(),
+                POCL_PLATFORM,
+                "{spec} picked {found}"
+            ),
+            Err(e) => panic!("{DEVICE_VAR}={spec} should find {pocl}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn name_spec_is_a_case_insensitive_part_of_the_platform_name() {
+    let _ctx = device!();
+    let first = Device::all().unwrap().remove(0);
+    let name = first.platform_name().to_string();
+    // The middle of the name, in the opposite case.
+    let chars: Vec<char> = name.chars().collect();
+    let part: String = chars[chars.len() / 4..chars.len() * 3 / 4]
+        .iter()
+        .map(|c| {
+            if c.is_uppercase() {
+                c.to_lowercase().next().unwrap_or(*c)
+            } else {
+                c.to_uppercase().next().unwrap_or(*c)
+            }
+        })
+        .collect();
+    assert!(!part.trim().is_empty(), "platform name too short: {name:?}");
+    let found = Device::select(Some(&part)).unwrap();
+    assert_eq!(found.indices(), first.indices(), "{part:?} picked {found}");
+}
+
+#[test]
+fn name_spec_is_a_case_insensitive_part_of_the_device_name() {
+    let _ctx = device!();
+    let first = Device::all().unwrap().remove(0);
+    let spec = first.name().to_uppercase();
+    let found = Device::select(Some(&spec)).unwrap();
+    assert_eq!(found.indices(), first.indices(), "{spec:?} picked {found}");
+    let spec = first.name().to_lowercase();
+    let found = Device::select(Some(&spec)).unwrap();
+    assert_eq!(found.indices(), first.indices(), "{spec:?} picked {found}");
+}
+
+#[test]
+fn unmatched_name_spec_is_no_device_listing_what_was_found() {
+    let _ctx = device!();
+    let all = Device::all().unwrap();
+    let err = Device::select(Some("no-such-device-xyz")).unwrap_err();
+    let Error::NoDevice {
+        looked_for,
+        found,
+        hint,
+    } = &err
+    else {
+        panic!("expected NoDevice, got {err:?}");
+    };
+    assert!(looked_for.contains("no-such-device-xyz"), "{looked_for}");
+    assert!(looked_for.contains(DEVICE_VAR), "{looked_for}");
+    let listed: Vec<String> = all.iter().map(ToString::to_string).collect();
+    assert_eq!(found, &listed);
+    assert!(found.iter().any(|f| f.contains(all[0].name())), "{found:?}");
+    assert!(hint.to_lowercase().contains("pocl"), "{hint}");
+
+    let text = err.to_string();
+    assert!(text.contains("no-such-device-xyz"), "{text}");
+    assert!(text.contains("found:"), "{text}");
+    for device in &listed {
+        assert!(text.contains(device.as_str()), "{text}");
+    }
+}
+
+#[test]
+fn index_spec_of_a_missing_device_is_no_device() {
+    let _ctx = device!();
+    let all = Device::all().unwrap();
+    assert!(
+        all.iter().all(|d| d.indices() != (7, 9)),
+        "this machine has a device 7:9"
+    );
+    let err = Device::select(Some("7:9")).unwrap_err();
+    assert!(
+        matches!(&err, Error::NoDevice { looked_for, found, .. }
+            if looked_for.contains("7:9") && found.len() == all.len()),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn no_spec_picks_the_first_gpu_else_the_first_device() {
+    let _ctx = device!();
+    let all = Device::all().unwrap();
+    let expected = all.iter().find(|d| d.is_gpu()).unwrap_or(&all[0]);
+    let chosen = Device::select(None).unwrap();
+    assert_eq!(chosen.indices(), expected.indices());
+    assert_eq!(chosen.as_raw(), expected.as_raw());
+}
+
+/// The child half of [`missing_icd_is_a_typed_error_without_panic_or_stall`]. Run by
+/// itself it does nothing and passes: it works only when the parent test re-runs this
+/// executable with `CL_LIFETIME_TEST_CHILD=no_icd` and an empty `OCL_ICD_VENDORS`, and
+/// the parent checks what it printed. Needs no device, so it does not use `device!()`.
+#[test]
+fn child_no_icd_probe() {
+    if std::env::var(CHILD_VAR).as_deref() != Ok("no_icd") {
+        return;
+    }
+    let err = Context::from_env().expect_err("a context without any ICD");
+    println!("probe debug: {err:?}");
+    println!("probe display: {err}");
+    assert!(
+        matches!(&err, Error::NoDevice { found, .. } if found.is_empty()),
+        "{err:?}"
+    );
+    assert!(Device::all().unwrap().is_empty());
+}
+
+#[test]
+fn missing_icd_is_a_typed_error_without_panic_or_stall() {
+    let no_vendors =
+        std::env::temp_dir().join(format!("cl-lifetime-no-icd-{}", std::process::id()));
+    std::fs::create_dir_all(&no_vendors).unwrap();
+    assert_eq!(
+        std::fs::read_dir(&no_vendors).unwrap().count(),
+        0,
+        "{no_vendors:?} is not empty"
+    );
+
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_no_icd_probe", "--nocapture"])
+        .env(CHILD_VAR, "no_icd")
+        .env("OCL_ICD_VENDORS", &no_vendors)
+        .env_remove("OCL_ICD_FILENAMES")
+        .env_remove(DEVICE_VAR)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > CHILD_LIMIT {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        // Polls the child; nothing is ordered by this pause.
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = stdout.join().unwrap();
+    let stderr = stderr.join().unwrap();
+    let _ = std::fs::remove_dir(&no_vendors);
+    let output = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+
+    let status =
+        status.unwrap_or_else(|| panic!("the child stalled past {CHILD_LIMIT:?}\n{output}"));
+    assert!(status.success(), "child failed: {status}\n{output}");
+    // The probe really ran (an unknown name would run zero tests and still succeed).
+    assert!(
+        stdout.contains("test child_no_icd_probe ... ok"),
+        "{output}"
+    );
+    assert!(stdout.contains("1 passed"), "{output}");
+    assert!(stdout.contains("probe debug: NoDevice"), "{output}");
+    assert!(stdout.contains("found: []"), "{output}");
+    assert!(stdout.contains("looked_for: \"any device\""), "{output}");
+    let display = stdout
+        .lines()
+        .find(|l| l.starts_with("probe display: "))
+        .unwrap_or_else(|| panic!("no display line\n{output}"));
+    assert!(
+        display.contains("no platform or device was found at all"),
+        "{display}"
+    );
+    assert!(display.contains("pocl"), "{display}");
+}
