@@ -6,7 +6,9 @@
 //! fixes both by serialising everything. A [`ClBuffer`] instead records the event of every
 //! command that touches it; [`ClBuffer::release`] waits on exactly those events with
 //! `clWaitForEvents`, then releases the memory. When it returns, the buffer's commands have
-//! ended and the memory is gone, on every vendor, and no unrelated work was waited for.
+//! ended and the memory is gone, on every vendor, and the library waited for no unrelated
+//! work. (NVIDIA's `clReleaseMemObject` itself still blocks until the context's running work
+//! ends, for any buffer that has been used on the device; the tour example measures it.)
 //!
 //! Kernels are `.cl` files built at run time, so the crate runs on any OpenCL ICD, PoCL on
 //! the CPU included. `CL_LIFETIME_DEVICE` picks the device (see [`Device::select`]).
@@ -56,7 +58,7 @@ mod program;
 mod queue;
 pub mod tracker;
 
-pub use buffer::{ClBuffer, FailedCommand, PendingRead, Pod, ReleaseReport};
+pub use buffer::{ClBuffer, FREE_GRACE, FailedCommand, PendingRead, Pod, ReleaseReport};
 pub use context::Context;
 pub use device::{DEVICE_VAR, Device};
 pub use error::{ClStatus, Error, Result, Transfer};

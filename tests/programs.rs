@@ -1,0 +1,428 @@
+//! Programs: the per-context build cache, kernel file lookup, and launches with local
+//! memory and more than one dimension.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use cl_lifetime::{Arg, Context, Error, KERNELS_VAR};
+
+/// Set only in the child process of `kernels_var_folders_are_searched_before_the_crates_own`.
+const CHILD_VAR: &str = "CL_LIFETIME_TEST_KERNELS_VAR_CHILD";
+/// The child prints this once all its checks have passed.
+const CHILD_DONE: &str = "kernels-var-child: all checks passed";
+
+#[test]
+fn a_program_is_built_once_per_context_file_and_options() {
+    let ctx = device!();
+    assert_eq!(ctx.programs_built(), 0);
+    let first = ctx.program("vector_add.cl", "").unwrap();
+    assert_eq!(ctx.programs_built(), 1);
+    let again = ctx.program("vector_add.cl", "").unwrap();
+    assert_eq!(ctx.programs_built(), 1, "the second lookup built again");
+    let bare = ctx.program("vector_add", "").unwrap();
+    assert_eq!(ctx.programs_built(), 1, "the name without .cl built again");
+    assert_eq!(first.file(), again.file());
+    assert_eq!(first.file(), bare.file());
+    assert!(first.file().ends_with("kernels/vector_add.cl"), "{first:?}");
+
+    let path = first.file().to_str().unwrap().to_string();
+    ctx.program(&path, "").unwrap();
+    assert_eq!(ctx.programs_built(), 1, "the full path built again");
+
+    ctx.program("vector_add.cl", "-DUNUSED=1").unwrap();
+    assert_eq!(ctx.programs_built(), 2, "other options share a build");
+    ctx.program("vector_add", "-DUNUSED=1").unwrap();
+    assert_eq!(ctx.programs_built(), 2);
+
+    ctx.program("busy", "").unwrap();
+    assert_eq!(ctx.programs_built(), 3, "another file shares a build");
+
+    // Another context has a cache of its own.
+    let other = Context::new(ctx.device()).unwrap();
+    assert_eq!(other.programs_built(), 0);
+    other.program("vector_add.cl", "").unwrap();
+    assert_eq!(other.programs_built(), 1);
+    other.program("vector_add", "").unwrap();
+    assert_eq!(other.programs_built(), 1);
+    assert_eq!(
+        ctx.programs_built(),
+        3,
+        "the other context's build counted here"
+    );
+}
+
+#[test]
+fn threads_asking_for_one_program_at_once_build_it_once() {
+    let ctx = device!();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let ctx = &ctx;
+            s.spawn(move || {
+                let name = if t % 2 == 0 { "busy.cl" } else { "busy" };
+                let program = ctx.program(name, "").unwrap();
+                assert!(
+                    program
+                        .kernel_names()
+                        .unwrap()
+                        .contains(&"scale".to_string())
+                );
+            });
+        }
+    });
+    assert_eq!(ctx.programs_built(), 1);
+}
+
+#[test]
+fn cached_programs_from_another_context_are_not_used() {
+    let ctx = device!();
+    let other = Context::new(ctx.device()).unwrap();
+    let add_here = ctx
+        .program("vector_add", "")
+        .unwrap()
+        .kernel("add")
+        .unwrap();
+    let add_there = other
+        .program("vector_add", "")
+        .unwrap()
+        .kernel("add")
+        .unwrap();
+    let queue = ctx.queue().unwrap();
+    let a = ctx.buffer_from(&[1.0f32; 16]).unwrap();
+    let b = ctx.buffer_from(&[2.0f32; 16]).unwrap();
+    let sum = ctx.buffer::<f32>(16).unwrap();
+    let args = [
+        Arg::read(&a),
+        Arg::read(&b),
+        Arg::write(&sum),
+        Arg::scalar(16u32),
+    ];
+    let err = queue.launch(&add_there, &[16], &args).unwrap_err();
+    assert!(matches!(err, Error::ContextMismatch), "{err:?}");
+    assert_eq!(sum.record_len(), 0, "a refused launch was recorded");
+    queue.launch(&add_here, &[16], &args).unwrap();
+    assert_eq!(
+        queue.read_owned(&sum).unwrap().wait().unwrap(),
+        vec![3.0; 16]
+    );
+}
+
+/// Removes a temporary folder when dropped, whatever the test's outcome.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir =
+            std::env::temp_dir().join(format!("cl-lifetime-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create a temporary folder");
+        TempDir(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `CL_LIFETIME_KERNELS` is process-global and tests run in parallel, so the lookup runs
+/// in a child process: this test executable again, running only
+/// `child_finds_kernels_through_kernels_var`.
+#[test]
+fn kernels_var_folders_are_searched_before_the_crates_own() {
+    let _ctx = device!();
+    let empty = TempDir::new("empty");
+    let kernels = TempDir::new("kernels");
+    std::fs::write(
+        kernels.path().join("only_here.cl"),
+        "__kernel void triple(__global int *data) {\n\
+         \x20   data[get_global_id(0)] *= 3;\n}\n",
+    )
+    .unwrap();
+    // Shadows the crate's own kernels/vector_add.cl.
+    std::fs::write(
+        kernels.path().join("vector_add.cl"),
+        "__kernel void shadowed(__global int *data) { data[0] = 1; }\n",
+    )
+    .unwrap();
+    let list = std::env::join_paths([empty.path(), kernels.path()]).unwrap();
+
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_finds_kernels_through_kernels_var",
+            "--nocapture",
+        ])
+        .env(KERNELS_VAR, &list)
+        .env(CHILD_VAR, kernels.path())
+        .env("CL_LIFETIME_REQUIRE_DEVICE", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "child failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    assert!(
+        stdout.contains(CHILD_DONE),
+        "the child did not run its checks:\n{stdout}\n{stderr}"
+    );
+}
+
+/// The child of `kernels_var_folders_are_searched_before_the_crates_own`; does nothing
+/// unless that test started it.
+#[test]
+fn child_finds_kernels_through_kernels_var() {
+    let Some(dir) = std::env::var_os(CHILD_VAR) else {
+        return;
+    };
+    let dir = PathBuf::from(dir).canonicalize().unwrap();
+    let ctx = device!();
+
+    let program = ctx.program("only_here", "").unwrap();
+    assert_eq!(program.file(), dir.join("only_here.cl"));
+    assert_eq!(program.kernel_names().unwrap(), ["triple"]);
+    let same = ctx.program("only_here.cl", "").unwrap();
+    assert_eq!(same.file(), program.file());
+    assert_eq!(ctx.programs_built(), 1);
+
+    let triple = program.kernel("triple").unwrap();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer_from(&[1i32, 2, 3, 4]).unwrap();
+    queue
+        .launch(&triple, &[4], &[Arg::read_write(&buf)])
+        .unwrap();
+    assert_eq!(
+        queue.read_owned(&buf).unwrap().wait().unwrap(),
+        [3, 6, 9, 12]
+    );
+
+    let shadow = ctx.program("vector_add", "").unwrap();
+    assert_eq!(shadow.file(), dir.join("vector_add.cl"));
+    assert_eq!(shadow.kernel_names().unwrap(), ["shadowed"]);
+
+    // Files only in the crate's folder are still found.
+    let busy = ctx.program("busy", "").unwrap();
+    assert!(busy.file().ends_with("kernels/busy.cl"), "{busy:?}");
+    println!("{CHILD_DONE}");
+}
+
+#[test]
+fn a_missing_kernel_file_lists_where_it_looked() {
+    let ctx = device!();
+    let err = ctx.program("no_such_kernel_file", "").unwrap_err();
+    match &err {
+        Error::KernelFileNotFound { name, searched } => {
+            assert_eq!(name, "no_such_kernel_file");
+            assert!(
+                searched
+                    .iter()
+                    .any(|p| p.ends_with("kernels/no_such_kernel_file.cl")),
+                "{searched:?}"
+            );
+        }
+        other => panic!("expected KernelFileNotFound, got {other:?}"),
+    }
+    assert_eq!(ctx.programs_built(), 0);
+}
+
+#[test]
+fn a_build_failure_carries_the_build_log_and_is_not_cached() {
+    let ctx = device!();
+    let source = "__kernel void broken(__global int *x) { x[0] = undeclared_name; }";
+    let err = ctx.program_from_source("broken", source, "").unwrap_err();
+    match &err {
+        Error::Build {
+            file, status, log, ..
+        } => {
+            assert!(file.ends_with("broken"), "{file:?}");
+            assert!(status.code() < 0);
+            assert!(log.contains("undeclared_name"), "{log}");
+        }
+        other => panic!("expected Build, got {other:?}"),
+    }
+    assert_eq!(ctx.programs_built(), 0);
+    // The failure is not cached: the same name with a good source builds.
+    let fixed = "__kernel void broken(__global int *x) { x[0] = 1; }";
+    let program = ctx.program_from_source("broken", fixed, "").unwrap();
+    assert_eq!(program.kernel_names().unwrap(), ["broken"]);
+    assert_eq!(ctx.programs_built(), 1);
+}
+
+#[test]
+fn kernel_names_and_argument_counts_match_the_source() {
+    let ctx = device!();
+    let vector_add = ctx.program("vector_add", "").unwrap();
+    assert_eq!(vector_add.kernel_names().unwrap(), ["add"]);
+    assert_eq!(vector_add.kernel("add").unwrap().num_args(), 4);
+
+    let busy = common::busy(&ctx);
+    let mut names = busy.kernel_names().unwrap();
+    names.sort();
+    assert_eq!(names, ["group_sum", "increment", "scale", "spin"]);
+    for (name, args) in [
+        ("spin", 2),
+        ("increment", 2),
+        ("scale", 4),
+        ("group_sum", 3),
+    ] {
+        let kernel = busy.kernel(name).unwrap();
+        assert_eq!(kernel.name(), name);
+        assert_eq!(kernel.num_args(), args, "{name}");
+    }
+    assert_eq!(
+        ctx.program("fill2d", "")
+            .unwrap()
+            .kernel("fill2d")
+            .unwrap()
+            .num_args(),
+        2
+    );
+
+    let err = vector_add.kernel("sub").unwrap_err();
+    match &err {
+        Error::UnknownKernel {
+            name, available, ..
+        } => {
+            assert_eq!(name, "sub");
+            assert_eq!(available, &["add"]);
+        }
+        other => panic!("expected UnknownKernel, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_launch_with_the_wrong_argument_count_or_work_size_is_refused() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let buf = ctx.buffer_from(&[0i32; 8]).unwrap();
+
+    let err = queue
+        .launch(&increment, &[8], &[Arg::read_write(&buf)])
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ArgCount {
+                expected: 2,
+                given: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let args = [Arg::read_write(&buf), Arg::scalar(8u32)];
+    for global in [&[][..], &[8, 1, 1, 1][..], &[8, 0][..]] {
+        let err = queue.launch(&increment, global, &args).unwrap_err();
+        assert!(matches!(err, Error::WorkSize { .. }), "{global:?}: {err:?}");
+    }
+    let err = queue
+        .launch_local(&increment, &[8], Some(&[4, 1]), &args)
+        .unwrap_err();
+    assert!(matches!(err, Error::WorkSize { .. }), "{err:?}");
+    assert_eq!(buf.record_len(), 0, "a refused launch was recorded");
+
+    queue.launch(&increment, &[8], &args).unwrap();
+    assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), [1; 8]);
+}
+
+#[test]
+fn local_memory_arguments_give_each_work_group_its_scratch() {
+    const GROUP: usize = 64;
+    const GROUPS: usize = 4;
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let group_sum = common::busy(&ctx).kernel("group_sum").unwrap();
+    let values: Vec<i32> = (0..(GROUP * GROUPS) as i32).map(|i| i * i - 100).collect();
+    let input = ctx.buffer_from(&values).unwrap();
+    let sums = ctx.buffer_from(&[0i32; GROUPS]).unwrap();
+
+    let launch = queue
+        .launch_local(
+            &group_sum,
+            &[GROUP * GROUPS],
+            Some(&[GROUP]),
+            &[
+                Arg::read(&input),
+                Arg::write(&sums),
+                Arg::local::<i32>(GROUP),
+            ],
+        )
+        .unwrap();
+    let got = queue.read_owned(&sums).unwrap().wait().unwrap();
+    let expected: Vec<i32> = values.chunks(GROUP).map(|c| c.iter().sum()).collect();
+    assert_eq!(got, expected);
+    launch.wait().unwrap();
+
+    let report = input.release().unwrap();
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert_eq!(report.waited_on, 1, "{report:?}");
+}
+
+#[test]
+fn two_dimensional_launches_cover_every_item() {
+    const WIDTH: usize = 16;
+    const HEIGHT: usize = 8;
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let fill2d = ctx.program("fill2d", "").unwrap().kernel("fill2d").unwrap();
+    let expected: Vec<i32> = (0..HEIGHT)
+        .flat_map(|y| (0..WIDTH).map(move |x| (y * 1000 + x) as i32))
+        .collect();
+
+    for local in [None, Some(&[4usize, 2][..])] {
+        let grid = ctx.buffer_from(&[-1i32; WIDTH * HEIGHT]).unwrap();
+        queue
+            .launch_local(
+                &fill2d,
+                &[WIDTH, HEIGHT],
+                local,
+                &[Arg::write(&grid), Arg::scalar(WIDTH as u32)],
+            )
+            .unwrap();
+        let got = queue.read_owned(&grid).unwrap().wait().unwrap();
+        assert_eq!(got, expected, "local size {local:?}");
+        let report = grid.release().unwrap();
+        assert!(report.failed.is_empty(), "{report:?}");
+    }
+}
+
+#[test]
+fn a_buffer_passed_as_two_arguments_works_in_place() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let scale = common::busy(&ctx).kernel("scale").unwrap();
+    let buf = ctx.buffer_from(&[2.0f32; 32]).unwrap();
+    // In place: read and written through two arguments. Its record is locked once.
+    let launch = queue
+        .launch(
+            &scale,
+            &[32],
+            &[
+                Arg::read(&buf),
+                Arg::write(&buf),
+                Arg::scalar(1.5f32),
+                Arg::scalar(32u32),
+            ],
+        )
+        .unwrap();
+    launch.wait().unwrap();
+    assert_eq!(buf.record_len(), 1);
+    assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), [3.0; 32]);
+    let watch = common::watch(&buf, &[&launch]);
+    let report = buf.release().unwrap();
+    watch.assert_released_after_events();
+    assert!(report.failed.is_empty(), "{report:?}");
+}

@@ -1,0 +1,662 @@
+//! Transfers between host and device, device-side copies and fills, and the events they
+//! return. Non-blocking transfers are gated with user events, so that what is in flight
+//! is decided by the test, not by timing.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+use cl_lifetime::{Arg, CommandKind, Error, Status, Transfer, wait_all};
+
+/// How long a blocked call is given to return wrongly before the gate opens. A correct
+/// library passes whatever this is; a broken one fails unless the machine stalls this long.
+const WINDOW: Duration = Duration::from_millis(200);
+
+/// A recognisable, index-dependent pattern: a misplaced or stale element shows up.
+fn pattern(len: usize, seed: u32) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761).wrapping_add(seed) ^ 0x5A5A_5A5A)
+        .collect()
+}
+
+#[test]
+fn blocking_write_then_read_round_trips() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let data = pattern(1000, 1);
+    let buf = ctx.buffer::<u32>(1000).unwrap();
+    queue.write(&buf, &data).unwrap();
+    let mut out = vec![0u32; 1000];
+    queue.read(&buf, &mut out).unwrap();
+    assert_eq!(out, data);
+
+    // A shorter read and write touch only the start.
+    queue.write(&buf, &[7, 8, 9]).unwrap();
+    let mut head = [0u32; 4];
+    queue.read(&buf, &mut head).unwrap();
+    assert_eq!(head, [7, 8, 9, data[3]]);
+
+    let report = buf.release().unwrap();
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert!(report.waited_on <= 2, "{report:?}");
+}
+
+#[test]
+fn write_at_and_read_at_use_element_offsets() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer_from(&[0i64; 16]).unwrap();
+    queue.write_at(&buf, 5, &[1, 2, 3]).unwrap();
+    queue.write_at(&buf, 15, &[-4]).unwrap();
+    let owned = queue.write_owned_at(&buf, 10, vec![10, 11]).unwrap();
+    owned.wait().unwrap();
+
+    let mut all = [0i64; 16];
+    queue.read(&buf, &mut all).unwrap();
+    assert_eq!(all, [0, 0, 0, 0, 0, 1, 2, 3, 0, 0, 10, 11, 0, 0, 0, -4]);
+
+    let mut middle = [0i64; 3];
+    queue.read_at(&buf, 5, &mut middle).unwrap();
+    assert_eq!(middle, [1, 2, 3]);
+    let mut last = [0i64; 2];
+    queue.read_at(&buf, 14, &mut last).unwrap();
+    assert_eq!(last, [0, -4]);
+    buf.release().unwrap();
+}
+
+#[test]
+fn transfers_outside_the_buffer_are_refused_and_not_recorded() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer::<u32>(8).unwrap();
+    let other = ctx.buffer::<u32>(4).unwrap();
+
+    let err = queue.write_at(&buf, 6, &[1, 2, 3]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OutOfRange {
+                transfer: Transfer::Write,
+                offset: 6,
+                len: 3,
+                buffer_len: 8
+            }
+        ),
+        "{err:?}"
+    );
+    let mut out = [0u32; 9];
+    let err = queue.read(&buf, &mut out).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OutOfRange {
+                transfer: Transfer::Read,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = queue.read_owned_range(&buf, 4..9).unwrap_err();
+    assert!(matches!(err, Error::OutOfRange { .. }), "{err:?}");
+    let err = queue.fill_range(&buf, 1, 7..9).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OutOfRange {
+                transfer: Transfer::Fill,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = queue.copy(&buf, &other).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OutOfRange {
+                transfer: Transfer::CopyDestination,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = queue.copy_range(&other, 2, &buf, 0, 3).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OutOfRange {
+                transfer: Transfer::CopySource,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = queue.write(&buf, &[]).unwrap_err();
+    assert!(matches!(err, Error::ZeroLength), "{err:?}");
+    let err = queue.read_owned_range(&buf, 3..3).unwrap_err();
+    assert!(matches!(err, Error::ZeroLength), "{err:?}");
+    // Reversed on purpose: refused as out of range, not read as empty.
+    #[allow(clippy::reversed_empty_ranges)]
+    let reversed = 5..3;
+    let err = queue.read_owned_range(&buf, reversed.clone()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OutOfRange {
+                transfer: Transfer::Read,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = queue.fill_range(&buf, 1, reversed).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OutOfRange {
+                transfer: Transfer::Fill,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+
+    assert_eq!(buf.record_len(), 0, "a refused transfer was recorded");
+    assert_eq!(other.record_len(), 0, "a refused transfer was recorded");
+    assert_eq!(buf.release().unwrap().waited_on, 0);
+    assert_eq!(other.release().unwrap().waited_on, 0);
+}
+
+#[test]
+fn copy_and_copy_range_move_exactly_the_named_elements() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let src_data = pattern(64, 2);
+    let src = ctx.buffer_from(&src_data).unwrap();
+    let whole = ctx.buffer_from(&[0u32; 80]).unwrap();
+    let part = ctx.buffer_from(&[0u32; 32]).unwrap();
+
+    queue.copy(&src, &whole).unwrap().wait().unwrap();
+    queue
+        .copy_range(&src, 10, &part, 20, 8)
+        .unwrap()
+        .wait()
+        .unwrap();
+
+    let got = queue.read_owned(&whole).unwrap().wait().unwrap();
+    assert_eq!(got[..64], src_data[..]);
+    assert_eq!(got[64..], [0u32; 16], "copy wrote past the source length");
+
+    let got = queue.read_owned(&part).unwrap().wait().unwrap();
+    let mut expected = vec![0u32; 32];
+    expected[20..28].copy_from_slice(&src_data[10..18]);
+    assert_eq!(got, expected);
+
+    // The source is unchanged.
+    assert_eq!(queue.read_owned(&src).unwrap().wait().unwrap(), src_data);
+
+    for buf in [src, whole, part] {
+        let report = buf.release().unwrap();
+        assert!(report.failed.is_empty(), "{report:?}");
+    }
+}
+
+#[test]
+fn copy_range_within_one_buffer_works_and_overlap_is_refused() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let data: Vec<i32> = (0..32).collect();
+    let buf = ctx.buffer_from(&data).unwrap();
+    // Source and destination are one buffer: its record must be locked once, not twice.
+    queue
+        .copy_range(&buf, 0, &buf, 16, 16)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let got = queue.read_owned(&buf).unwrap().wait().unwrap();
+    let expected: Vec<i32> = (0..16).chain(0..16).collect();
+    assert_eq!(got, expected);
+
+    let err = queue.copy_range(&buf, 0, &buf, 8, 16).unwrap_err();
+    assert_eq!(
+        err.status().map(|s| s.code()),
+        Some(-8), // CL_MEM_COPY_OVERLAP
+        "{err:?}"
+    );
+    let report = buf.release().unwrap();
+    assert!(report.failed.is_empty(), "{report:?}");
+}
+
+#[test]
+fn fill_sets_every_element_and_fill_range_only_its_range() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer::<f32>(100).unwrap();
+    queue.fill(&buf, 1.5).unwrap().wait().unwrap();
+    assert_eq!(
+        queue.read_owned(&buf).unwrap().wait().unwrap(),
+        vec![1.5f32; 100]
+    );
+
+    queue
+        .fill_range(&buf, -2.0, 30..45)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let got = queue.read_owned(&buf).unwrap().wait().unwrap();
+    for (i, &x) in got.iter().enumerate() {
+        let expected = if (30..45).contains(&i) { -2.0 } else { 1.5 };
+        assert_eq!(x, expected, "element {i}");
+    }
+
+    // One-byte elements: the fill must not spill into the neighbours.
+    let bytes = ctx.buffer_from(&[0u8; 33]).unwrap();
+    queue.fill_range(&bytes, 0xAB, 1..32).unwrap();
+    let got = queue.read_owned(&bytes).unwrap().wait().unwrap();
+    assert_eq!(got[0], 0);
+    assert!(got[1..32].iter().all(|&b| b == 0xAB), "{got:?}");
+    assert_eq!(got[32], 0);
+
+    buf.release().unwrap();
+    bytes.release().unwrap();
+}
+
+#[test]
+fn buffer_from_holds_the_initial_contents() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let data: Vec<f64> = (0..777).map(|i| f64::from(i) * 0.25 - 50.0).collect();
+    let buf = ctx.buffer_from(&data).unwrap();
+    assert_eq!(buf.len(), 777);
+    assert_eq!(buf.bytes(), 777 * 8);
+    assert_eq!(buf.record_len(), 0, "creation is not a command");
+    assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), data);
+
+    // The contents were copied at creation: changing the host slice afterwards does not
+    // reach the device.
+    let mut host = vec![3u16; 10];
+    let copy = ctx.buffer_from(&host).unwrap();
+    host.fill(9);
+    assert_eq!(
+        queue.read_owned(&copy).unwrap().wait().unwrap(),
+        vec![3u16; 10]
+    );
+    buf.release().unwrap();
+    copy.release().unwrap();
+}
+
+#[test]
+fn array_elements_transfer_copy_and_fill_as_units() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let data: Vec<[f32; 4]> = (0..50)
+        .map(|i| {
+            let x = i as f32;
+            [x, x + 0.5, -x, x * 2.0]
+        })
+        .collect();
+    let buf = ctx.buffer_from(&data).unwrap();
+    assert_eq!(buf.len(), 50);
+    assert_eq!(buf.bytes(), 50 * 16);
+    assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), data);
+
+    queue.write_at(&buf, 3, &[[9.0, 8.0, 7.0, 6.0]]).unwrap();
+    let mut one = [[0.0f32; 4]; 1];
+    queue.read_at(&buf, 3, &mut one).unwrap();
+    assert_eq!(one, [[9.0, 8.0, 7.0, 6.0]]);
+
+    let dst = ctx.buffer::<[f32; 4]>(50).unwrap();
+    queue.fill(&dst, [1.0, 2.0, 3.0, 4.0]).unwrap();
+    queue.copy_range(&buf, 0, &dst, 40, 5).unwrap();
+    let got = queue.read_owned(&dst).unwrap().wait().unwrap();
+    let mut expected = vec![[1.0f32, 2.0, 3.0, 4.0]; 50];
+    expected[40..45].copy_from_slice(&data[..5]);
+    expected[43] = [9.0, 8.0, 7.0, 6.0];
+    assert_eq!(got, expected);
+    buf.release().unwrap();
+    dst.release().unwrap();
+}
+
+#[test]
+fn non_blocking_write_keeps_its_host_memory_alive_until_it_runs() {
+    const LEN: usize = 4096;
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let expected = pattern(LEN, 3);
+    let buf = ctx.buffer::<u32>(LEN).unwrap();
+    let gate = ctx.user_event().unwrap();
+
+    // A fresh allocation, moved into the library: the test keeps no handle on it.
+    let data = expected.clone();
+    let write = queue
+        .after(&[gate.event()])
+        .write_owned(&buf, data)
+        .unwrap();
+    queue.flush().unwrap();
+
+    // Were `data` freed, these same-sized allocations would likely take its place and
+    // overwrite it before the gated write reads it.
+    let scribbles: Vec<Vec<u32>> = (0..16)
+        .map(|k| std::hint::black_box(vec![0xDEAD_0000 | k; LEN]))
+        .collect();
+    assert!(!write.is_terminal(), "the write ran before its gate opened");
+
+    gate.complete().unwrap();
+    write.wait().unwrap();
+    let mut out = vec![0u32; LEN];
+    queue.read(&buf, &mut out).unwrap();
+    assert!(
+        out == expected,
+        "the device read freed host memory: first difference at element {:?}",
+        out.iter().zip(&expected).position(|(a, b)| a != b)
+    );
+    drop(std::hint::black_box(scribbles));
+    let report = buf.release().unwrap();
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert!(report.freed, "{report:?}");
+}
+
+#[test]
+fn buffer_released_with_a_gated_owned_write_waits_for_it() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer::<u32>(1024).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let write = queue
+        .after(&[gate.event()])
+        .write_owned(&buf, pattern(1024, 4))
+        .unwrap();
+    queue.flush().unwrap();
+    let watch = common::watch(&buf, &[&write]);
+
+    let opened = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let seen = opened.clone();
+    let releaser = std::thread::spawn(move || {
+        let report = buf.release().unwrap();
+        tx.send(seen.load(Ordering::SeqCst)).unwrap();
+        report
+    });
+    assert!(
+        rx.recv_timeout(WINDOW).is_err(),
+        "release returned while its write was gated"
+    );
+    opened.store(true, Ordering::SeqCst);
+    gate.complete().unwrap();
+    assert!(
+        rx.recv().unwrap(),
+        "release returned before the gate opened"
+    );
+    let report = releaser.join().unwrap();
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert!(report.freed, "{report:?}");
+    assert_eq!(write.status().unwrap(), Status::Complete);
+    watch.assert_released_after_events();
+}
+
+#[test]
+fn gated_read_owned_is_pending_until_its_gate_opens() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let data: Vec<i32> = (0..512).map(|i| i * 3 - 700).collect();
+    let buf = ctx.buffer_from(&data).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let whole = queue.after(&[gate.event()]).read_owned(&buf).unwrap();
+    let part = queue
+        .after(&[gate.event()])
+        .read_owned_range(&buf, 100..164)
+        .unwrap();
+    queue.flush().unwrap();
+    assert!(!whole.event().is_terminal(), "read ran before its gate");
+    assert!(!part.event().is_terminal(), "read ran before its gate");
+    assert!(
+        !whole.event().status().unwrap().is_terminal(),
+        "read ran before its gate"
+    );
+
+    gate.complete().unwrap();
+    assert_eq!(part.wait().unwrap(), data[100..164]);
+    assert_eq!(whole.wait().unwrap(), data);
+    let report = buf.release().unwrap();
+    assert!(report.failed.is_empty(), "{report:?}");
+}
+
+#[test]
+fn read_owned_range_returns_exactly_the_range() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let data = pattern(300, 5);
+    let buf = ctx.buffer_from(&data).unwrap();
+    for range in [0..1, 0..300, 299..300, 17..171] {
+        let got = queue
+            .read_owned_range(&buf, range.clone())
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_eq!(got.len(), range.len());
+        assert_eq!(got, data[range]);
+    }
+    buf.release().unwrap();
+}
+
+#[test]
+fn dropping_a_pending_read_on_another_thread_blocks_until_the_read_ends() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer_from(&pattern(4096, 6)).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let pending = queue.after(&[gate.event()]).read_owned(&buf).unwrap();
+    queue.flush().unwrap();
+    let read_event = pending.event().clone();
+
+    let opened = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let seen = opened.clone();
+    let dropper = std::thread::spawn(move || {
+        drop(pending);
+        tx.send(seen.load(Ordering::SeqCst)).unwrap();
+    });
+    assert!(
+        rx.recv_timeout(WINDOW).is_err(),
+        "dropping a gated read returned while the device could still write"
+    );
+    opened.store(true, Ordering::SeqCst);
+    gate.complete().unwrap();
+    assert!(
+        rx.recv().unwrap(),
+        "dropping a gated read returned before the gate opened"
+    );
+    dropper.join().unwrap();
+    assert_eq!(read_event.status().unwrap(), Status::Complete);
+    let report = buf.release().unwrap();
+    assert!(report.failed.is_empty(), "{report:?}");
+}
+
+#[test]
+fn dropping_a_pending_read_whose_gate_another_thread_opens_blocks_until_the_read_ends() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer_from(&pattern(4096, 7)).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let pending = queue.after(&[gate.event()]).read_owned(&buf).unwrap();
+    queue.flush().unwrap();
+    let read_event = pending.event().clone();
+
+    let opened = Arc::new(AtomicBool::new(false));
+    let (dropped_tx, dropped_rx) = mpsc::channel::<()>();
+    let flag = opened.clone();
+    let opener = std::thread::spawn(move || {
+        // Gives the drop below the chance to return wrongly; `true` if it did.
+        let returned_early = dropped_rx.recv_timeout(WINDOW).is_ok();
+        flag.store(true, Ordering::SeqCst);
+        gate.complete().unwrap();
+        returned_early
+    });
+    drop(pending);
+    let opened_before_drop_returned = opened.load(Ordering::SeqCst);
+    // The opener may have finished already; then nobody listens, which is fine.
+    let _ = dropped_tx.send(());
+    assert!(
+        opened_before_drop_returned,
+        "dropping a gated read returned before the gate opened"
+    );
+    assert!(!opener.join().unwrap());
+    assert_eq!(read_event.status().unwrap(), Status::Complete);
+    let report = buf.release().unwrap();
+    assert!(report.failed.is_empty(), "{report:?}");
+}
+
+#[test]
+fn failed_gated_read_returns_command_failed_and_the_buffer_still_releases() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer_from(&[1u32; 256]).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let pending = queue.after(&[gate.event()]).read_owned(&buf).unwrap();
+    queue.flush().unwrap();
+    let watch = common::watch(&buf, &[pending.event()]);
+
+    gate.fail(-5).unwrap();
+    match pending.wait() {
+        Err(Error::CommandFailed { status }) => assert!(status.code() < 0, "{status}"),
+        other => panic!("expected CommandFailed, got {other:?}"),
+    }
+    let report = buf.release().unwrap();
+    watch.assert_released_after_events();
+    assert!(report.freed, "{report:?}");
+    assert!(
+        report
+            .failed
+            .iter()
+            .any(|f| f.command == CommandKind::Read && f.status.code() < 0),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn blocking_transfers_gated_on_completed_events_run() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let other_queue = ctx.queue().unwrap();
+    let buf = ctx.buffer::<u32>(64).unwrap();
+
+    let gate = ctx.user_event().unwrap();
+    gate.complete().unwrap();
+    let data = pattern(64, 8);
+    queue.after(&[gate.event()]).write(&buf, &data).unwrap();
+
+    // An event of another queue, already complete.
+    let fill = other_queue.fill(&buf, 5).unwrap();
+    fill.wait().unwrap();
+    queue
+        .after(&[&fill, gate.event()])
+        .write_at(&buf, 60, &[1, 2])
+        .unwrap();
+
+    let mut out = vec![0u32; 64];
+    queue.after(&[&fill]).read(&buf, &mut out).unwrap();
+    let mut expected = vec![5u32; 64];
+    expected[60..62].copy_from_slice(&[1, 2]);
+    assert_eq!(out, expected);
+    buf.release().unwrap();
+}
+
+#[test]
+fn enqueue_events_report_their_command_kind_and_complete() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let a = ctx.buffer::<i32>(64).unwrap();
+    let b = ctx.buffer::<i32>(64).unwrap();
+
+    let write = queue.write_owned(&a, vec![10; 64]).unwrap();
+    let fill = queue.fill(&b, 0).unwrap();
+    let copy = queue.copy_range(&a, 0, &b, 0, 32).unwrap();
+    let kernel = queue
+        .launch(
+            &increment,
+            &[64],
+            &[Arg::read_write(&b), Arg::scalar(64u32)],
+        )
+        .unwrap();
+    let read = queue.read_owned(&b).unwrap();
+    let read_event = read.event().clone();
+
+    let expected = [
+        (&write, CommandKind::Write),
+        (&fill, CommandKind::Fill),
+        (&copy, CommandKind::Copy),
+        (&kernel, CommandKind::Kernel),
+        (&read_event, CommandKind::Read),
+    ];
+    for (event, kind) in expected {
+        assert_eq!(event.command_kind().unwrap(), kind);
+    }
+    let got = read.wait().unwrap();
+    let mut want = vec![11; 32];
+    want.extend([1; 32]);
+    assert_eq!(got, want);
+    for (event, kind) in expected {
+        event.wait().unwrap();
+        assert_eq!(event.status().unwrap(), Status::Complete, "{kind:?}");
+    }
+
+    let gate = ctx.user_event().unwrap();
+    assert_eq!(gate.command_kind().unwrap(), CommandKind::User);
+    gate.complete().unwrap();
+    a.release().unwrap();
+    b.release().unwrap();
+}
+
+#[test]
+fn wait_all_waits_for_every_event_and_reports_a_failure() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let other_queue = ctx.queue().unwrap();
+    let a = ctx.buffer::<u32>(256).unwrap();
+    let b = ctx.buffer::<u32>(256).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let e1 = queue.after(&[gate.event()]).fill(&a, 1).unwrap();
+    let e2 = other_queue.after(&[gate.event()]).fill(&b, 2).unwrap();
+    queue.flush().unwrap();
+    other_queue.flush().unwrap();
+
+    wait_all(&[]).unwrap();
+    let opened = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let seen = opened.clone();
+    let (w1, w2) = (e1.clone(), e2.clone());
+    let waiter = std::thread::spawn(move || {
+        let result = wait_all(&[&w1, &w2]);
+        tx.send(seen.load(Ordering::SeqCst)).unwrap();
+        result
+    });
+    assert!(
+        rx.recv_timeout(WINDOW).is_err(),
+        "wait_all returned while its events were gated"
+    );
+    opened.store(true, Ordering::SeqCst);
+    gate.complete().unwrap();
+    assert!(rx.recv().unwrap(), "wait_all returned before the gate");
+    waiter.join().unwrap().unwrap();
+    assert_eq!(e1.status().unwrap(), Status::Complete);
+    assert_eq!(e2.status().unwrap(), Status::Complete);
+
+    // One failed event among completed ones: wait_all reports it.
+    let failing_gate = ctx.user_event().unwrap();
+    let failing = other_queue
+        .after(&[failing_gate.event()])
+        .fill(&b, 3)
+        .unwrap();
+    failing_gate.fail(-5).unwrap();
+    let err = wait_all(&[&e1, &failing]).unwrap_err();
+    assert!(matches!(err, Error::CommandFailed { .. }), "{err:?}");
+
+    assert_eq!(queue.read_owned(&a).unwrap().wait().unwrap(), vec![1; 256]);
+    a.release().unwrap();
+    let report = b.release().unwrap();
+    assert_eq!(report.failed.len(), 1, "{report:?}");
+    assert_eq!(report.failed[0].command, CommandKind::Fill);
+}
