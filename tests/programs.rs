@@ -188,7 +188,10 @@ fn child_finds_kernels_through_kernels_var() {
         return;
     };
     let dir = PathBuf::from(dir).canonicalize().unwrap();
-    let ctx = device!();
+    // This test is about file lookup; any device that can be opened will do.
+    let Some(ctx) = common::any_context() else {
+        return;
+    };
 
     let program = ctx.program("only_here", "").unwrap();
     assert_eq!(program.file(), dir.join("only_here.cl"));

@@ -27,6 +27,22 @@ pub fn context() -> Option<Context> {
     }
 }
 
+/// A context on the chosen device or, when it cannot be opened, on the first device that
+/// can. For child processes whose test is not about the device: a GPU in exclusive-process
+/// compute mode (common on NVIDIA servers) is not visible to a child while its parent test
+/// process holds it.
+pub fn any_context() -> Option<Context> {
+    if let Ok(ctx) = Context::from_env() {
+        return Some(ctx);
+    }
+    let devices = cl_lifetime::Device::all().unwrap_or_default();
+    let found = devices.iter().find_map(|d| Context::new(d).ok());
+    if found.is_none() {
+        return context();
+    }
+    found
+}
+
 /// `let ctx = device!();` returns from the test when there is no device (see [`context`]).
 #[macro_export]
 macro_rules! device {
