@@ -28,9 +28,9 @@ pub fn context() -> Option<Context> {
 }
 
 /// A context on the chosen device or, when it cannot be opened, on the first device that
-/// can. For child processes whose test is not about the device: a GPU in exclusive-process
-/// compute mode (common on NVIDIA servers) is not visible to a child while its parent test
-/// process holds it.
+/// can. For child processes whose test is not about the device: on an H100 machine a child
+/// of a test process that held the GPU saw no NVIDIA device (compute mode `Default`; the
+/// cause is not known), and a lookup test has no reason to depend on that.
 pub fn any_context() -> Option<Context> {
     if let Ok(ctx) = Context::from_env() {
         return Some(ctx);
