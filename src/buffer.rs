@@ -130,10 +130,33 @@ pub struct ReleaseReport {
 /// At most this many failures are kept for the report.
 const MAX_FAILURES: usize = 64;
 
+/// How a command changes a buffer's mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MapStep {
+    /// An ordinary command: refused while a mapping conflicts with its access.
+    None,
+    /// Maps the buffer for host access of this kind.
+    Map(Access),
+    /// Ends a mapping of this kind.
+    Unmap(Access),
+}
+
+/// Host mappings of a buffer that are alive.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Mapped {
+    #[default]
+    No,
+    /// This many read-only mappings.
+    Reading(usize),
+    /// One writable mapping.
+    Writing,
+}
+
 /// Everything recorded about a buffer's commands.
 #[derive(Default)]
 pub(crate) struct Record {
     events: EventSet<Event>,
+    mapped: Mapped,
     failed: Vec<FailedCommand>,
     /// Host memory that in-flight commands use (rule 3), with the event that ends the use.
     host: Vec<(Event, Box<dyn Any + Send>)>,
@@ -141,6 +164,38 @@ pub(crate) struct Record {
 }
 
 impl Record {
+    pub(crate) fn events(&self) -> &EventSet<Event> {
+        &self.events
+    }
+
+    /// A device command may not write memory the host has mapped, nor read memory the
+    /// host may be writing; two writable mappings may not alias.
+    pub(crate) fn check_map(&self, access: Access, step: MapStep) -> Result<()> {
+        let allowed = match (step, self.mapped) {
+            (MapStep::Unmap(_), _) | (_, Mapped::No) => true,
+            (MapStep::None | MapStep::Map(Access::Read), Mapped::Reading(_)) => {
+                access == Access::Read
+            }
+            _ => false,
+        };
+        if allowed { Ok(()) } else { Err(Error::Mapped) }
+    }
+
+    pub(crate) fn apply_map(&mut self, step: MapStep) {
+        self.mapped = match (step, self.mapped) {
+            (MapStep::Map(Access::Write), _) => Mapped::Writing,
+            (MapStep::Map(Access::Read), Mapped::Reading(n)) => Mapped::Reading(n + 1),
+            (MapStep::Map(Access::Read), _) => Mapped::Reading(1),
+            (MapStep::Unmap(_), Mapped::Reading(n)) if n > 1 => Mapped::Reading(n - 1),
+            (MapStep::Unmap(_), _) => Mapped::No,
+            (MapStep::None, mapped) => mapped,
+        };
+    }
+
+    pub(crate) fn fold(&mut self, count: usize, lane: Lane, marker: Event) {
+        self.events.fold(count, lane, marker);
+    }
+
     pub(crate) fn record(&mut self, lane: Lane, access: Access, event: Event) {
         let failed = &mut self.failed;
         self.events
@@ -314,7 +369,7 @@ impl<T: Pod> ClBuffer<T> {
         if len == 0 {
             return Err(Error::ZeroLength);
         }
-        let max = ctx.device.max_alloc_bytes();
+        let max = ctx.max_alloc;
         let bytes = len
             .checked_mul(size_of::<T>())
             .filter(|&b| b as u64 <= max)

@@ -19,6 +19,7 @@ use crate::error::{ClStatus, Error, Result};
 use crate::event::UserEvent;
 use crate::program::{self, Program, ProgramInner};
 use crate::queue::{Queue, QueueInner};
+use crate::stats::{HazardStats, Stats};
 
 /// Gives each context, queue and buffer an ID unique for the life of the process.
 pub(crate) fn next_id() -> u64 {
@@ -32,7 +33,12 @@ type ProgramKey = (PathBuf, String);
 pub(crate) struct ContextInner {
     pub(crate) raw: cl_context,
     pub(crate) id: u64,
+    /// The first of `devices`: the default for queues.
     pub(crate) device: Device,
+    pub(crate) devices: Vec<Device>,
+    /// The smallest `CL_DEVICE_MAX_MEM_ALLOC_SIZE` of `devices`.
+    pub(crate) max_alloc: u64,
+    pub(crate) stats: Stats,
     programs: Mutex<HashMap<ProgramKey, Arc<ProgramInner>>>,
     builds: AtomicUsize,
 }
@@ -99,41 +105,93 @@ impl Context {
     ///
     /// [`Error::Cl`] when `clCreateContext` fails.
     pub fn new(device: &Device) -> Result<Context> {
-        let raw = cl::create_context(&[device.id], ptr::null(), None, ptr::null_mut())
+        Context::with_devices(std::slice::from_ref(device))
+    }
+
+    /// A context over several devices of one platform; its buffers may be used from
+    /// queues on any of them, and the library orders commands across them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoDevice`] for an empty list; [`Error::Cl`] when `clCreateContext` fails
+    /// (`CL_INVALID_DEVICE` for devices of different platforms, for example).
+    pub fn with_devices(devices: &[Device]) -> Result<Context> {
+        let Some(first) = devices.first() else {
+            return Err(Error::NoDevice {
+                looked_for: "a context over no devices".to_string(),
+                found: Vec::new(),
+                hint: crate::error::INSTALL_HINT,
+            });
+        };
+        let ids: Vec<_> = devices.iter().map(|d| d.id).collect();
+        let raw = cl::create_context(&ids, ptr::null(), None, ptr::null_mut())
             .map_err(|s| Error::cl("clCreateContext", s))?;
-        log::debug!(target: "cl_lifetime::context", "context on {device}");
+        log::debug!(target: "cl_lifetime::context", "context on {devices:?}");
         Ok(Context {
             inner: Arc::new(ContextInner {
                 raw,
                 id: next_id(),
-                device: device.clone(),
+                device: first.clone(),
+                devices: devices.to_vec(),
+                max_alloc: devices
+                    .iter()
+                    .map(Device::max_alloc_bytes)
+                    .min()
+                    .unwrap_or(0),
+                stats: Stats::default(),
                 programs: Mutex::new(HashMap::new()),
                 builds: AtomicUsize::new(0),
             }),
         })
     }
 
-    /// The device.
+    /// The first device: the one [`Context::queue`] uses.
     pub fn device(&self) -> &Device {
         &self.inner.device
     }
 
-    /// A new in-order command queue.
+    /// Every device of the context.
+    pub fn devices(&self) -> &[Device] {
+        &self.inner.devices
+    }
+
+    /// A new in-order command queue on the first device.
     ///
     /// # Errors
     ///
     /// [`Error::Cl`] when the queue cannot be created.
     pub fn queue(&self) -> Result<Queue> {
-        QueueInner::create(&self.inner, false)
+        QueueInner::create(&self.inner, &self.inner.device, false)
     }
 
-    /// A new out-of-order command queue.
+    /// A new out-of-order command queue on the first device.
     ///
     /// # Errors
     ///
     /// [`Error::Cl`] with `CL_INVALID_QUEUE_PROPERTIES` when the device has none.
     pub fn out_of_order_queue(&self) -> Result<Queue> {
-        QueueInner::create(&self.inner, true)
+        QueueInner::create(&self.inner, &self.inner.device, true)
+    }
+
+    /// A new command queue on `device`, one of the context's devices.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ContextMismatch`] when `device` is not in the context; [`Error::Cl`] as
+    /// [`Context::queue`] and [`Context::out_of_order_queue`].
+    pub fn queue_on(&self, device: &Device, out_of_order: bool) -> Result<Queue> {
+        let device = self
+            .inner
+            .devices
+            .iter()
+            .find(|d| d.id == device.id)
+            .ok_or(Error::ContextMismatch)?;
+        QueueInner::create(&self.inner, device, out_of_order)
+    }
+
+    /// How many wait-list entries the hazard rules have produced so far.
+    pub fn hazard_stats(&self) -> HazardStats {
+        self.inner.stats.hazards()
     }
 
     /// A buffer of `len` elements whose contents are undefined until written.

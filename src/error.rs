@@ -174,6 +174,9 @@ pub enum Error {
     },
     /// Objects from two different contexts were used together.
     ContextMismatch,
+    /// The host has the buffer mapped in a way that conflicts with this command: no
+    /// device command may write a mapped buffer or read one mapped for writing.
+    Mapped,
     /// A command this operation waited on ended with an error status.
     CommandFailed {
         /// The failing command's execution status.
@@ -289,6 +292,10 @@ impl fmt::Display for Error {
             } => write!(f, "argument {index} of kernel `{kernel}`: {status}"),
             Error::WorkSize { reason } => write!(f, "bad work size: {reason}"),
             Error::ContextMismatch => write!(f, "objects from different contexts were mixed"),
+            Error::Mapped => write!(
+                f,
+                "the buffer is mapped on the host in a way that conflicts with this command"
+            ),
             Error::CommandFailed { status } => {
                 write!(f, "a command ended with execution status {status}")
             }

@@ -56,6 +56,7 @@ mod error;
 mod event;
 mod program;
 mod queue;
+mod stats;
 pub mod tracker;
 
 pub use buffer::{ClBuffer, FREE_GRACE, FailedCommand, PendingRead, Pod, ReleaseReport};
@@ -64,7 +65,8 @@ pub use device::{DEVICE_VAR, Device};
 pub use error::{ClStatus, Error, Result, Transfer};
 pub use event::{CommandKind, Event, Status, UserEvent, wait_all};
 pub use program::{Arg, KERNELS_VAR, Kernel, Program};
-pub use queue::{After, Queue};
+pub use queue::{After, Mapped, MappedMut, Queue};
+pub use stats::HazardStats;
 
 /// The README's examples run as doc tests.
 #[cfg(doctest)]

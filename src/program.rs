@@ -113,15 +113,25 @@ impl ProgramInner {
             status: ClStatus(opencl3::error_codes::CL_INVALID_BUILD_OPTIONS),
             log: "build options contain a NUL byte".to_string(),
         })?;
-        let built = clp::build_program(raw, &[ctx.device.id], &c_options, None, ptr::null_mut());
-        log::debug!(target: "cl_lifetime::program", "built {} ({options}) for {}: {built:?}", file.display(), ctx.device);
+        let ids: Vec<_> = ctx.devices.iter().map(|d| d.id).collect();
+        let built = clp::build_program(raw, &ids, &c_options, None, ptr::null_mut());
+        log::debug!(target: "cl_lifetime::program", "built {} ({options}) for {:?}: {built:?}", file.display(), ctx.devices);
         if let Err(status) = built {
-            let log = clp::get_program_build_info(raw, ctx.device.id, clp::CL_PROGRAM_BUILD_LOG)
+            // Report the first device whose build failed, with its full log.
+            let failed = ctx
+                .devices
+                .iter()
+                .find(|d| {
+                    clp::get_program_build_info(raw, d.id, clp::CL_PROGRAM_BUILD_STATUS)
+                        .map_or(true, |s| s.to_int() != clp::CL_BUILD_SUCCESS)
+                })
+                .unwrap_or(&ctx.device);
+            let log = clp::get_program_build_info(raw, failed.id, clp::CL_PROGRAM_BUILD_LOG)
                 .map(|v| String::from(v).trim_end_matches('\0').to_string())
                 .unwrap_or_else(|s| format!("(no build log: {})", ClStatus(s)));
             return Err(Error::Build {
                 file: file.to_path_buf(),
-                device: ctx.device.to_string(),
+                device: failed.to_string(),
                 options: options.to_string(),
                 status: ClStatus(status),
                 log,
@@ -443,7 +453,7 @@ impl<'a> Arg<'a> {
 
     pub(crate) fn touch(&self) -> Option<Touch<'a>> {
         match self.0 {
-            ArgKind::Buffer(mem, access) => Some(Touch { mem, access }),
+            ArgKind::Buffer(mem, access) => Some(Touch::new(mem, access)),
             _ => None,
         }
     }

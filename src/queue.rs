@@ -14,16 +14,18 @@
 //!    only for its own command, after the records are unlocked.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::ops::Range;
 use std::ptr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, MutexGuard};
 
 use opencl3::command_queue as cl;
 use opencl3::types::{cl_command_queue, cl_event};
 
-use crate::buffer::{ClBuffer, MemInner, PendingRead, Pod, Record};
+use crate::buffer::{ClBuffer, MapStep, MemInner, PendingRead, Pod, Record};
 use crate::context::{ContextInner, next_id};
+use crate::device::Device;
 use crate::error::{ClStatus, Error, Result, Transfer};
 use crate::event::Event;
 use crate::program::{Arg, Kernel};
@@ -54,7 +56,11 @@ impl Drop for QueueInner {
 }
 
 impl QueueInner {
-    pub(crate) fn create(ctx: &Arc<ContextInner>, out_of_order: bool) -> Result<Queue> {
+    pub(crate) fn create(
+        ctx: &Arc<ContextInner>,
+        device: &Device,
+        out_of_order: bool,
+    ) -> Result<Queue> {
         let flags = if out_of_order {
             cl::CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE
         } else {
@@ -64,14 +70,14 @@ impl QueueInner {
         // SAFETY: context and device are valid handles owned by `ctx`; `properties` is a
         // zero-terminated list that outlives the call.
         let created = unsafe {
-            cl::create_command_queue_with_properties(ctx.raw, ctx.device.id, properties.as_ptr())
+            cl::create_command_queue_with_properties(ctx.raw, device.id, properties.as_ptr())
         };
         let raw = match created {
             Ok(raw) => raw,
             // An OpenCL 1.x platform: the 1.x entry point takes the same flags.
             Err(opencl3::error_codes::DLOPEN_FUNCTION_NOT_AVAILABLE) => {
                 // SAFETY: as above.
-                unsafe { cl::create_command_queue(ctx.raw, ctx.device.id, flags) }
+                unsafe { cl::create_command_queue(ctx.raw, device.id, flags) }
                     .map_err(|s| Error::cl("clCreateCommandQueue", s))?
             }
             Err(s) => return Err(Error::cl("clCreateCommandQueueWithProperties", s)),
@@ -116,6 +122,17 @@ impl fmt::Debug for Queue {
 pub(crate) struct Touch<'a> {
     pub(crate) mem: &'a MemInner,
     pub(crate) access: Access,
+    pub(crate) map: MapStep,
+}
+
+impl<'a> Touch<'a> {
+    pub(crate) fn new(mem: &'a MemInner, access: Access) -> Self {
+        Touch {
+            mem,
+            access,
+            map: MapStep::None,
+        }
+    }
 }
 
 /// The length of `range`, or `OutOfRange` when it is reversed.
@@ -160,8 +177,9 @@ impl fmt::Debug for After<'_> {
 }
 
 impl After<'_> {
-    /// Rules 1 to 3: locks the records of `touches`, enqueues through `enqueue` with the
-    /// wait list, and records the new event on every buffer touched.
+    /// Rules 1 to 5: locks the records of `touches`, computes the wait list from their
+    /// hazards and the extra dependencies, enqueues through `enqueue`, and records the new
+    /// event on every buffer touched.
     fn submit(
         &self,
         touches: &[Touch<'_>],
@@ -175,32 +193,82 @@ impl After<'_> {
         }
         let mut order: Vec<&Touch<'_>> = touches.iter().collect();
         order.sort_by_key(|t| t.mem.id);
-        let mut locked: Vec<(&MemInner, Access, std::sync::MutexGuard<'_, Record>)> =
+        let mut locked: Vec<(&MemInner, Access, MapStep, MutexGuard<'_, Record>)> =
             Vec::with_capacity(order.len());
         for touch in order {
             match locked.last_mut() {
-                Some((mem, access, _)) if mem.id == touch.mem.id => {
+                Some((mem, access, _, _)) if mem.id == touch.mem.id => {
                     if touch.access == Access::Write {
                         *access = Access::Write;
                     }
                 }
-                _ => locked.push((touch.mem, touch.access, touch.mem.lock_record())),
+                _ => locked.push((touch.mem, touch.access, touch.map, touch.mem.lock_record())),
             }
         }
-        let mut wait: Vec<cl_event> = Vec::with_capacity(self.deps.len());
+        for (_, access, map, record) in &locked {
+            record.check_map(*access, *map)?;
+        }
+
+        // Rules 1 to 3: the wait list.
+        let mut wait: Vec<cl_event> = Vec::with_capacity(self.deps.len() + locked.len());
+        let mut unelided = self.deps.len();
         for dep in self.deps {
             if !dep.same_queue(queue) {
                 dep.flush_producer()?;
             }
             wait.push(dep.as_raw());
         }
+        for (_, access, _, record) in &locked {
+            unelided += record.events().hazards_without_elision(*access);
+            for entry in record.events().hazards(queue.lane, *access) {
+                if !entry.event.same_queue(queue) {
+                    entry.event.flush_producer()?;
+                }
+                wait.push(entry.event.as_raw());
+            }
+        }
+        if locked.len() > 1 {
+            wait.sort_unstable_by_key(|&e| e as usize);
+            wait.dedup();
+        }
+        queue.ctx.stats.count_enqueue(wait.len(), unelided);
+
         let raw = enqueue(&wait)?;
         queue.dirty.store(true, Ordering::Release);
         let event = Event::from_enqueue(raw, queue);
-        for (_, access, record) in &mut locked {
+        for (_, access, map, record) in &mut locked {
             record.record(queue.lane, *access, event.clone());
+            record.apply_map(*map);
+            self.fold(record)?;
         }
         Ok(event)
+    }
+
+    /// Rule 5: folds a record's oldest reads into one marker on this queue when it has
+    /// grown past its bound.
+    fn fold(&self, record: &mut Record) -> Result<()> {
+        let queue = &self.queue.inner;
+        let folded: Vec<cl_event> = {
+            let reads = record.events().reads_to_fold();
+            if reads.is_empty() {
+                return Ok(());
+            }
+            for event in &reads {
+                if !event.same_queue(queue) {
+                    event.flush_producer()?;
+                }
+            }
+            reads.iter().map(|e| e.as_raw()).collect()
+        };
+        // SAFETY: the wait list holds live events (retained by the record) and outlives the
+        // call.
+        let raw = unsafe {
+            cl::enqueue_marker_with_wait_list(queue.raw, folded.len() as u32, folded.as_ptr())
+        }
+        .map_err(|s| Error::cl("clEnqueueMarkerWithWaitList", s))?;
+        queue.dirty.store(true, Ordering::Release);
+        record.fold(folded.len(), queue.lane, Event::from_enqueue(raw, queue));
+        Ok(())
     }
 
     fn enqueue_write<T: Pod>(
@@ -212,29 +280,23 @@ impl After<'_> {
         check_range(Transfer::Write, offset, data.len(), buffer.len())?;
         let mem = buffer.mem();
         let queue = self.queue.inner.raw;
-        self.submit(
-            &[Touch {
-                mem,
-                access: Access::Write,
-            }],
-            |wait| {
-                // SAFETY: the range was checked against the buffer; `data` stays alive until
-                // the command ends: the callers either wait for it or own the memory (rule 4).
-                unsafe {
-                    cl::enqueue_write_buffer(
-                        queue,
-                        mem.raw(),
-                        cl::CL_NON_BLOCKING,
-                        offset * size_of::<T>(),
-                        std::mem::size_of_val(data),
-                        data.as_ptr().cast(),
-                        wait.len() as u32,
-                        wait_ptr(wait),
-                    )
-                }
-                .map_err(|s| Error::cl("clEnqueueWriteBuffer", s))
-            },
-        )
+        self.submit(&[Touch::new(mem, Access::Write)], |wait| {
+            // SAFETY: the range was checked against the buffer; `data` stays alive until
+            // the command ends: the callers either wait for it or own the memory (rule 4).
+            unsafe {
+                cl::enqueue_write_buffer(
+                    queue,
+                    mem.raw(),
+                    cl::CL_NON_BLOCKING,
+                    offset * size_of::<T>(),
+                    std::mem::size_of_val(data),
+                    data.as_ptr().cast(),
+                    wait.len() as u32,
+                    wait_ptr(wait),
+                )
+            }
+            .map_err(|s| Error::cl("clEnqueueWriteBuffer", s))
+        })
     }
 
     /// Enqueues a read of `len` elements into `out`, which must stay valid and unaliased
@@ -249,29 +311,23 @@ impl After<'_> {
         check_range(Transfer::Read, offset, len, buffer.len())?;
         let mem = buffer.mem();
         let queue = self.queue.inner.raw;
-        self.submit(
-            &[Touch {
-                mem,
-                access: Access::Read,
-            }],
-            |wait| {
-                // SAFETY: the range was checked; the callers keep `out` alive and unaliased
-                // until the command ends (rule 4); every bit pattern is a valid `T: Pod`.
-                unsafe {
-                    cl::enqueue_read_buffer(
-                        queue,
-                        mem.raw(),
-                        cl::CL_NON_BLOCKING,
-                        offset * size_of::<T>(),
-                        len * size_of::<T>(),
-                        out.cast(),
-                        wait.len() as u32,
-                        wait_ptr(wait),
-                    )
-                }
-                .map_err(|s| Error::cl("clEnqueueReadBuffer", s))
-            },
-        )
+        self.submit(&[Touch::new(mem, Access::Read)], |wait| {
+            // SAFETY: the range was checked; the callers keep `out` alive and unaliased
+            // until the command ends (rule 4); every bit pattern is a valid `T: Pod`.
+            unsafe {
+                cl::enqueue_read_buffer(
+                    queue,
+                    mem.raw(),
+                    cl::CL_NON_BLOCKING,
+                    offset * size_of::<T>(),
+                    len * size_of::<T>(),
+                    out.cast(),
+                    wait.len() as u32,
+                    wait_ptr(wait),
+                )
+            }
+            .map_err(|s| Error::cl("clEnqueueReadBuffer", s))
+        })
     }
 
     /// Writes `data` to the start of `buffer` and blocks until that write is done.
@@ -405,16 +461,7 @@ impl After<'_> {
         check_range(Transfer::CopyDestination, dst_offset, len, dst.len())?;
         let (s, d) = (src.mem(), dst.mem());
         let queue = self.queue.inner.raw;
-        let touches = [
-            Touch {
-                mem: s,
-                access: Access::Read,
-            },
-            Touch {
-                mem: d,
-                access: Access::Write,
-            },
-        ];
+        let touches = [Touch::new(s, Access::Read), Touch::new(d, Access::Write)];
         self.submit(&touches, |wait| {
             // SAFETY: both ranges were checked against their buffers.
             unsafe {
@@ -459,28 +506,101 @@ impl After<'_> {
         check_range(Transfer::Fill, range.start, len, buffer.len())?;
         let mem = buffer.mem();
         let queue = self.queue.inner.raw;
-        self.submit(
-            &[Touch {
-                mem,
-                access: Access::Write,
-            }],
-            |wait| {
-                // SAFETY: the range was checked; OpenCL copies the pattern before returning.
-                unsafe {
-                    cl::enqueue_fill_buffer(
-                        queue,
-                        mem.raw(),
-                        ptr::from_ref(&value).cast(),
-                        size_of::<T>(),
-                        range.start * size_of::<T>(),
-                        len * size_of::<T>(),
-                        wait.len() as u32,
-                        wait_ptr(wait),
-                    )
-                }
-                .map_err(|s| Error::cl("clEnqueueFillBuffer", s))
-            },
-        )
+        self.submit(&[Touch::new(mem, Access::Write)], |wait| {
+            // SAFETY: the range was checked; OpenCL copies the pattern before returning.
+            unsafe {
+                cl::enqueue_fill_buffer(
+                    queue,
+                    mem.raw(),
+                    ptr::from_ref(&value).cast(),
+                    size_of::<T>(),
+                    range.start * size_of::<T>(),
+                    len * size_of::<T>(),
+                    wait.len() as u32,
+                    wait_ptr(wait),
+                )
+            }
+            .map_err(|s| Error::cl("clEnqueueFillBuffer", s))
+        })
+    }
+
+    /// Maps elements `range` of `buffer` for reading on the host; blocks until the map is
+    /// done, which waits only on the buffer's writers. Unmapped when the guard drops.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] or [`Error::ZeroLength`] for a bad range, [`Error::Mapped`]
+    /// while the buffer is mapped for writing, [`Error::CommandFailed`] when the map failed.
+    pub fn map<'b, T: Pod>(
+        &self,
+        buffer: &'b ClBuffer<T>,
+        range: Range<usize>,
+    ) -> Result<Mapped<'b, T>> {
+        self.map_as(buffer, range, Access::Read).map(Mapped)
+    }
+
+    /// Maps elements `range` of `buffer` for reading and writing on the host; blocks until
+    /// the map is done. No device command may use the buffer until the guard drops.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::map`], and [`Error::Mapped`] while any other mapping is alive.
+    pub fn map_mut<'b, T: Pod>(
+        &self,
+        buffer: &'b ClBuffer<T>,
+        range: Range<usize>,
+    ) -> Result<MappedMut<'b, T>> {
+        self.map_as(buffer, range, Access::Write).map(MappedMut)
+    }
+
+    fn map_as<'b, T: Pod>(
+        &self,
+        buffer: &'b ClBuffer<T>,
+        range: Range<usize>,
+        access: Access,
+    ) -> Result<Mapping<'b, T>> {
+        let len = range_len(Transfer::Read, &range, buffer.len())?;
+        check_range(Transfer::Read, range.start, len, buffer.len())?;
+        let mem = buffer.mem();
+        let queue = self.queue.inner.raw;
+        let flags = match access {
+            Access::Read => opencl3::memory::CL_MAP_READ,
+            Access::Write => opencl3::memory::CL_MAP_READ | opencl3::memory::CL_MAP_WRITE,
+        };
+        let mut ptr: *mut std::ffi::c_void = ptr::null_mut();
+        let touch = Touch {
+            mem,
+            access,
+            map: MapStep::Map(access),
+        };
+        let event = self.submit(&[touch], |wait| {
+            // SAFETY: the range was checked; `ptr` receives the mapped address.
+            unsafe {
+                cl::enqueue_map_buffer(
+                    queue,
+                    mem.raw(),
+                    cl::CL_NON_BLOCKING,
+                    flags,
+                    range.start * size_of::<T>(),
+                    len * size_of::<T>(),
+                    &mut ptr,
+                    wait.len() as u32,
+                    wait_ptr(wait),
+                )
+            }
+            .map_err(|s| Error::cl("clEnqueueMapBuffer", s))
+        })?;
+        // From here on the guard unmaps, whatever happens.
+        let mapping = Mapping {
+            queue: self.queue.clone(),
+            mem,
+            ptr: ptr.cast(),
+            len,
+            access,
+            _elements: PhantomData,
+        };
+        event.wait()?;
+        Ok(mapping)
     }
 
     /// Launches `kernel` over `global` work items, letting the device pick the
@@ -513,6 +633,93 @@ impl After<'_> {
         self.submit(&touches, |wait| {
             kernel.enqueue(queue, global, local, args, wait)
         })
+    }
+}
+
+/// A live mapping; unmaps on drop (the unmap is recorded like any command).
+struct Mapping<'b, T: Pod> {
+    queue: Queue,
+    mem: &'b MemInner,
+    ptr: *mut T,
+    len: usize,
+    access: Access,
+    _elements: PhantomData<&'b mut [T]>,
+}
+
+impl<T: Pod> Drop for Mapping<'_, T> {
+    fn drop(&mut self) {
+        let queue = self.queue.inner.raw;
+        let (mem, ptr) = (self.mem, self.ptr);
+        let touch = Touch {
+            mem,
+            access: self.access,
+            map: MapStep::Unmap(self.access),
+        };
+        let unmapped = self.queue.after(&[]).submit(&[touch], |wait| {
+            // SAFETY: `ptr` came from clEnqueueMapBuffer on this buffer and is unmapped
+            // once, here; the guard that lent it out is gone.
+            unsafe {
+                cl::enqueue_unmap_mem_object(
+                    queue,
+                    mem.raw(),
+                    ptr.cast(),
+                    wait.len() as u32,
+                    wait_ptr(wait),
+                )
+            }
+            .map_err(|s| Error::cl("clEnqueueUnmapMemObject", s))
+        });
+        if let Err(e) = unmapped {
+            log::error!(target: "cl_lifetime::queue", "unmapping a buffer: {e}");
+        }
+    }
+}
+
+/// Part of a buffer mapped for reading on the host ([`Queue::map`]). Derefs to `[T]`;
+/// unmapped on drop.
+pub struct Mapped<'b, T: Pod>(Mapping<'b, T>);
+
+/// Part of a buffer mapped for reading and writing on the host ([`Queue::map_mut`]).
+/// Derefs to `[T]` mutably; unmapped on drop, after which device commands see the writes.
+pub struct MappedMut<'b, T: Pod>(Mapping<'b, T>);
+
+impl<T: Pod> std::ops::Deref for Mapped<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: the map completed, so `ptr` addresses `len` elements of host-visible
+        // memory until the unmap in Drop; no device command may write them meanwhile
+        // (the record refuses it while mapped).
+        unsafe { std::slice::from_raw_parts(self.0.ptr, self.0.len) }
+    }
+}
+
+impl<T: Pod> std::ops::Deref for MappedMut<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: as for `Mapped`; this is the only mapping of the buffer.
+        unsafe { std::slice::from_raw_parts(self.0.ptr, self.0.len) }
+    }
+}
+
+impl<T: Pod> std::ops::DerefMut for MappedMut<'_, T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as for `Mapped`; a writable mapping is exclusive (the record refuses any
+        // other mapping and every device command), and `&mut self` is unique.
+        unsafe { std::slice::from_raw_parts_mut(self.0.ptr, self.0.len) }
+    }
+}
+
+impl<T: Pod> fmt::Debug for Mapped<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mapped").field("len", &self.0.len).finish()
+    }
+}
+
+impl<T: Pod> fmt::Debug for MappedMut<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MappedMut")
+            .field("len", &self.0.len)
+            .finish()
     }
 }
 
@@ -590,6 +797,32 @@ impl Queue {
         fn launch(&self, kernel: &Kernel, global: &[usize], args: &[Arg<'_>]) -> Result<Event>;
         /// Launches `kernel` over `global` work items in work groups of `local`.
         fn launch_local(&self, kernel: &Kernel, global: &[usize], local: Option<&[usize]>, args: &[Arg<'_>]) -> Result<Event>;
+    }
+
+    /// Maps elements `range` for reading on the host; blocks on the buffer's writers only.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::map`].
+    pub fn map<'b, T: Pod>(
+        &self,
+        buffer: &'b ClBuffer<T>,
+        range: Range<usize>,
+    ) -> Result<Mapped<'b, T>> {
+        self.after(&[]).map(buffer, range)
+    }
+
+    /// Maps elements `range` for reading and writing on the host.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::map_mut`].
+    pub fn map_mut<'b, T: Pod>(
+        &self,
+        buffer: &'b ClBuffer<T>,
+        range: Range<usize>,
+    ) -> Result<MappedMut<'b, T>> {
+        self.after(&[]).map_mut(buffer, range)
     }
 
     /// Submits this queue's commands to the device (`clFlush`).
