@@ -1,17 +1,30 @@
-//! Queues: every enqueue records its event on the buffers it touches.
+//! Queues: every enqueue computes its wait list and records its event.
+//!
+//! Users never pass `cl_event`s by hand: the order of their calls is the order the device
+//! honours, across any number of queues, in-order or out-of-order, on any device of the
+//! context.
 //!
 //! # Rules
 //!
 //! 1. Every command that touches a buffer records its event there, with its access:
-//!    writes, reads, copies (both ends), fills and kernel launches.
+//!    writes, reads, copies (both ends), fills, maps, unmaps and kernel launches.
 //! 2. The records of all buffers a command touches are locked, in buffer-ID order, from
-//!    before the enqueue until its event is recorded, so that the order of the records is
-//!    the order of the enqueues, whatever the threads do.
-//! 3. An event from another queue of the library is flushed before it enters this queue's
-//!    wait list (DESIGN.md trap 5).
-//! 4. Host memory handed to a non-blocking command is owned by the library until the
+//!    before the wait list is computed until the new event is recorded, so the order of
+//!    the records is the order of the enqueues, whatever the threads do.
+//! 3. The wait list is the buffers' hazards ([`tracker`](crate::tracker) rules 1 and 2:
+//!    read after write, write after read or write, nothing from the command's own in-order
+//!    queue) plus the extra dependencies given to [`Queue::after`].
+//! 4. An event from another queue is flushed before it enters this queue's wait list
+//!    (DESIGN.md trap 5); each queue is flushed only if it has unflushed work.
+//! 5. A record that grows past [`FOLD_AT`](crate::tracker::FOLD_AT) live entries has its
+//!    oldest reads folded into one `clEnqueueMarkerWithWaitList` event.
+//! 6. Host memory handed to a non-blocking command is owned by the library until the
 //!    command ends (trap 14); a transfer from or into borrowed memory blocks, and waits
-//!    only for its own command, after the records are unlocked.
+//!    only for its own command (and so only for the hazards before it), after the records
+//!    are unlocked.
+//! 7. A mapped buffer refuses device commands that conflict with the mapping
+//!    ([`Error::Mapped`]): nothing writes memory the host reads, and a writable mapping is
+//!    exclusive.
 
 use std::fmt;
 use std::marker::PhantomData;
