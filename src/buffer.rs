@@ -31,6 +31,7 @@ use opencl3::types::{cl_event, cl_mem};
 use crate::context::{ContextInner, next_id};
 use crate::error::{ClStatus, Error, Result};
 use crate::event::{CommandKind, Event, Status, wait_terminal};
+use crate::stats::Bucket;
 use crate::tracker::{Access, EventSet, Lane};
 
 /// Plain data that may live in a device buffer: `Copy`, no padding that matters, and
@@ -233,6 +234,8 @@ pub(crate) struct MemInner {
     record: Mutex<Record>,
     allocated_at: &'static Location<'static>,
     freed: Option<Arc<Freed>>,
+    /// Where the ledger counts its bytes.
+    bucket: Bucket,
 }
 
 // SAFETY: a cl_mem may be used from any thread (OpenCL 3.0 appendix A.2: every call is
@@ -257,6 +260,9 @@ impl MemInner {
     /// Rules 1 to 3. Idempotent: the second call finds nothing to release.
     fn retire(&mut self) -> Result<ReleaseReport> {
         let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
+        if self.bucket == Bucket::Live {
+            self.ctx.ledger.given_back(self.id);
+        }
         if raw.is_null() {
             return Ok(ReleaseReport {
                 freed: true,
@@ -304,6 +310,10 @@ impl MemInner {
             waited,
             raws.len()
         );
+        self.ctx
+            .ledger
+            .shift(self.bytes as u64, self.bucket, Bucket::Freed);
+        self.bucket = Bucket::Freed;
         released.map_err(|s| Error::cl("clReleaseMemObject", s))?;
         // Rule 5.
         let freed = self.freed.as_ref().is_none_or(|f| f.wait(FREE_GRACE));
@@ -390,15 +400,19 @@ impl<T: Pod> ClBuffer<T> {
             .map_err(|s| Error::cl("clCreateBuffer", s))?;
         let allocated_at = Location::caller();
         log::debug!(target: "cl_lifetime::buffer", "allocated {bytes} bytes at {allocated_at}");
+        let id = next_id();
+        ctx.ledger.shift(bytes as u64, Bucket::Freed, Bucket::Live);
+        ctx.ledger.handed_out(id, bytes as u64, allocated_at, true);
         Ok(ClBuffer {
             mem: MemInner {
                 raw,
-                id: next_id(),
+                id,
                 bytes,
                 ctx: ctx.clone(),
                 record: Mutex::new(Record::default()),
                 allocated_at,
                 freed: watch_free(raw),
+                bucket: Bucket::Live,
             },
             len,
             _elements: PhantomData,
@@ -455,6 +469,56 @@ impl<T: Pod> ClBuffer<T> {
     /// ```
     pub fn release(mut self) -> Result<ReleaseReport> {
         self.mem.retire()
+    }
+
+    /// Releases the buffer without blocking: its memory is freed on the context's reaper
+    /// thread once every command that touched it has ended (reaper rules). The bytes show
+    /// as pending release until then; [`Context::wait_deferred`](crate::Context::wait_deferred)
+    /// waits for them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<u8>(1 << 20)?;
+    /// queue.fill(&buf, 0)?;
+    /// buf.release_deferred(); // returns at once
+    /// ctx.wait_deferred();
+    /// assert_eq!(ctx.memory_stats().pending_release_bytes, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn release_deferred(self) {
+        let ClBuffer { mut mem, .. } = self;
+        let ctx = mem.ctx.clone();
+        ctx.ledger.given_back(mem.id);
+        ctx.ledger
+            .shift(mem.bytes as u64, mem.bucket, Bucket::Pending);
+        mem.bucket = Bucket::Pending;
+        ctx.reaper.submit(Box::new(move || {
+            // Dropping `mem` runs `retire` with its logging (rule 4 of this module).
+            drop(mem);
+        }));
+    }
+
+    /// Grows or shrinks the buffer to `new_len` elements, keeping the contents that fit:
+    /// a new block, a device-side copy ordered after every command on the old one, and a
+    /// deferred release of the old block. The host never waits.
+    ///
+    /// # Errors
+    ///
+    /// As [`Context::buffer`](crate::Context::buffer) for the new block, or from the copy;
+    /// on error the buffer is unchanged.
+    #[track_caller]
+    pub fn resize(&mut self, queue: &crate::Queue, new_len: usize) -> Result<()> {
+        let mut grown = ClBuffer::<T>::create(&self.mem.ctx, new_len, None)?;
+        let keep = self.len.min(new_len);
+        queue.copy_range(self, 0, &grown, 0, keep)?;
+        std::mem::swap(self, &mut grown);
+        grown.release_deferred();
+        Ok(())
     }
 
     /// The raw handle, still owned by this buffer. Commands enqueued on it directly are

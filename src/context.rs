@@ -19,7 +19,8 @@ use crate::error::{ClStatus, Error, Result};
 use crate::event::UserEvent;
 use crate::program::{self, Program, ProgramInner};
 use crate::queue::{Queue, QueueInner};
-use crate::stats::{HazardStats, Stats};
+use crate::reaper::Reaper;
+use crate::stats::{HazardStats, Ledger, MemoryStats, Stats};
 
 /// Gives each context, queue and buffer an ID unique for the life of the process.
 pub(crate) fn next_id() -> u64 {
@@ -39,6 +40,8 @@ pub(crate) struct ContextInner {
     /// The smallest `CL_DEVICE_MAX_MEM_ALLOC_SIZE` of `devices`.
     pub(crate) max_alloc: u64,
     pub(crate) stats: Stats,
+    pub(crate) ledger: Ledger,
+    pub(crate) reaper: Reaper,
     programs: Mutex<HashMap<ProgramKey, Arc<ProgramInner>>>,
     builds: AtomicUsize,
 }
@@ -78,6 +81,31 @@ impl Drop for ContextInner {
 #[derive(Clone)]
 pub struct Context {
     pub(crate) inner: Arc<ContextInner>,
+    /// Shared by the user's clones only (queues and buffers hold `inner`): its drop is the
+    /// context's end from the user's side.
+    _handle: Arc<UserHandle>,
+}
+
+/// Dropped with the last user handle of a context: finishes the deferred releases and
+/// reports buffers still alive.
+struct UserHandle(Arc<ContextInner>);
+
+impl Drop for UserHandle {
+    fn drop(&mut self) {
+        self.0.reaper.wait_idle();
+        let leaks = self.0.ledger.leaks();
+        if !leaks.is_empty() {
+            let total: u64 = leaks.iter().map(|l| l.0).sum();
+            log::warn!(
+                target: "cl_lifetime::context",
+                "context dropped with {} live buffers ({total} bytes); they keep it alive:",
+                leaks.len()
+            );
+            for (bytes, site) in leaks {
+                log::warn!(target: "cl_lifetime::context", "  {bytes} bytes allocated at {site}");
+            }
+        }
+    }
 }
 
 impl fmt::Debug for Context {
@@ -127,21 +155,25 @@ impl Context {
         let raw = cl::create_context(&ids, ptr::null(), None, ptr::null_mut())
             .map_err(|s| Error::cl("clCreateContext", s))?;
         log::debug!(target: "cl_lifetime::context", "context on {devices:?}");
+        let inner = Arc::new(ContextInner {
+            raw,
+            id: next_id(),
+            device: first.clone(),
+            devices: devices.to_vec(),
+            max_alloc: devices
+                .iter()
+                .map(Device::max_alloc_bytes)
+                .min()
+                .unwrap_or(0),
+            stats: Stats::default(),
+            ledger: Ledger::default(),
+            reaper: Reaper::default(),
+            programs: Mutex::new(HashMap::new()),
+            builds: AtomicUsize::new(0),
+        });
         Ok(Context {
-            inner: Arc::new(ContextInner {
-                raw,
-                id: next_id(),
-                device: first.clone(),
-                devices: devices.to_vec(),
-                max_alloc: devices
-                    .iter()
-                    .map(Device::max_alloc_bytes)
-                    .min()
-                    .unwrap_or(0),
-                stats: Stats::default(),
-                programs: Mutex::new(HashMap::new()),
-                builds: AtomicUsize::new(0),
-            }),
+            _handle: Arc::new(UserHandle(inner.clone())),
+            inner,
         })
     }
 
@@ -187,6 +219,16 @@ impl Context {
             .find(|d| d.id == device.id)
             .ok_or(Error::ContextMismatch)?;
         QueueInner::create(&self.inner, device, out_of_order)
+    }
+
+    /// Blocks until every deferred release submitted so far is done: the memory is freed.
+    pub fn wait_deferred(&self) {
+        self.inner.reaper.wait_idle();
+    }
+
+    /// Live, pending-release, pooled and peak bytes, and allocation counts.
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.inner.ledger.memory()
     }
 
     /// How many wait-list entries the hazard rules have produced so far.

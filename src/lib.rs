@@ -56,6 +56,7 @@ mod error;
 mod event;
 mod program;
 mod queue;
+mod reaper;
 mod stats;
 pub mod tracker;
 
@@ -66,7 +67,7 @@ pub use error::{ClStatus, Error, Result, Transfer};
 pub use event::{CommandKind, Event, Status, UserEvent, wait_all};
 pub use program::{Arg, KERNELS_VAR, Kernel, Program};
 pub use queue::{After, Mapped, MappedMut, Queue};
-pub use stats::HazardStats;
+pub use stats::{HazardStats, MemoryStats};
 
 /// The README's examples run as doc tests.
 #[cfg(doctest)]

@@ -49,3 +49,129 @@ impl Stats {
         }
     }
 }
+
+/// Device memory a [`Context`](crate::Context) accounts for, in bytes and counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes in buffers the program holds.
+    pub live_bytes: u64,
+    /// Bytes released with [`ClBuffer::release_deferred`](crate::ClBuffer::release_deferred)
+    /// whose commands have not ended yet.
+    pub pending_release_bytes: u64,
+    /// Bytes a pool keeps for reuse.
+    pub pooled_bytes: u64,
+    /// The highest live + pending + pooled total seen.
+    pub peak_bytes: u64,
+    /// Buffers handed out (created or taken from a pool).
+    pub allocations: u64,
+    /// Of those, how many reused a pooled block.
+    pub reuses: u64,
+    /// `clCreateBuffer` calls.
+    pub driver_allocations: u64,
+}
+
+/// The context's ledger: atomics for the counters, and the allocation site of every live
+/// buffer for the leak report.
+#[derive(Default)]
+pub(crate) struct Ledger {
+    live: AtomicU64,
+    pending: AtomicU64,
+    pooled: AtomicU64,
+    peak: AtomicU64,
+    allocations: AtomicU64,
+    reuses: AtomicU64,
+    driver_allocations: AtomicU64,
+    sites: std::sync::Mutex<
+        std::collections::HashMap<u64, (u64, &'static std::panic::Location<'static>)>,
+    >,
+}
+
+/// Where bytes move in the ledger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bucket {
+    Live,
+    Pending,
+    Pooled,
+    /// Gone back to the driver.
+    Freed,
+}
+
+impl Ledger {
+    fn counter(&self, bucket: Bucket) -> Option<&AtomicU64> {
+        match bucket {
+            Bucket::Live => Some(&self.live),
+            Bucket::Pending => Some(&self.pending),
+            Bucket::Pooled => Some(&self.pooled),
+            Bucket::Freed => None,
+        }
+    }
+
+    /// Moves `bytes` from one bucket to another (`Freed` as `from` means newly allocated).
+    pub(crate) fn shift(&self, bytes: u64, from: Bucket, to: Bucket) {
+        if let Some(c) = self.counter(from) {
+            c.fetch_sub(bytes, Ordering::Relaxed);
+        }
+        if let Some(c) = self.counter(to) {
+            c.fetch_add(bytes, Ordering::Relaxed);
+        }
+        if from == Bucket::Freed {
+            let total = self.live.load(Ordering::Relaxed)
+                + self.pending.load(Ordering::Relaxed)
+                + self.pooled.load(Ordering::Relaxed);
+            self.peak.fetch_max(total, Ordering::Relaxed);
+        }
+    }
+
+    /// A buffer handed out: `driver` when it came from `clCreateBuffer`, else reused.
+    pub(crate) fn handed_out(
+        &self,
+        id: u64,
+        bytes: u64,
+        site: &'static std::panic::Location<'static>,
+        driver: bool,
+    ) {
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        if driver {
+            self.driver_allocations.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.reuses.fetch_add(1, Ordering::Relaxed);
+        }
+        self.sites
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id, (bytes, site));
+    }
+
+    /// A buffer the program no longer holds.
+    pub(crate) fn given_back(&self, id: u64) {
+        self.sites
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&id);
+    }
+
+    pub(crate) fn memory(&self) -> MemoryStats {
+        MemoryStats {
+            live_bytes: self.live.load(Ordering::Relaxed),
+            pending_release_bytes: self.pending.load(Ordering::Relaxed),
+            pooled_bytes: self.pooled.load(Ordering::Relaxed),
+            peak_bytes: self.peak.load(Ordering::Relaxed),
+            allocations: self.allocations.load(Ordering::Relaxed),
+            reuses: self.reuses.load(Ordering::Relaxed),
+            driver_allocations: self.driver_allocations.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Live buffers as (bytes, allocation site), largest first.
+    pub(crate) fn leaks(&self) -> Vec<(u64, &'static std::panic::Location<'static>)> {
+        let mut leaks: Vec<_> = self
+            .sites
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .copied()
+            .collect();
+        leaks.sort_by(|a, b| b.0.cmp(&a.0));
+        leaks
+    }
+}
