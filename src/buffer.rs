@@ -126,6 +126,9 @@ pub struct ReleaseReport {
     /// `release` returned. `false` only when something outside the library still held a
     /// reference after [`FREE_GRACE`].
     pub freed: bool,
+    /// Whether the block went back to its [`Pool`](crate::Pool) instead, carrying its
+    /// events to the next owner (nothing was waited for).
+    pub recycled: bool,
 }
 
 /// At most this many failures are kept for the report.
@@ -236,6 +239,16 @@ pub(crate) struct MemInner {
     freed: Option<Arc<Freed>>,
     /// Where the ledger counts its bytes.
     bucket: Bucket,
+    /// Where the block goes at its release instead of back to the driver.
+    home: Option<Home>,
+}
+
+/// The owner a block returns to, or keeps alive.
+pub(crate) enum Home {
+    /// Recycled into this pool at release.
+    Pool(Arc<crate::pool::PoolInner>),
+    /// A sub-buffer of this arena, which it keeps alive: never read, only held.
+    Arena(#[allow(dead_code)] Arc<crate::pool::ArenaInner>),
 }
 
 // SAFETY: a cl_mem may be used from any thread (OpenCL 3.0 appendix A.2: every call is
@@ -245,6 +258,136 @@ unsafe impl Send for MemInner {}
 unsafe impl Sync for MemInner {}
 
 impl MemInner {
+    /// The size check every allocation makes: `len` elements of `T`, at least one, within
+    /// `CL_DEVICE_MAX_MEM_ALLOC_SIZE` of every device.
+    pub(crate) fn check_size<T>(ctx: &ContextInner, len: usize) -> Result<usize> {
+        if len == 0 {
+            return Err(Error::ZeroLength);
+        }
+        let max = ctx.max_alloc;
+        len.checked_mul(size_of::<T>())
+            .filter(|&b| b as u64 <= max)
+            .ok_or(Error::TooLarge {
+                bytes: (len as u64).saturating_mul(size_of::<T>() as u64),
+                max,
+            })
+    }
+
+    /// Takes ownership of `raw` (one reference) as a live block of `bytes`, handed out at
+    /// `site`; `driver` when it was just created rather than reused.
+    pub(crate) fn adopt(
+        ctx: &Arc<ContextInner>,
+        raw: cl_mem,
+        bytes: usize,
+        site: &'static Location<'static>,
+        driver: bool,
+    ) -> MemInner {
+        log::debug!(target: "cl_lifetime::buffer", "allocated {bytes} bytes at {site}");
+        let id = next_id();
+        ctx.ledger.shift(bytes as u64, Bucket::Freed, Bucket::Live);
+        ctx.ledger.handed_out(id, bytes as u64, site, driver);
+        MemInner {
+            raw,
+            id,
+            bytes,
+            ctx: ctx.clone(),
+            record: Mutex::new(Record::default()),
+            allocated_at: site,
+            freed: watch_free(raw),
+            bucket: Bucket::Live,
+            home: None,
+        }
+    }
+
+    /// Takes ownership of `raw`, a sub-buffer (a view of memory the ledger already counts),
+    /// handed out at `site`.
+    pub(crate) fn adopt_view(
+        ctx: &Arc<ContextInner>,
+        raw: cl_mem,
+        bytes: usize,
+        site: &'static Location<'static>,
+    ) -> MemInner {
+        MemInner {
+            raw,
+            id: next_id(),
+            bytes,
+            ctx: ctx.clone(),
+            record: Mutex::new(Record::default()),
+            allocated_at: site,
+            freed: watch_free(raw),
+            bucket: Bucket::Freed,
+            home: None,
+        }
+    }
+
+    /// Moves the block out, leaving a hollow `MemInner` whose drop does nothing.
+    pub(crate) fn take_block(&mut self) -> MemInner {
+        MemInner {
+            raw: std::mem::replace(&mut self.raw, ptr::null_mut()),
+            id: self.id,
+            bytes: self.bytes,
+            ctx: self.ctx.clone(),
+            record: Mutex::new(std::mem::take(
+                self.record
+                    .get_mut()
+                    .unwrap_or_else(PoisonError::into_inner),
+            )),
+            allocated_at: self.allocated_at,
+            freed: self.freed.take(),
+            bucket: std::mem::replace(&mut self.bucket, Bucket::Freed),
+            home: None,
+        }
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Re-registers a reused block with the ledger, as handed out at `site`.
+    pub(crate) fn hand_out_again(&mut self, site: &'static Location<'static>) {
+        self.allocated_at = site;
+        self.ctx
+            .ledger
+            .shift(self.bytes as u64, self.bucket, Bucket::Live);
+        self.ctx
+            .ledger
+            .handed_out(self.id, self.bytes as u64, site, false);
+        self.bucket = Bucket::Live;
+    }
+
+    pub(crate) fn bucket(&self) -> Bucket {
+        self.bucket
+    }
+
+    pub(crate) fn set_bucket(&mut self, bucket: Bucket) {
+        self.bucket = bucket;
+    }
+
+    pub(crate) fn set_home(&mut self, home: Home) {
+        self.home = Some(home);
+    }
+
+    /// Forgets the failures of an earlier owner (a pool block changing hands).
+    pub(crate) fn clear_failures(&mut self) {
+        self.record
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .failed
+            .clear();
+    }
+
+    /// Releases the block on the reaper thread (reaper rule 1).
+    pub(crate) fn release_deferred(mut self) {
+        let ctx = self.ctx.clone();
+        if self.bucket == Bucket::Live {
+            ctx.ledger.given_back(self.id);
+        }
+        ctx.ledger
+            .shift(self.bytes as u64, self.bucket, Bucket::Pending);
+        self.bucket = Bucket::Pending;
+        ctx.reaper.submit(Box::new(move || drop(self)));
+    }
+
     pub(crate) fn raw(&self) -> cl_mem {
         self.raw
     }
@@ -257,17 +400,26 @@ impl MemInner {
         self.lock_record().keep_alive(event, payload);
     }
 
-    /// Rules 1 to 3. Idempotent: the second call finds nothing to release.
+    /// Rules 1 to 5, or back to the pool. Idempotent: the second call finds nothing.
     fn retire(&mut self) -> Result<ReleaseReport> {
-        let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
-        if self.bucket == Bucket::Live {
-            self.ctx.ledger.given_back(self.id);
-        }
-        if raw.is_null() {
+        if self.raw.is_null() {
             return Ok(ReleaseReport {
                 freed: true,
                 ..ReleaseReport::default()
             });
+        }
+        if let Some(Home::Pool(pool)) = &self.home {
+            let pool = pool.clone();
+            self.home = None;
+            pool.recycle(self.take_block());
+            return Ok(ReleaseReport {
+                recycled: true,
+                ..ReleaseReport::default()
+            });
+        }
+        let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
+        if self.bucket == Bucket::Live {
+            self.ctx.ledger.given_back(self.id);
         }
         let record = self
             .record
@@ -330,6 +482,7 @@ impl MemInner {
             waited,
             failed,
             freed,
+            recycled: false,
         })
     }
 }
@@ -376,17 +529,7 @@ impl<T: Pod> fmt::Debug for ClBuffer<T> {
 impl<T: Pod> ClBuffer<T> {
     #[track_caller]
     pub(crate) fn create(ctx: &Arc<ContextInner>, len: usize, init: Option<&[T]>) -> Result<Self> {
-        if len == 0 {
-            return Err(Error::ZeroLength);
-        }
-        let max = ctx.max_alloc;
-        let bytes = len
-            .checked_mul(size_of::<T>())
-            .filter(|&b| b as u64 <= max)
-            .ok_or(Error::TooLarge {
-                bytes: (len as u64).saturating_mul(size_of::<T>() as u64),
-                max,
-            })?;
+        let bytes = MemInner::check_size::<T>(ctx, len)?;
         let (flags, host) = match init {
             Some(data) => (
                 cl::CL_MEM_READ_WRITE | cl::CL_MEM_COPY_HOST_PTR,
@@ -398,25 +541,21 @@ impl<T: Pod> ClBuffer<T> {
         // before returning (CL_MEM_COPY_HOST_PTR).
         let raw = unsafe { cl::create_buffer(ctx.raw, flags, bytes, host) }
             .map_err(|s| Error::cl("clCreateBuffer", s))?;
-        let allocated_at = Location::caller();
-        log::debug!(target: "cl_lifetime::buffer", "allocated {bytes} bytes at {allocated_at}");
-        let id = next_id();
-        ctx.ledger.shift(bytes as u64, Bucket::Freed, Bucket::Live);
-        ctx.ledger.handed_out(id, bytes as u64, allocated_at, true);
-        Ok(ClBuffer {
-            mem: MemInner {
-                raw,
-                id,
-                bytes,
-                ctx: ctx.clone(),
-                record: Mutex::new(Record::default()),
-                allocated_at,
-                freed: watch_free(raw),
-                bucket: Bucket::Live,
-            },
+        let mem = MemInner::adopt(ctx, raw, bytes, Location::caller(), true);
+        Ok(ClBuffer::from_mem(mem, len))
+    }
+
+    pub(crate) fn into_mem(self) -> MemInner {
+        let ClBuffer { mem, .. } = self;
+        mem
+    }
+
+    pub(crate) fn from_mem(mem: MemInner, len: usize) -> Self {
+        ClBuffer {
+            mem,
             len,
             _elements: PhantomData,
-        })
+        }
     }
 
     pub(crate) fn mem(&self) -> &MemInner {
@@ -492,15 +631,11 @@ impl<T: Pod> ClBuffer<T> {
     /// ```
     pub fn release_deferred(self) {
         let ClBuffer { mut mem, .. } = self;
-        let ctx = mem.ctx.clone();
-        ctx.ledger.given_back(mem.id);
-        ctx.ledger
-            .shift(mem.bytes as u64, mem.bucket, Bucket::Pending);
-        mem.bucket = Bucket::Pending;
-        ctx.reaper.submit(Box::new(move || {
-            // Dropping `mem` runs `retire` with its logging (rule 4 of this module).
-            drop(mem);
-        }));
+        if let Some(Home::Pool(pool)) = mem.home.take() {
+            pool.recycle(mem.take_block());
+        } else {
+            mem.release_deferred();
+        }
     }
 
     /// Grows or shrinks the buffer to `new_len` elements, keeping the contents that fit:

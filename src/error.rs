@@ -177,6 +177,27 @@ pub enum Error {
     /// The host has the buffer mapped in a way that conflicts with this command: no
     /// device command may write a mapped buffer or read one mapped for writing.
     Mapped,
+    /// A pool's maximum would be exceeded, even after trimming its unused blocks.
+    PoolExhausted {
+        /// Bytes asked for (rounded to the size class).
+        requested: u64,
+        /// The pool's maximum.
+        max: u64,
+        /// Bytes the pool has handed out and not had back.
+        in_use: u64,
+    },
+    /// An arena has no room left for a sub-buffer.
+    ArenaFull {
+        /// Bytes asked for (aligned).
+        requested: u64,
+        /// Bytes left.
+        available: u64,
+    },
+    /// An arena cannot be reset while sub-buffers carved from it are alive.
+    ArenaBusy {
+        /// How many are alive.
+        live: usize,
+    },
     /// A command this operation waited on ended with an error status.
     CommandFailed {
         /// The failing command's execution status.
@@ -292,6 +313,24 @@ impl fmt::Display for Error {
             } => write!(f, "argument {index} of kernel `{kernel}`: {status}"),
             Error::WorkSize { reason } => write!(f, "bad work size: {reason}"),
             Error::ContextMismatch => write!(f, "objects from different contexts were mixed"),
+            Error::PoolExhausted {
+                requested,
+                max,
+                in_use,
+            } => write!(
+                f,
+                "pool maximum of {max} bytes reached: {in_use} in use, {requested} more asked for"
+            ),
+            Error::ArenaFull {
+                requested,
+                available,
+            } => write!(
+                f,
+                "arena full: {requested} bytes asked for, {available} left"
+            ),
+            Error::ArenaBusy { live } => {
+                write!(f, "arena still has {live} live sub-buffers")
+            }
             Error::Mapped => write!(
                 f,
                 "the buffer is mapped on the host in a way that conflicts with this command"

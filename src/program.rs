@@ -451,6 +451,10 @@ impl<'a> Arg<'a> {
         Arg(ArgKind::Local(len.saturating_mul(size_of::<T>())))
     }
 
+    pub(crate) fn from_mem(mem: &'a MemInner, access: Access) -> Arg<'a> {
+        Arg(ArgKind::Buffer(mem, access))
+    }
+
     pub(crate) fn touch(&self) -> Option<Touch<'a>> {
         match self.0 {
             ArgKind::Buffer(mem, access) => Some(Touch::new(mem, access)),

@@ -1,0 +1,543 @@
+//! An event-aware pool, and arenas for users who know their peak.
+//!
+//! # Pool rules
+//!
+//! 1. Blocks come in size classes (powers of two from 256 bytes; a block larger than the
+//!    largest power of two the device allows is its own class). A released pool buffer
+//!    goes back to its class **with its event record**: nothing is waited for.
+//! 2. The next owner inherits that record, so the queue rules order it after the old
+//!    owner's commands: on the same in-order queue with no wait at all, on another queue
+//!    through its first command's wait list (a device-side wait, never a host wait). A
+//!    block whose earlier commands could still overlap the new owner's is never handed out
+//!    unordered, which is what PyOpenCL's pool gets wrong across queues (its issue #447).
+//! 3. The pool keeps at most [`PoolOptions::release_threshold`] unused bytes (like
+//!    `cudaMemPoolAttrReleaseThreshold`); [`Pool::trim`] releases unused blocks down to a
+//!    size. Blocks leave through deferred releases: the caller never waits.
+//! 4. With [`PoolOptions::max_bytes`], an allocation that would pass the maximum first
+//!    trims, then fails with [`Error::PoolExhausted`]. A driver allocation failure trims
+//!    everything and retries once before it is returned.
+//! 5. [`PoolOptions::force_residency`] migrates each new block to the device at allocation
+//!    (`CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED`), so out-of-memory shows there and not at
+//!    first use (DESIGN.md trap 13).
+//! 6. [`PoolOptions::poison`] fills every recycled block with [`POISON`] through the
+//!    `poison` kernel (embedded from `kernels/poison.cl`), ordered like any command, so
+//!    reads of stale data show up in tests.
+//!
+//! # Arena rules
+//!
+//! 7. An [`Arena`] is one buffer carved into sub-buffers whose origins are aligned to the
+//!    devices' `CL_DEVICE_MEM_BASE_ADDR_ALIGN` (trap 12). Carved ranges never overlap;
+//!    each sub-buffer keeps the arena alive and has its own event record.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::panic::Location;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use opencl3::memory as cl;
+use opencl3::types::cl_mem;
+
+use crate::buffer::{ClBuffer, Home, MemInner, Pod};
+use crate::context::{Context, ContextInner};
+use crate::error::{Error, Result};
+use crate::program::{Arg, Kernel};
+use crate::queue::Queue;
+use crate::stats::Bucket;
+use crate::tracker::Access;
+
+/// The word [`PoolOptions::poison`] writes over recycled blocks.
+pub const POISON: u32 = 0xDEAD_BEEF;
+
+/// The smallest size class.
+const MIN_CLASS: usize = 256;
+
+/// How a [`Pool`] behaves.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct PoolOptions {
+    /// Unused bytes the pool keeps for reuse; blocks recycled beyond it are released.
+    /// Default: unlimited (keep everything until [`Pool::trim`]).
+    pub release_threshold: u64,
+    /// The most bytes the pool may hold, in use and unused. Default: unlimited.
+    pub max_bytes: Option<u64>,
+    /// Migrate each new block to the device at allocation (rule 5). Default: off.
+    pub force_residency: bool,
+    /// Fill recycled blocks with [`POISON`] (rule 6). Default: off.
+    pub poison: bool,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            release_threshold: u64::MAX,
+            max_bytes: None,
+            force_residency: false,
+            poison: false,
+        }
+    }
+}
+
+impl PoolOptions {
+    /// Sets [`PoolOptions::release_threshold`].
+    pub fn release_threshold(mut self, bytes: u64) -> Self {
+        self.release_threshold = bytes;
+        self
+    }
+
+    /// Sets [`PoolOptions::max_bytes`].
+    pub fn max_bytes(mut self, bytes: u64) -> Self {
+        self.max_bytes = Some(bytes);
+        self
+    }
+
+    /// Sets [`PoolOptions::force_residency`].
+    pub fn force_residency(mut self, on: bool) -> Self {
+        self.force_residency = on;
+        self
+    }
+
+    /// Sets [`PoolOptions::poison`].
+    pub fn poison(mut self, on: bool) -> Self {
+        self.poison = on;
+        self
+    }
+}
+
+/// What a pool holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Bytes handed out and not yet back.
+    pub in_use_bytes: u64,
+    /// Unused bytes kept for reuse.
+    pub pooled_bytes: u64,
+    /// Unused blocks kept for reuse.
+    pub pooled_blocks: usize,
+}
+
+#[derive(Default)]
+struct PoolState {
+    free: BTreeMap<usize, Vec<MemInner>>,
+    in_use: u64,
+    pooled: u64,
+    blocks: usize,
+}
+
+pub(crate) struct PoolInner {
+    ctx: Arc<ContextInner>,
+    options: PoolOptions,
+    /// Runs residency migrations and poison fills.
+    queue: Queue,
+    poison: Option<Kernel>,
+    state: Mutex<PoolState>,
+    /// Set when the user's `Pool` is dropped: blocks coming back are released.
+    closed: AtomicBool,
+}
+
+impl PoolInner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Rules 1, 3 and 6: takes a block back from a released buffer.
+    pub(crate) fn recycle(&self, mut mem: MemInner) {
+        let class = mem.bytes();
+        self.ctx.ledger.given_back(mem.id);
+        if let Some(kernel) = &self.poison {
+            let words = class / 4;
+            let args = [Arg::from_mem(&mem, Access::Write), Arg::scalar(POISON)];
+            if let Err(e) = self.queue.launch(kernel, &[words], &args) {
+                log::warn!(target: "cl_lifetime::pool", "poisoning a recycled block: {e}");
+            }
+        }
+        let mut state = self.lock();
+        state.in_use = state.in_use.saturating_sub(class as u64);
+        let keep = !self.closed.load(Ordering::Acquire)
+            && state.pooled + class as u64 <= self.options.release_threshold;
+        if keep {
+            state.pooled += class as u64;
+            state.blocks += 1;
+            self.ctx
+                .ledger
+                .shift(class as u64, mem.bucket(), Bucket::Pooled);
+            mem.set_bucket(Bucket::Pooled);
+            state.free.entry(class).or_default().push(mem);
+        } else {
+            drop(state);
+            mem.release_deferred();
+        }
+    }
+
+    /// Rule 3: releases unused blocks, largest first, until at most `to_bytes` are kept.
+    fn trim(&self, to_bytes: u64) -> u64 {
+        let mut released = Vec::new();
+        {
+            let mut state = self.lock();
+            while state.pooled > to_bytes {
+                let Some(mut largest) = state.free.last_entry() else {
+                    break;
+                };
+                let Some(block) = largest.get_mut().pop() else {
+                    largest.remove();
+                    continue;
+                };
+                if largest.get().is_empty() {
+                    largest.remove();
+                }
+                state.pooled -= block.bytes() as u64;
+                state.blocks -= 1;
+                released.push(block);
+            }
+        }
+        let bytes = released.iter().map(|b| b.bytes() as u64).sum();
+        for block in released {
+            block.release_deferred();
+        }
+        bytes
+    }
+
+    fn create_block(&self, class: usize, site: &'static Location<'static>) -> Result<MemInner> {
+        // SAFETY: no host pointer; `class` is within CL_DEVICE_MAX_MEM_ALLOC_SIZE.
+        let raw = unsafe {
+            cl::create_buffer(self.ctx.raw, cl::CL_MEM_READ_WRITE, class, ptr::null_mut())
+        }
+        .map_err(|s| Error::cl("clCreateBuffer", s))?;
+        let mem = MemInner::adopt(&self.ctx, raw, class, site, true);
+        if self.options.force_residency {
+            let handle: cl_mem = mem.raw();
+            // SAFETY: one live mem object; no wait list; the event is released below.
+            let migrated = unsafe {
+                opencl3::command_queue::enqueue_migrate_mem_object(
+                    self.queue.as_raw(),
+                    1,
+                    &handle,
+                    cl::CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED,
+                    0,
+                    ptr::null(),
+                )
+            }
+            .map_err(|s| Error::cl("clEnqueueMigrateMemObjects", s))?;
+            // SAFETY: `migrated` came from the enqueue above; its one reference is handed over.
+            let event = unsafe { crate::Event::from_raw(migrated) };
+            event.wait()?;
+        }
+        Ok(mem)
+    }
+}
+
+impl Drop for PoolInner {
+    fn drop(&mut self) {
+        self.trim(0);
+    }
+}
+
+fn is_out_of_memory(e: &Error) -> bool {
+    matches!(
+        e.status().map(|s| s.code()),
+        Some(opencl3::error_codes::CL_MEM_OBJECT_ALLOCATION_FAILURE)
+            | Some(opencl3::error_codes::CL_OUT_OF_RESOURCES)
+            | Some(opencl3::error_codes::CL_OUT_OF_HOST_MEMORY)
+    )
+}
+
+/// A pool of device blocks that are reused without waiting for the device.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::{Context, Pool, PoolOptions};
+/// let ctx = Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let pool = Pool::new(&ctx, PoolOptions::default())?;
+/// for i in 0..10u32 {
+///     let buf = pool.acquire::<u32>(1024)?; // one clCreateBuffer, then reuse
+///     queue.fill(&buf, i)?;
+///     buf.release()?; // back to the pool with its events: no wait
+/// }
+/// assert_eq!(ctx.memory_stats().driver_allocations, 1);
+/// # Ok(())
+/// # }
+/// ```
+pub struct Pool {
+    inner: Arc<PoolInner>,
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("options", &self.inner.options)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Pool {
+    /// A pool on `ctx`'s first device.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`] when its queue cannot be created, [`Error::Build`] when the poison
+    /// kernel does not build.
+    pub fn new(ctx: &Context, options: PoolOptions) -> Result<Pool> {
+        let poison = if options.poison {
+            let program =
+                ctx.program_from_source("poison.cl", include_str!("../kernels/poison.cl"), "")?;
+            Some(program.kernel("poison")?)
+        } else {
+            None
+        };
+        Ok(Pool {
+            inner: Arc::new(PoolInner {
+                ctx: ctx.inner.clone(),
+                options,
+                queue: ctx.queue()?,
+                poison,
+                state: Mutex::new(PoolState::default()),
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// The size class of a `bytes` request on this pool's devices.
+    fn class_of(&self, bytes: usize) -> usize {
+        let class = bytes.max(MIN_CLASS).next_power_of_two();
+        if class as u64 <= self.inner.ctx.max_alloc {
+            class
+        } else {
+            bytes
+                .next_multiple_of(MIN_CLASS)
+                .min(self.inner.ctx.max_alloc as usize)
+        }
+    }
+
+    /// A buffer of `len` elements: a pooled block of its size class when there is one
+    /// (rule 2 orders it after the block's earlier commands), else a new one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ZeroLength`], [`Error::TooLarge`], [`Error::PoolExhausted`] (rule 4), or
+    /// the driver's allocation error after one trim and retry.
+    #[track_caller]
+    pub fn acquire<T: Pod>(&self, len: usize) -> Result<ClBuffer<T>> {
+        let site = Location::caller();
+        let inner = &self.inner;
+        let bytes = MemInner::check_size::<T>(&inner.ctx, len)?;
+        let class = self.class_of(bytes);
+        let reused = {
+            let mut state = inner.lock();
+            let block = state.free.get_mut(&class).and_then(Vec::pop);
+            if block.is_some() {
+                state.pooled -= class as u64;
+                state.blocks -= 1;
+                state.in_use += class as u64;
+            }
+            block
+        };
+        let mut mem = match reused {
+            Some(mut mem) => {
+                mem.hand_out_again(site);
+                mem.clear_failures();
+                mem
+            }
+            None => {
+                self.make_room(class as u64)?;
+                let mem = match inner.create_block(class, site) {
+                    Err(e) if is_out_of_memory(&e) => {
+                        inner.trim(0);
+                        inner.create_block(class, site)?
+                    }
+                    other => other?,
+                };
+                inner.lock().in_use += class as u64;
+                mem
+            }
+        };
+        mem.set_home(Home::Pool(inner.clone()));
+        Ok(ClBuffer::from_mem(mem, len))
+    }
+
+    /// Rule 4.
+    fn make_room(&self, class: u64) -> Result<()> {
+        let Some(max) = self.inner.options.max_bytes else {
+            return Ok(());
+        };
+        let in_use = self.inner.lock().in_use;
+        let fits = |pooled: u64| in_use + pooled + class <= max;
+        if fits(self.inner.lock().pooled) {
+            return Ok(());
+        }
+        self.inner.trim(max.saturating_sub(in_use + class));
+        if fits(self.inner.lock().pooled) {
+            Ok(())
+        } else {
+            Err(Error::PoolExhausted {
+                requested: class,
+                max,
+                in_use,
+            })
+        }
+    }
+
+    /// Releases unused blocks until at most `to_bytes` are kept; returns the bytes let go.
+    /// The releases are deferred: this never waits for the device.
+    pub fn trim(&self, to_bytes: u64) -> u64 {
+        self.inner.trim(to_bytes)
+    }
+
+    /// What the pool holds now.
+    pub fn stats(&self) -> PoolStats {
+        let state = self.inner.lock();
+        PoolStats {
+            in_use_bytes: state.in_use,
+            pooled_bytes: state.pooled,
+            pooled_blocks: state.blocks,
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.trim(0);
+    }
+}
+
+pub(crate) struct ArenaInner {
+    parent: MemInner,
+    next: Mutex<usize>,
+}
+
+/// One buffer carved into aligned, non-overlapping sub-buffers (rule 7): pre-allocation for
+/// users who know their peak.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let arena = cl_lifetime::Arena::new(&ctx, 1 << 20)?;
+/// let a = arena.carve::<f32>(1000)?;
+/// let b = arena.carve::<u8>(10)?;
+/// ctx.queue()?.fill(&a, 1.0)?;
+/// assert!(arena.used() >= 4000 + 10);
+/// # drop((a, b));
+/// # Ok(())
+/// # }
+/// ```
+pub struct Arena {
+    inner: Arc<ArenaInner>,
+    align: usize,
+}
+
+impl fmt::Debug for Arena {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Arena")
+            .field("capacity", &self.capacity())
+            .field("used", &self.used())
+            .finish()
+    }
+}
+
+impl Arena {
+    /// An arena of `bytes` bytes.
+    ///
+    /// # Errors
+    ///
+    /// As [`Context::buffer`].
+    #[track_caller]
+    pub fn new(ctx: &Context, bytes: usize) -> Result<Arena> {
+        let parent = ctx.buffer::<u8>(bytes)?.into_mem();
+        let align = ctx
+            .devices()
+            .iter()
+            .map(|d| d.base_addr_align_bytes())
+            .max()
+            .unwrap_or(1) as usize;
+        Ok(Arena {
+            inner: Arc::new(ArenaInner {
+                parent,
+                next: Mutex::new(0),
+            }),
+            align,
+        })
+    }
+
+    /// A sub-buffer of `len` elements at the next aligned origin.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ZeroLength`], [`Error::ArenaFull`], or [`Error::Cl`] from
+    /// `clCreateSubBuffer`.
+    #[track_caller]
+    pub fn carve<T: Pod>(&self, len: usize) -> Result<ClBuffer<T>> {
+        let site = Location::caller();
+        let parent = &self.inner.parent;
+        let bytes = MemInner::check_size::<T>(&parent.ctx, len)?;
+        let mut next = self
+            .inner
+            .next
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let origin = next.next_multiple_of(self.align);
+        let capacity = parent.bytes();
+        if origin.checked_add(bytes).is_none_or(|end| end > capacity) {
+            return Err(Error::ArenaFull {
+                requested: bytes as u64,
+                available: capacity.saturating_sub(origin) as u64,
+            });
+        }
+        let region = opencl3::types::cl_buffer_region {
+            origin,
+            size: bytes,
+        };
+        // SAFETY: the region lies inside the parent and its origin is aligned to every
+        // device's CL_DEVICE_MEM_BASE_ADDR_ALIGN (rule 7); `region` outlives the call.
+        let raw = unsafe {
+            cl::create_sub_buffer(
+                parent.raw(),
+                cl::CL_MEM_READ_WRITE,
+                cl::CL_BUFFER_CREATE_TYPE_REGION,
+                ptr::from_ref(&region).cast(),
+            )
+        }
+        .map_err(|s| Error::cl("clCreateSubBuffer", s))?;
+        *next = origin + bytes;
+        let mut mem = MemInner::adopt_view(&parent.ctx, raw, bytes, site);
+        mem.set_home(Home::Arena(self.inner.clone()));
+        Ok(ClBuffer::from_mem(mem, len))
+    }
+
+    /// Bytes carved so far, alignment gaps included.
+    pub fn used(&self) -> usize {
+        *self
+            .inner
+            .next
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The arena's size in bytes.
+    pub fn capacity(&self) -> usize {
+        self.inner.parent.bytes()
+    }
+
+    /// Makes the whole arena free again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ArenaBusy`] while sub-buffers carved from it are alive.
+    pub fn reset(&mut self) -> Result<()> {
+        let live = Arc::strong_count(&self.inner) - 1;
+        if live > 0 {
+            return Err(Error::ArenaBusy { live });
+        }
+        *self
+            .inner
+            .next
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = 0;
+        Ok(())
+    }
+}
