@@ -171,7 +171,7 @@ impl Ledger {
             .values()
             .copied()
             .collect();
-        leaks.sort_by(|a, b| b.0.cmp(&a.0));
+        leaks.sort_by_key(|l| std::cmp::Reverse(l.0));
         leaks
     }
 }
