@@ -155,3 +155,51 @@ pub fn watch<T: Pod>(buffer: &ClBuffer<T>, events: &[&Event]) -> Watch {
 pub fn busy(ctx: &Context) -> cl_lifetime::Program {
     ctx.program("busy.cl", "").expect("busy.cl builds")
 }
+
+/// A context over two devices of one platform: the platform of the chosen device
+/// (`CL_LIFETIME_DEVICE`, or the default) when it has two, else the first platform that
+/// does. The chosen device comes first when it is on that platform. Without such a
+/// platform the test is skipped, except under `CL_LIFETIME_REQUIRE_TWO_DEVICES=1` (set
+/// by CI, which runs PoCL with `POCL_DEVICES="pthread pthread"`), where it fails.
+pub fn two_device_context() -> Option<Context> {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let required = std::env::var("CL_LIFETIME_REQUIRE_TWO_DEVICES").as_deref() == Ok("1");
+    let skip = |why: String| -> Option<Context> {
+        if required {
+            panic!("CL_LIFETIME_REQUIRE_TWO_DEVICES=1 but {why}");
+        }
+        eprintln!("skipped: {why}");
+        None
+    };
+    let devices = match cl_lifetime::Device::all() {
+        Ok(devices) => devices,
+        Err(e) => return skip(format!("no OpenCL devices ({e})")),
+    };
+    let chosen = cl_lifetime::Device::from_env().ok();
+    let mut platforms: Vec<usize> = devices.iter().map(|d| d.indices().0).collect();
+    platforms.dedup();
+    if let Some(p) = chosen.as_ref().map(|d| d.indices().0) {
+        platforms.sort_by_key(|&q| q != p);
+    }
+    let mut failures = Vec::new();
+    for platform in platforms {
+        let mut on: Vec<&cl_lifetime::Device> = devices
+            .iter()
+            .filter(|d| d.indices().0 == platform)
+            .collect();
+        if let Some(c) = &chosen {
+            on.sort_by_key(|d| d.indices() != c.indices());
+        }
+        if let [d0, d1, ..] = on[..] {
+            match Context::with_devices(&[d0.clone(), d1.clone()]) {
+                Ok(ctx) => return Some(ctx),
+                Err(e) => failures.push(format!("{d0} + {d1}: {e}")),
+            }
+        }
+    }
+    let found: Vec<String> = devices.iter().map(ToString::to_string).collect();
+    skip(format!(
+        "no platform with two usable devices (found {found:?}; failed {failures:?}); \
+         PoCL exposes two with POCL_DEVICES=\"pthread pthread\""
+    ))
+}

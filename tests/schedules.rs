@@ -1,0 +1,1318 @@
+//! Randomized schedules checked against a sequential model.
+//!
+//! Each schedule is a random list of commands over a few buffers, issued in program order
+//! on random queues (in-order and out-of-order, on one device or spread over two). The
+//! library must make the device honour that order through the wait lists it computes from
+//! the buffers each command touches; a sequential CPU model applies the same commands in
+//! program order, and every read must see the model's value at the moment it was issued.
+//!
+//! To make a missing wait show, some commands are gated by user events that are opened
+//! only a few commands later, so that commands issued after them (on other queues) are
+//! really enqueued before they ran. A blocking command whose inputs depend on a closed
+//! gate opens it first (the plan says so), so no schedule can deadlock.
+//!
+//! The threaded test gives each host thread its own queue and buffers, plus buffers all
+//! threads only read; their one write is gated until every thread has enqueued all it can
+//! without blocking. Threads never map the shared buffers: PoCL 3.1 crashes, or maps
+//! wrong contents, when several host threads map one buffer at once (raw OpenCL calls
+//! do it too).
+//!
+//! # Replaying
+//!
+//! A failure prints the seed of the failing schedule (or round) with its command list.
+//!
+//! - `CL_LIFETIME_SCHEDULE_SEED=<u64>` runs only that one schedule (in
+//!   `random_schedules_match_a_sequential_model`) or that one round (in
+//!   `threads_with_their_own_queues_match_a_sequential_model`); name the test on the
+//!   command line to run just one of them. The lowest bit of a seed picks the context:
+//!   0 for one device, 1 for two devices of one platform (`common::two_device_context`;
+//!   PoCL gives two with `POCL_DEVICES="pthread pthread"`).
+//! - `CL_LIFETIME_SCHEDULES=<n>` sets how many schedules the first test runs (default
+//!   2,000, half of them on two devices when there are two).
+//! - `CL_LIFETIME_ROUNDS=<n>` sets how many rounds the threaded test runs (default 300).
+//!
+//! ```text
+//! POCL_DEVICES="pthread pthread" CL_LIFETIME_SCHEDULE_SEED=1234 \
+//!     cargo test --test schedules random_schedules_match_a_sequential_model -- --nocapture
+//! ```
+
+mod common;
+
+use std::cell::Cell;
+use std::fmt;
+use std::ops::Range;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use cl_lifetime::{
+    Arg, ClBuffer, Context, Event, HazardStats, Kernel, PendingRead, Queue, UserEvent, wait_all,
+};
+
+const SEED_VAR: &str = "CL_LIFETIME_SCHEDULE_SEED";
+const SCHEDULES_VAR: &str = "CL_LIFETIME_SCHEDULES";
+const ROUNDS_VAR: &str = "CL_LIFETIME_ROUNDS";
+const DEFAULT_SCHEDULES: usize = 2000;
+const DEFAULT_ROUNDS: usize = 300;
+/// Queues of each kind per device in a context's pool: the most a schedule uses.
+const MAX_QUEUES: usize = 4;
+/// User-event gates per plan, at most (one bit each in a `u32` mask).
+const MAX_GATES: usize = 8;
+/// Failing schedules reported before the test stops looking for more.
+const MAX_REPORTED: usize = 3;
+
+// ---------------------------------------------------------------------------------------
+// Deterministic randomness
+// ---------------------------------------------------------------------------------------
+
+/// splitmix64: small, fast and good enough to drive the schedules.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mix(self.0)
+    }
+
+    /// Uniform in `0..n`, `n > 0`.
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn between(&mut self, lo: usize, hi: usize) -> usize {
+        lo + self.below(hi - lo + 1)
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn int(&mut self, lo: i32, hi: i32) -> i32 {
+        lo + self.below((hi - lo + 1) as usize) as i32
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+
+    /// A non-empty range inside `0..len`.
+    fn range(&mut self, len: usize) -> Range<usize> {
+        let start = self.below(len);
+        start..self.between(start + 1, len)
+    }
+}
+
+/// The splitmix64 finalizer.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The `i`-th seed of a run: its lowest bit says on how many devices it runs.
+fn nth_seed(base: u64, i: usize, devices: usize) -> u64 {
+    (mix(base ^ (i as u64).wrapping_mul(0xD134_2543_DE82_EF95)) & !1) | (devices as u64 - 1)
+}
+
+fn devices_of(seed: u64) -> usize {
+    1 + (seed & 1) as usize
+}
+
+fn env_number(var: &str) -> Option<u64> {
+    let value = std::env::var(var).ok()?;
+    let value = value.trim();
+    let parsed = match value.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => value.parse(),
+    };
+    Some(parsed.unwrap_or_else(|e| panic!("{var}={value:?} is not a u64: {e}")))
+}
+
+// ---------------------------------------------------------------------------------------
+// Plans: what a schedule does, decided from its seed alone
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct QueueSpec {
+    device: usize,
+    in_order: bool,
+}
+
+impl fmt::Display for QueueSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = if self.in_order {
+            "in-order"
+        } else {
+            "out-of-order"
+        };
+        write!(f, "{kind} on device {}", self.device)
+    }
+}
+
+/// Buffer contents `base + step * i`, wrapping.
+#[derive(Clone, Copy, Debug)]
+struct Pattern {
+    base: i32,
+    step: i32,
+}
+
+impl Pattern {
+    fn random(rng: &mut Rng) -> Pattern {
+        Pattern {
+            base: rng.int(-1000, 1000),
+            step: rng.int(-9, 9),
+        }
+    }
+
+    fn values(self, len: usize) -> Vec<i32> {
+        (0..len)
+            .map(|i| self.base.wrapping_add(self.step.wrapping_mul(i as i32)))
+            .collect()
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{:+}i", self.base, self.step)
+    }
+}
+
+/// One command. Buffers and queues are indices into the plan's lists.
+#[derive(Clone, Debug)]
+enum Kind {
+    /// Blocking `write` / `write_at`.
+    Write {
+        b: usize,
+        at: usize,
+        len: usize,
+        data: Pattern,
+    },
+    /// `write_owned` / `write_owned_at`.
+    WriteOwned {
+        b: usize,
+        at: usize,
+        len: usize,
+        data: Pattern,
+    },
+    Fill {
+        b: usize,
+        value: i32,
+    },
+    FillRange {
+        b: usize,
+        value: i32,
+        range: Range<usize>,
+    },
+    Copy {
+        src: usize,
+        dst: usize,
+    },
+    CopyRange {
+        src: usize,
+        src_at: usize,
+        dst: usize,
+        dst_at: usize,
+        len: usize,
+    },
+    /// `add_const(b, c)`: `b[i] += c`.
+    AddConst {
+        b: usize,
+        c: i32,
+    },
+    /// `axpy_int(x, y, a)`: `y[i] = a * x[i] + y[i]`; `x` may be `y`.
+    Axpy {
+        x: usize,
+        y: usize,
+        a: i32,
+    },
+    /// Blocking `read` / `read_at`, checked at once.
+    Read {
+        b: usize,
+        range: Range<usize>,
+    },
+    /// `read_owned` / `read_owned_range`, waited for at once or at the end.
+    ReadOwned {
+        b: usize,
+        range: Range<usize>,
+        wait_now: bool,
+    },
+    /// Blocking read-only `map`, checked at once and unmapped.
+    Map {
+        b: usize,
+        range: Range<usize>,
+    },
+}
+
+impl Kind {
+    fn buffers(&self) -> Vec<usize> {
+        match *self {
+            Kind::Write { b, .. }
+            | Kind::WriteOwned { b, .. }
+            | Kind::Fill { b, .. }
+            | Kind::FillRange { b, .. }
+            | Kind::AddConst { b, .. }
+            | Kind::Read { b, .. }
+            | Kind::ReadOwned { b, .. }
+            | Kind::Map { b, .. } => vec![b],
+            Kind::Copy { src, dst } | Kind::CopyRange { src, dst, .. } => vec![src, dst],
+            Kind::Axpy { x, y, .. } => vec![x, y],
+        }
+    }
+
+    /// Whether the host blocks until the command is done: such a command must not wait
+    /// on a closed gate.
+    fn blocks(&self) -> bool {
+        matches!(
+            self,
+            Kind::Write { .. } | Kind::Read { .. } | Kind::Map { .. }
+        )
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Kind::Write { b, at, len, data } => {
+                write!(f, "write b{b}[{at}..{}] = {data} (blocking)", at + len)
+            }
+            Kind::WriteOwned { b, at, len, data } => {
+                write!(f, "write_owned b{b}[{at}..{}] = {data}", at + len)
+            }
+            Kind::Fill { b, value } => write!(f, "fill b{b} = {value}"),
+            Kind::FillRange { b, value, range } => {
+                write!(f, "fill_range b{b}[{range:?}] = {value}")
+            }
+            Kind::Copy { src, dst } => write!(f, "copy b{src} -> b{dst}"),
+            Kind::CopyRange {
+                src,
+                src_at,
+                dst,
+                dst_at,
+                len,
+            } => write!(
+                f,
+                "copy_range b{src}[{src_at}..{}] -> b{dst}[{dst_at}..{}]",
+                src_at + len,
+                dst_at + len
+            ),
+            Kind::AddConst { b, c } => write!(f, "add_const b{b} += {c}"),
+            Kind::Axpy { x, y, a } => write!(f, "axpy_int b{y} = {a} * b{x} + b{y}"),
+            Kind::Read { b, range } => write!(f, "read b{b}[{range:?}] (blocking)"),
+            Kind::ReadOwned { b, range, wait_now } => {
+                let when = if *wait_now { "at once" } else { "at the end" };
+                write!(f, "read_owned b{b}[{range:?}] (waited {when})")
+            }
+            Kind::Map { b, range } => write!(f, "map b{b}[{range:?}] (blocking)"),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    /// Issue `kind` on queue `queue`, after gate `gate` when there is one.
+    Enqueue {
+        queue: usize,
+        gate: Option<usize>,
+        kind: Kind,
+    },
+    /// Open the gates whose bits are set.
+    Open(u32),
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Enqueue { queue, gate, kind } => {
+                write!(f, "q{queue} ")?;
+                if let Some(g) = gate {
+                    write!(f, "after gate {g}: ")?;
+                }
+                write!(f, "{kind}")
+            }
+            Step::Open(mask) => {
+                let gates: Vec<usize> = (0..32).filter(|g| mask & (1 << g) != 0).collect();
+                write!(f, "open gates {gates:?}")
+            }
+        }
+    }
+}
+
+/// Everything one schedule (or one thread of a round) does.
+#[derive(Clone, Debug)]
+struct Plan {
+    seed: u64,
+    len: usize,
+    queues: Vec<QueueSpec>,
+    /// Per buffer: its contents before the first step.
+    initial: Vec<Pattern>,
+    /// Per buffer: whether steps may write it (the threaded test's shared buffers may not).
+    writable: Vec<bool>,
+    steps: Vec<Step>,
+    /// How many gates the steps use.
+    gates: usize,
+    /// Per buffer: the queue of its final read.
+    final_reads: Vec<usize>,
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "plan of seed {}: {} elements per buffer, {} gates",
+            self.seed, self.len, self.gates
+        )?;
+        for (q, spec) in self.queues.iter().enumerate() {
+            writeln!(f, "  q{q}: {spec}")?;
+        }
+        for (b, pattern) in self.initial.iter().enumerate() {
+            let shared = if self.writable[b] {
+                ""
+            } else {
+                " (shared, read-only)"
+            };
+            writeln!(f, "  b{b} = {pattern}{shared}")?;
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            writeln!(f, "  #{i:<3} {step}")?;
+        }
+        let finals: Vec<String> = self
+            .final_reads
+            .iter()
+            .enumerate()
+            .map(|(b, q)| format!("b{b} on q{q}"))
+            .collect();
+        write!(
+            f,
+            "  then: wait for the pending reads; final reads {}",
+            finals.join(", ")
+        )
+    }
+}
+
+/// Picks `count` commands over `writable.len()` buffers and `queues`, and decides where
+/// gates go. `initial` is the buffers' contents before the first command.
+fn plan_steps(
+    rng: &mut Rng,
+    seed: u64,
+    len: usize,
+    queues: Vec<QueueSpec>,
+    initial: Vec<Pattern>,
+    writable: Vec<bool>,
+    count: usize,
+) -> Plan {
+    let buffers = initial.len();
+    let targets: Vec<usize> = (0..buffers).filter(|&b| writable[b]).collect();
+    // Which closed gates each buffer and queue may be waiting on, as bit masks: a
+    // conservative over-approximation of what the device will make them wait on.
+    let mut buffer_gates = vec![0u32; buffers];
+    let mut queue_gates = vec![0u32; queues.len()];
+    let mut closed = 0u32;
+    let mut open_at: Vec<usize> = Vec::new();
+    let mut steps = Vec::new();
+
+    let open = |mask: u32,
+                closed: &mut u32,
+                buffer_gates: &mut [u32],
+                queue_gates: &mut [u32],
+                steps: &mut Vec<Step>| {
+        if mask == 0 {
+            return;
+        }
+        *closed &= !mask;
+        for m in buffer_gates.iter_mut().chain(queue_gates.iter_mut()) {
+            *m &= !mask;
+        }
+        steps.push(Step::Open(mask));
+    };
+
+    for i in 0..count {
+        let due = (0..open_at.len())
+            .filter(|&g| closed & (1 << g) != 0 && open_at[g] <= i)
+            .fold(0u32, |m, g| m | (1 << g));
+        open(
+            due,
+            &mut closed,
+            &mut buffer_gates,
+            &mut queue_gates,
+            &mut steps,
+        );
+
+        let mut kind = random_kind(rng, len, buffers, &targets);
+        let queue = rng.below(queues.len());
+        let touched = kind.buffers();
+        let mut waits_on = touched
+            .iter()
+            .fold(queue_gates[queue], |m, &b| m | buffer_gates[b]);
+        let mut gate = None;
+        if kind.blocks() {
+            // The host would wait for a closed gate that only it can open.
+            open(
+                waits_on,
+                &mut closed,
+                &mut buffer_gates,
+                &mut queue_gates,
+                &mut steps,
+            );
+            waits_on = 0;
+        } else if rng.chance(15) {
+            if closed != 0 && rng.chance(40) {
+                let choices: Vec<usize> = (0..32).filter(|g| closed & (1 << g) != 0).collect();
+                gate = Some(choices[rng.below(choices.len())]);
+            } else if open_at.len() < MAX_GATES {
+                let g = open_at.len();
+                open_at.push(i + rng.between(1, 8));
+                closed |= 1 << g;
+                gate = Some(g);
+            }
+        }
+        if let Some(g) = gate {
+            waits_on |= 1 << g;
+        }
+        if let Kind::ReadOwned { wait_now, .. } = &mut kind {
+            *wait_now = waits_on == 0 && rng.chance(50);
+        }
+        if waits_on != 0 {
+            queue_gates[queue] |= waits_on;
+            for &b in &touched {
+                buffer_gates[b] |= waits_on;
+            }
+        }
+        steps.push(Step::Enqueue { queue, gate, kind });
+    }
+    open(
+        closed,
+        &mut closed,
+        &mut buffer_gates,
+        &mut queue_gates,
+        &mut steps,
+    );
+    let final_reads = (0..buffers).map(|_| rng.below(queues.len())).collect();
+    Plan {
+        seed,
+        len,
+        queues,
+        initial,
+        writable,
+        steps,
+        gates: open_at.len(),
+        final_reads,
+    }
+}
+
+/// One random command; `wait_now` of a read is decided by the caller.
+fn random_kind(rng: &mut Rng, len: usize, buffers: usize, targets: &[usize]) -> Kind {
+    let target = targets[rng.below(targets.len())];
+    let any = rng.below(buffers);
+    let some_range = |rng: &mut Rng| {
+        if rng.chance(40) {
+            0..len
+        } else {
+            rng.range(len)
+        }
+    };
+    match rng.below(100) {
+        0..8 => {
+            let r = some_range(rng);
+            Kind::Write {
+                b: target,
+                at: r.start,
+                len: r.len(),
+                data: Pattern::random(rng),
+            }
+        }
+        8..18 => {
+            let r = some_range(rng);
+            Kind::WriteOwned {
+                b: target,
+                at: r.start,
+                len: r.len(),
+                data: Pattern::random(rng),
+            }
+        }
+        18..24 => Kind::Fill {
+            b: target,
+            value: rng.int(-1000, 1000),
+        },
+        24..32 => Kind::FillRange {
+            b: target,
+            value: rng.int(-1000, 1000),
+            range: rng.range(len),
+        },
+        32..40 => {
+            let others: Vec<usize> = (0..buffers).filter(|&b| b != target).collect();
+            Kind::Copy {
+                src: others[rng.below(others.len())],
+                dst: target,
+            }
+        }
+        40..52 => {
+            if any == target {
+                // Two ranges of one buffer that do not overlap: `lo` before `hi`.
+                let n = rng.between(1, len / 2);
+                let lo = rng.below(len - 2 * n + 1);
+                let hi = rng.between(lo + n, len - n);
+                let (src_at, dst_at) = if rng.chance(50) { (lo, hi) } else { (hi, lo) };
+                Kind::CopyRange {
+                    src: any,
+                    src_at,
+                    dst: target,
+                    dst_at,
+                    len: n,
+                }
+            } else {
+                let n = rng.between(1, len);
+                Kind::CopyRange {
+                    src: any,
+                    src_at: rng.below(len - n + 1),
+                    dst: target,
+                    dst_at: rng.below(len - n + 1),
+                    len: n,
+                }
+            }
+        }
+        52..64 => Kind::AddConst {
+            b: target,
+            c: rng.int(-50, 50),
+        },
+        64..76 => Kind::Axpy {
+            x: any,
+            y: target,
+            a: rng.int(-3, 3),
+        },
+        76..84 => Kind::Read {
+            b: any,
+            range: some_range(rng),
+        },
+        84..95 => Kind::ReadOwned {
+            b: any,
+            range: some_range(rng),
+            wait_now: false,
+        },
+        // Only buffers the plan may write, which in the threaded test are the thread's own:
+        // PoCL 3.1 crashes (or maps wrong contents) when several host threads map one
+        // buffer at once, even through raw OpenCL calls.
+        _ => Kind::Map {
+            b: target,
+            range: some_range(rng),
+        },
+    }
+}
+
+/// The plan of one schedule of the first test.
+fn plan_schedule(seed: u64) -> Plan {
+    let mut rng = Rng(seed);
+    let devices = devices_of(seed);
+    let count = rng.between(2, MAX_QUEUES);
+    let mut queues: Vec<QueueSpec> = Vec::with_capacity(count);
+    for k in 0..count {
+        let in_order = match k {
+            // At least one queue of each kind, and on two devices one on each.
+            1 => !queues[0].in_order,
+            _ => rng.chance(50),
+        };
+        let device = if k < devices { k } else { rng.below(devices) };
+        queues.push(QueueSpec { device, in_order });
+    }
+    // Shuffle, so that q0 is not always on the first device.
+    for k in (1..queues.len()).rev() {
+        queues.swap(k, rng.below(k + 1));
+    }
+    let len = rng.between(16, 64);
+    let buffers = rng.between(3, 5);
+    let initial = (0..buffers).map(|_| Pattern::random(&mut rng)).collect();
+    let steps = rng.between(10, 40);
+    plan_steps(
+        &mut rng,
+        seed,
+        len,
+        queues,
+        initial,
+        vec![true; buffers],
+        steps,
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Running a plan against the device and the model
+// ---------------------------------------------------------------------------------------
+
+/// A context with its kernels and a pool of queues, made once per test.
+struct Env {
+    label: &'static str,
+    ctx: Context,
+    add_const: Kernel,
+    axpy: Kernel,
+    /// `pool[device][in_order as usize]`: `MAX_QUEUES` queues each.
+    pool: Vec<[Vec<Queue>; 2]>,
+}
+
+impl Env {
+    fn new(ctx: Context, label: &'static str) -> Env {
+        let program = ctx.program("schedule.cl", "").expect("schedule.cl builds");
+        let add_const = program.kernel("add_const").expect("add_const kernel");
+        let axpy = program.kernel("axpy_int").expect("axpy_int kernel");
+        let pool = ctx
+            .devices()
+            .iter()
+            .map(|device| {
+                let make = |out_of_order: bool| -> Vec<Queue> {
+                    (0..MAX_QUEUES)
+                        .map(|_| ctx.queue_on(device, out_of_order).expect("queue"))
+                        .collect()
+                };
+                [make(true), make(false)]
+            })
+            .collect();
+        Env {
+            label,
+            ctx,
+            add_const,
+            axpy,
+            pool,
+        }
+    }
+
+    /// Distinct pool queues for `specs`.
+    fn queues(&self, specs: &[QueueSpec]) -> Vec<Queue> {
+        let mut used = vec![[0usize; 2]; self.pool.len()];
+        specs
+            .iter()
+            .map(|s| {
+                let k = usize::from(s.in_order);
+                let n = &mut used[s.device][k];
+                *n += 1;
+                self.pool[s.device][k][*n - 1].clone()
+            })
+            .collect()
+    }
+
+    fn print_stats(&self, what: &str) {
+        let stats: HazardStats = self.ctx.hazard_stats();
+        println!(
+            "hazard stats ({what}{}): {} enqueues, {:.3} wait entries per enqueue, {:.3} without \
+             same-queue elision",
+            self.label,
+            stats.enqueues,
+            stats.per_enqueue(),
+            stats.per_enqueue_without_elision(),
+        );
+    }
+}
+
+/// The gates of one plan. Dropping them opens any still closed, so that nothing the
+/// plan enqueued waits forever, whatever went wrong.
+struct Gates(Vec<UserEvent>);
+
+impl Gates {
+    fn open(&self, mask: u32) -> cl_lifetime::Result<()> {
+        for (g, gate) in self.0.iter().enumerate() {
+            if mask & (1 << g) != 0 {
+                gate.complete()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Gates {
+    fn drop(&mut self) {
+        for gate in &self.0 {
+            // An error only says it was open already.
+            let _ = gate.complete();
+        }
+    }
+}
+
+/// Calls its function when dropped.
+struct OnDrop<'a>(&'a dyn Fn());
+
+impl Drop for OnDrop<'_> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
+}
+
+fn compare(failures: &mut Vec<String>, what: String, expected: &[i32], got: &[i32]) {
+    if expected == got {
+        return;
+    }
+    let wrong: Vec<usize> = (0..expected.len().min(got.len()))
+        .filter(|&i| expected[i] != got[i])
+        .collect();
+    failures.push(format!(
+        "{what}: {} of {} elements differ (first at {:?})\n    expected {expected:?}\n    got      {got:?}",
+        wrong.len(),
+        expected.len(),
+        wrong.first(),
+    ));
+}
+
+/// Runs `plan` on `queues` over `buffers` (whose device contents must be `plan.initial`),
+/// checking every read against the sequential model. `before_blocking` is called before
+/// the host first blocks on the device (and at the end, whatever happens).
+fn execute(
+    env: &Env,
+    plan: &Plan,
+    queues: &[Queue],
+    buffers: &[&ClBuffer<i32>],
+    before_blocking: &dyn Fn(),
+) -> Result<(), String> {
+    let len = plan.len;
+    let mut model: Vec<Vec<i32>> = plan.initial.iter().map(|p| p.values(len)).collect();
+    let mut failures: Vec<String> = Vec::new();
+    // Declared before the gates and the guard: dropped after them, so never while a gate
+    // they may wait on is closed.
+    let mut pending: Vec<(usize, Vec<i32>, PendingRead<i32>)> = Vec::new();
+    let gates = Gates(
+        (0..plan.gates)
+            .map(|_| env.ctx.user_event())
+            .collect::<cl_lifetime::Result<_>>()
+            .map_err(|e| format!("user event: {e}"))?,
+    );
+    let _guard = OnDrop(before_blocking);
+
+    for (i, step) in plan.steps.iter().enumerate() {
+        let failed = |e: cl_lifetime::Error| format!("step #{i} ({step}) failed: {e}");
+        let (queue, gate, kind) = match step {
+            Step::Open(mask) => {
+                gates.open(*mask).map_err(failed)?;
+                continue;
+            }
+            Step::Enqueue { queue, gate, kind } => (&queues[*queue], *gate, kind),
+        };
+        let deps: Vec<&Event> = gate.iter().map(|&g| gates.0[g].event()).collect();
+        let after = queue.after(&deps);
+        match kind {
+            Kind::Write {
+                b,
+                at,
+                len: n,
+                data,
+            } => {
+                before_blocking();
+                let values = data.values(*n);
+                if *at == 0 && *n == len {
+                    queue.write(buffers[*b], &values).map_err(failed)?;
+                } else {
+                    queue.write_at(buffers[*b], *at, &values).map_err(failed)?;
+                }
+                model[*b][*at..at + n].copy_from_slice(&values);
+            }
+            Kind::WriteOwned {
+                b,
+                at,
+                len: n,
+                data,
+            } => {
+                let values = data.values(*n);
+                model[*b][*at..at + n].copy_from_slice(&values);
+                if *at == 0 && *n == len {
+                    after.write_owned(buffers[*b], values).map_err(failed)?;
+                } else {
+                    after
+                        .write_owned_at(buffers[*b], *at, values)
+                        .map_err(failed)?;
+                }
+            }
+            Kind::Fill { b, value } => {
+                after.fill(buffers[*b], *value).map_err(failed)?;
+                model[*b].fill(*value);
+            }
+            Kind::FillRange { b, value, range } => {
+                after
+                    .fill_range(buffers[*b], *value, range.clone())
+                    .map_err(failed)?;
+                model[*b][range.clone()].fill(*value);
+            }
+            Kind::Copy { src, dst } => {
+                after.copy(buffers[*src], buffers[*dst]).map_err(failed)?;
+                model[*dst] = model[*src].clone();
+            }
+            Kind::CopyRange {
+                src,
+                src_at,
+                dst,
+                dst_at,
+                len: n,
+            } => {
+                after
+                    .copy_range(buffers[*src], *src_at, buffers[*dst], *dst_at, *n)
+                    .map_err(failed)?;
+                let moved = model[*src][*src_at..src_at + n].to_vec();
+                model[*dst][*dst_at..dst_at + n].copy_from_slice(&moved);
+            }
+            Kind::AddConst { b, c } => {
+                let args = [
+                    Arg::read_write(buffers[*b]),
+                    Arg::scalar(*c),
+                    Arg::scalar(len as u32),
+                ];
+                after
+                    .launch(&env.add_const, &[len], &args)
+                    .map_err(failed)?;
+                for v in &mut model[*b] {
+                    *v = v.wrapping_add(*c);
+                }
+            }
+            Kind::Axpy { x, y, a } => {
+                let args = [
+                    Arg::read(buffers[*x]),
+                    Arg::read_write(buffers[*y]),
+                    Arg::scalar(*a),
+                    Arg::scalar(len as u32),
+                ];
+                after.launch(&env.axpy, &[len], &args).map_err(failed)?;
+                let xs = model[*x].clone();
+                for (v, x) in model[*y].iter_mut().zip(xs) {
+                    *v = a.wrapping_mul(x).wrapping_add(*v);
+                }
+            }
+            Kind::Read { b, range } => {
+                before_blocking();
+                let mut out = vec![0i32; range.len()];
+                if range.len() == len {
+                    queue.read(buffers[*b], &mut out).map_err(failed)?;
+                } else {
+                    queue
+                        .read_at(buffers[*b], range.start, &mut out)
+                        .map_err(failed)?;
+                }
+                compare(
+                    &mut failures,
+                    format!("step #{i} ({step})"),
+                    &model[*b][range.clone()],
+                    &out,
+                );
+            }
+            Kind::ReadOwned { b, range, wait_now } => {
+                let expected = model[*b][range.clone()].to_vec();
+                let read = if range.len() == len {
+                    after.read_owned(buffers[*b])
+                } else {
+                    after.read_owned_range(buffers[*b], range.clone())
+                }
+                .map_err(failed)?;
+                if *wait_now {
+                    before_blocking();
+                    let got = read.wait().map_err(failed)?;
+                    compare(
+                        &mut failures,
+                        format!("step #{i} ({step})"),
+                        &expected,
+                        &got,
+                    );
+                } else {
+                    pending.push((i, expected, read));
+                }
+            }
+            Kind::Map { b, range } => {
+                before_blocking();
+                let mapped = queue.map(buffers[*b], range.clone()).map_err(failed)?;
+                compare(
+                    &mut failures,
+                    format!("step #{i} ({step})"),
+                    &model[*b][range.clone()],
+                    &mapped,
+                );
+            }
+        }
+    }
+
+    // The plan has opened every gate by now.
+    before_blocking();
+    for (i, expected, read) in pending.drain(..) {
+        let what = format!("step #{i} ({})", plan.steps[i]);
+        let got = read
+            .wait()
+            .map_err(|e| format!("{what}: waiting failed: {e}"))?;
+        compare(&mut failures, what, &expected, &got);
+    }
+    let finals: Vec<PendingRead<i32>> = plan
+        .final_reads
+        .iter()
+        .enumerate()
+        .map(|(b, &q)| queues[q].read_owned(buffers[b]))
+        .collect::<cl_lifetime::Result<_>>()
+        .map_err(|e| format!("final read: {e}"))?;
+    for (b, read) in finals.into_iter().enumerate() {
+        let what = format!("final read of b{b} on q{}", plan.final_reads[b]);
+        let got = read
+            .wait()
+            .map_err(|e| format!("{what}: waiting failed: {e}"))?;
+        compare(&mut failures, what, &model[b], &got);
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n"))
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_string()))
+        .unwrap_or_else(|| "a panic".to_string())
+}
+
+// ---------------------------------------------------------------------------------------
+// Test 1: one host thread, several queues
+// ---------------------------------------------------------------------------------------
+
+fn run_schedule(env: &Env, seed: u64) -> Result<(), String> {
+    let plan = plan_schedule(seed);
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let queues = env.queues(&plan.queues);
+        let buffers: Vec<ClBuffer<i32>> = plan
+            .initial
+            .iter()
+            .map(|p| env.ctx.buffer_from(&p.values(plan.len)))
+            .collect::<cl_lifetime::Result<_>>()
+            .map_err(|e| format!("creating the buffers: {e}"))?;
+        let refs: Vec<&ClBuffer<i32>> = buffers.iter().collect();
+        execute(env, &plan, &queues, &refs, &|| {})
+    }));
+    let failure = match outcome {
+        Ok(result) => result,
+        Err(payload) => Err(format!("panicked: {}", panic_message(&*payload))),
+    };
+    failure.map_err(|e| format!("{e}\n{plan}"))
+}
+
+#[test]
+fn random_schedules_match_a_sequential_model() {
+    let one = device!();
+    let replay = env_number(SEED_VAR);
+    let two = match replay {
+        Some(seed) if devices_of(seed) == 1 => None,
+        _ => common::two_device_context(),
+    };
+    if replay.is_some_and(|s| devices_of(s) == 2) && two.is_none() {
+        eprintln!("skipped: seed {replay:?} needs two devices");
+        return;
+    }
+    let envs = [
+        Some(Env::new(one, "1 device")),
+        two.map(|ctx| Env::new(ctx, "2 devices")),
+    ];
+    let seeds: Vec<u64> = match replay {
+        Some(seed) => vec![seed],
+        None => {
+            let count = env_number(SCHEDULES_VAR).map_or(DEFAULT_SCHEDULES, |n| n as usize);
+            (0..count)
+                .map(|i| {
+                    let devices = if envs[1].is_some() { 1 + i % 2 } else { 1 };
+                    nth_seed(0x5C4E_D01E_0000_0001, i, devices)
+                })
+                .collect()
+        }
+    };
+
+    let start = Instant::now();
+    let mut counts = [0usize; 2];
+    let mut failures: Vec<String> = Vec::new();
+    let mut failed = 0;
+    for &seed in &seeds {
+        let devices = devices_of(seed);
+        let Some(env) = &envs[devices - 1] else {
+            unreachable!("a seed for a context that is not there")
+        };
+        counts[devices - 1] += 1;
+        if let Err(e) = run_schedule(env, seed) {
+            failed += 1;
+            failures.push(format!(
+                "schedule seed {seed} ({}) failed; replay with {SEED_VAR}={seed}:\n{e}",
+                env.label
+            ));
+            if failures.len() >= MAX_REPORTED {
+                break;
+            }
+        }
+    }
+    println!(
+        "{} schedules ({} on 1 device, {} on 2 devices) in {:.1?}",
+        counts[0] + counts[1],
+        counts[0],
+        counts[1],
+        start.elapsed()
+    );
+    for (env, count) in envs.iter().zip(counts) {
+        if let (Some(env), 1..) = (env, count) {
+            env.print_stats("");
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{failed} schedule(s) failed (stopped after {MAX_REPORTED}); replay one with \
+         {SEED_VAR}=<seed> cargo test --test schedules random_schedules_match_a_sequential_model \
+         -- --nocapture\n\n{}",
+        failures.join("\n\n")
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Test 2: host threads with their own queues over shared read-only buffers
+// ---------------------------------------------------------------------------------------
+
+/// One round: buffers every thread reads, and one plan per thread.
+struct Round {
+    len: usize,
+    shared: Vec<Pattern>,
+    threads: Vec<Plan>,
+}
+
+fn plan_round(seed: u64) -> Round {
+    let mut rng = Rng(seed);
+    let devices = devices_of(seed);
+    let threads = rng.between(3, 4);
+    let len = rng.between(16, 64);
+    let shared: Vec<Pattern> = (0..rng.between(2, 3))
+        .map(|_| Pattern::random(&mut rng))
+        .collect();
+    let first_in_order = rng.chance(50);
+    let plans = (0..threads)
+        .map(|t| {
+            let in_order = match t {
+                0 => first_in_order,
+                1 => !first_in_order,
+                _ => rng.chance(50),
+            };
+            let spec = QueueSpec {
+                device: t % devices,
+                in_order,
+            };
+            let thread_seed = rng.next();
+            let mut thread_rng = Rng(thread_seed);
+            let own = thread_rng.between(2, 3);
+            let mut initial = shared.clone();
+            initial.extend((0..own).map(|_| Pattern::random(&mut thread_rng)));
+            let mut writable = vec![false; shared.len()];
+            writable.extend(vec![true; own]);
+            let steps = thread_rng.between(10, 40);
+            plan_steps(
+                &mut thread_rng,
+                thread_seed,
+                len,
+                vec![spec],
+                initial,
+                writable,
+                steps,
+            )
+        })
+        .collect();
+    Round {
+        len,
+        shared,
+        threads: plans,
+    }
+}
+
+/// Tells the main thread, once, that this thread is about to block on the device (or is
+/// done): until every thread has, the shared buffers' writes stay gated.
+struct Signal(Cell<Option<mpsc::Sender<()>>>);
+
+impl Signal {
+    fn fire(&self) {
+        if let Some(tx) = self.0.take() {
+            // The receiver only goes away after every thread has ended.
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Drop for Signal {
+    fn drop(&mut self) {
+        self.fire();
+    }
+}
+
+fn run_thread(
+    env: &Env,
+    plan: &Plan,
+    queue: &Queue,
+    shared: &[ClBuffer<i32>],
+    signal: &Signal,
+) -> Result<(), String> {
+    let own: Vec<ClBuffer<i32>> = plan.initial[shared.len()..]
+        .iter()
+        .map(|p| env.ctx.buffer_from(&p.values(plan.len)))
+        .collect::<cl_lifetime::Result<_>>()
+        .map_err(|e| format!("creating the buffers: {e}"))?;
+    let buffers: Vec<&ClBuffer<i32>> = shared.iter().chain(&own).collect();
+    execute(env, plan, std::slice::from_ref(queue), &buffers, &|| {
+        signal.fire()
+    })
+}
+
+fn run_round(env: &Env, seed: u64) -> Result<(), String> {
+    let round = plan_round(seed);
+    let len = round.len;
+    let ctx = &env.ctx;
+    let setup = env
+        .queues(&[QueueSpec {
+            device: 0,
+            in_order: true,
+        }])
+        .remove(0);
+    let shared: Vec<ClBuffer<i32>> = (0..round.shared.len())
+        .map(|_| ctx.buffer::<i32>(len))
+        .collect::<cl_lifetime::Result<_>>()
+        .map_err(|e| format!("creating the shared buffers: {e}"))?;
+    // Written once, before the threads start, but held back by a gate until every thread
+    // has enqueued all it can without blocking.
+    let gate = Gates(vec![
+        ctx.user_event().map_err(|e| format!("user event: {e}"))?,
+    ]);
+    for (buffer, pattern) in shared.iter().zip(&round.shared) {
+        setup
+            .after(&[gate.0[0].event()])
+            .write_owned(buffer, pattern.values(len))
+            .map_err(|e| format!("writing the shared buffers: {e}"))?;
+    }
+    let queues: Vec<Queue> = round
+        .threads
+        .iter()
+        .map(|p| {
+            let spec = p.queues[0];
+            ctx.queue_on(&ctx.devices()[spec.device], !spec.in_order)
+        })
+        .collect::<cl_lifetime::Result<_>>()
+        .map_err(|e| format!("creating the queues: {e}"))?;
+
+    let (tx, rx) = mpsc::channel();
+    let (opened, results) = std::thread::scope(|s| {
+        let workers: Vec<_> = round
+            .threads
+            .iter()
+            .zip(&queues)
+            .map(|(plan, queue)| {
+                let signal = Signal(Cell::new(Some(tx.clone())));
+                let shared = &shared;
+                s.spawn(move || {
+                    let signal = signal;
+                    run_thread(env, plan, queue, shared, &signal)
+                })
+            })
+            .collect();
+        drop(tx);
+        // Every sender is dropped once its thread has fired its signal (or ended).
+        while rx.recv().is_ok() {}
+        let opened = gate.open(1);
+        let results: Vec<Result<(), String>> = workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|p| Err(format!("panicked: {}", panic_message(&*p))))
+            })
+            .collect();
+        (opened, results)
+    });
+    opened.map_err(|e| format!("opening the gate: {e}"))?;
+
+    let mut failures: Vec<String> = Vec::new();
+    for (t, result) in results.into_iter().enumerate() {
+        if let Err(e) = result {
+            let plan = &round.threads[t];
+            failures.push(format!(
+                "thread {t} (queue {}): {e}\n{plan}",
+                plan.queues[0]
+            ));
+        }
+    }
+    // The shared buffers were only read.
+    let reads: Vec<PendingRead<i32>> = shared
+        .iter()
+        .map(|b| setup.read_owned(b))
+        .collect::<cl_lifetime::Result<_>>()
+        .map_err(|e| format!("reading the shared buffers: {e}"))?;
+    let events: Vec<&Event> = reads.iter().map(PendingRead::event).collect();
+    wait_all(&events).map_err(|e| format!("reading the shared buffers: {e}"))?;
+    for (s, read) in reads.into_iter().enumerate() {
+        let got = read
+            .wait()
+            .map_err(|e| format!("reading the shared buffers: {e}"))?;
+        compare(
+            &mut failures,
+            format!("shared buffer b{s} at the end"),
+            &round.shared[s].values(len),
+            &got,
+        );
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n\n"))
+    }
+}
+
+#[test]
+fn threads_with_their_own_queues_match_a_sequential_model() {
+    let one = device!();
+    let replay = env_number(SEED_VAR);
+    let two = match replay {
+        Some(seed) if devices_of(seed) == 1 => None,
+        _ => common::two_device_context(),
+    };
+    if replay.is_some_and(|s| devices_of(s) == 2) && two.is_none() {
+        eprintln!("skipped: seed {replay:?} needs two devices");
+        return;
+    }
+    let envs = [
+        Some(Env::new(one, "1 device")),
+        two.map(|ctx| Env::new(ctx, "2 devices")),
+    ];
+    let seeds: Vec<u64> = match replay {
+        Some(seed) => vec![seed],
+        None => {
+            let count = env_number(ROUNDS_VAR).map_or(DEFAULT_ROUNDS, |n| n as usize);
+            (0..count)
+                .map(|i| {
+                    let devices = if envs[1].is_some() { 1 + i % 2 } else { 1 };
+                    nth_seed(0x7C4E_AD50_0000_0002, i, devices)
+                })
+                .collect()
+        }
+    };
+
+    let start = Instant::now();
+    let mut counts = [0usize; 2];
+    let mut failures: Vec<String> = Vec::new();
+    let mut failed = 0;
+    for &seed in &seeds {
+        let devices = devices_of(seed);
+        let Some(env) = &envs[devices - 1] else {
+            unreachable!("a seed for a context that is not there")
+        };
+        counts[devices - 1] += 1;
+        let outcome = catch_unwind(AssertUnwindSafe(|| run_round(env, seed)))
+            .unwrap_or_else(|p| Err(format!("panicked: {}", panic_message(&*p))));
+        if let Err(e) = outcome {
+            failed += 1;
+            failures.push(format!(
+                "round seed {seed} ({}) failed; replay with {SEED_VAR}={seed}:\n{e}",
+                env.label
+            ));
+            if failures.len() >= MAX_REPORTED {
+                break;
+            }
+        }
+    }
+    println!(
+        "{} rounds ({} on 1 device, {} on 2 devices) in {:.1?}",
+        counts[0] + counts[1],
+        counts[0],
+        counts[1],
+        start.elapsed()
+    );
+    for (env, count) in envs.iter().zip(counts) {
+        if let (Some(env), 1..) = (env, count) {
+            env.print_stats("threads, ");
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{failed} round(s) failed (stopped after {MAX_REPORTED}); replay one with \
+         {SEED_VAR}=<seed> cargo test --test schedules \
+         threads_with_their_own_queues_match_a_sequential_model -- --nocapture\n\n{}",
+        failures.join("\n\n")
+    );
+}
