@@ -540,6 +540,10 @@ impl After<'_> {
     /// Maps elements `range` of `buffer` for reading on the host; blocks until the map is
     /// done, which waits only on the buffer's writers. Unmapped when the guard drops.
     ///
+    /// Several read mappings of one buffer may be alive at once, as OpenCL allows. PoCL 3.1
+    /// crashes when several host threads map the same buffer at the same moment (seen with
+    /// raw OpenCL calls too); on it, map a shared buffer from one thread at a time.
+    ///
     /// # Errors
     ///
     /// [`Error::OutOfRange`] or [`Error::ZeroLength`] for a bad range, [`Error::Mapped`]
