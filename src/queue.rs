@@ -223,7 +223,8 @@ impl After<'_> {
         }
 
         // Rules 1 to 3: the wait list.
-        let mut wait: Vec<cl_event> = Vec::with_capacity(self.deps.len() + locked.len());
+        // Empty until there is something to wait on: most enqueues on one queue allocate nothing.
+        let mut wait: Vec<cl_event> = Vec::new();
         let mut unelided = self.deps.len();
         for dep in self.deps {
             if !dep.same_queue(queue) {
