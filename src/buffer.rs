@@ -127,7 +127,9 @@ pub struct ReleaseReport {
     /// reference after [`FREE_GRACE`].
     pub freed: bool,
     /// Whether the block went back to its [`Pool`](crate::Pool) instead, carrying its
-    /// events to the next owner (nothing was waited for).
+    /// events to the next owner (nothing was waited for). A pool block the pool does not
+    /// keep (over its threshold, or the pool is gone) is released deferred instead, and
+    /// this is `false`; so is `freed`, since the release has not happened yet.
     pub recycled: bool,
 }
 
@@ -367,13 +369,15 @@ impl MemInner {
         self.home = Some(home);
     }
 
-    /// Forgets the failures of an earlier owner (a pool block changing hands).
+    /// Forgets the failures of an earlier owner (a pool block changing hands), and the
+    /// events that have ended, so none of them reaches the new owner's report.
     pub(crate) fn clear_failures(&mut self) {
-        self.record
+        let record = self
+            .record
             .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .failed
-            .clear();
+            .unwrap_or_else(PoisonError::into_inner);
+        record.failed.clear();
+        record.events.prune(Event::is_terminal);
     }
 
     /// Releases the block on the reaper thread (reaper rule 1).
@@ -382,9 +386,12 @@ impl MemInner {
         if self.bucket == Bucket::Live {
             ctx.ledger.given_back(self.id);
         }
-        ctx.ledger
-            .shift(self.bytes as u64, self.bucket, Bucket::Pending);
-        self.bucket = Bucket::Pending;
+        // A sub-buffer's bytes are its arena's, counted there (bucket `Freed`).
+        if self.bucket != Bucket::Freed {
+            ctx.ledger
+                .shift(self.bytes as u64, self.bucket, Bucket::Pending);
+            self.bucket = Bucket::Pending;
+        }
         ctx.reaper.submit(Box::new(move || drop(self)));
     }
 
@@ -411,9 +418,10 @@ impl MemInner {
         if let Some(Home::Pool(pool)) = &self.home {
             let pool = pool.clone();
             self.home = None;
-            pool.recycle(self.take_block());
+            let recycled = pool.recycle(self.take_block());
             return Ok(ReleaseReport {
-                recycled: true,
+                recycled,
+                freed: false,
                 ..ReleaseReport::default()
             });
         }
@@ -631,7 +639,11 @@ impl<T: Pod> ClBuffer<T> {
     /// ```
     pub fn release_deferred(self) {
         let ClBuffer { mut mem, .. } = self;
-        if let Some(Home::Pool(pool)) = mem.home.take() {
+        // Only a pool takes the block back; an arena home stays with the sub-buffer, to
+        // keep the arena busy until the release is done.
+        if let Some(Home::Pool(pool)) = &mem.home {
+            let pool = pool.clone();
+            mem.home = None;
             pool.recycle(mem.take_block());
         } else {
             mem.release_deferred();

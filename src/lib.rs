@@ -66,7 +66,7 @@ pub use context::Context;
 pub use device::{DEVICE_VAR, Device};
 pub use error::{ClStatus, Error, Result, Transfer};
 pub use event::{CommandKind, Event, Status, UserEvent, wait_all};
-pub use pool::{Arena, Pool, PoolOptions, PoolStats};
+pub use pool::{Arena, POISON, Pool, PoolOptions, PoolStats};
 pub use program::{Arg, KERNELS_VAR, Kernel, Program};
 pub use queue::{After, Mapped, MappedMut, Queue};
 pub use stats::{HazardStats, MemoryStats};

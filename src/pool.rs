@@ -140,8 +140,9 @@ impl PoolInner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Rules 1, 3 and 6: takes a block back from a released buffer.
-    pub(crate) fn recycle(&self, mut mem: MemInner) {
+    /// Rules 1, 3 and 6: takes a block back from a released buffer. Returns whether the
+    /// pool kept it (else it is released deferred).
+    pub(crate) fn recycle(&self, mut mem: MemInner) -> bool {
         let class = mem.bytes();
         self.ctx.ledger.given_back(mem.id);
         if let Some(kernel) = &self.poison {
@@ -167,6 +168,24 @@ impl PoolInner {
             drop(state);
             mem.release_deferred();
         }
+        keep
+    }
+
+    /// Takes the largest unused block out of `state`.
+    fn take_largest(state: &mut PoolState) -> Option<MemInner> {
+        loop {
+            let mut largest = state.free.last_entry()?;
+            let Some(block) = largest.get_mut().pop() else {
+                largest.remove();
+                continue;
+            };
+            if largest.get().is_empty() {
+                largest.remove();
+            }
+            state.pooled -= block.bytes() as u64;
+            state.blocks -= 1;
+            return Some(block);
+        }
     }
 
     /// Rule 3: releases unused blocks, largest first, until at most `to_bytes` are kept.
@@ -175,26 +194,59 @@ impl PoolInner {
         {
             let mut state = self.lock();
             while state.pooled > to_bytes {
-                let Some(mut largest) = state.free.last_entry() else {
-                    break;
-                };
-                let Some(block) = largest.get_mut().pop() else {
-                    largest.remove();
-                    continue;
-                };
-                if largest.get().is_empty() {
-                    largest.remove();
+                match Self::take_largest(&mut state) {
+                    Some(block) => released.push(block),
+                    None => break,
                 }
-                state.pooled -= block.bytes() as u64;
-                state.blocks -= 1;
-                released.push(block);
             }
         }
-        let bytes = released.iter().map(|b| b.bytes() as u64).sum();
-        for block in released {
+        Self::let_go(released)
+    }
+
+    /// Releases `blocks` deferred; returns their bytes.
+    fn let_go(blocks: Vec<MemInner>) -> u64 {
+        let bytes = blocks.iter().map(|b| b.bytes() as u64).sum();
+        for block in blocks {
             block.release_deferred();
         }
         bytes
+    }
+
+    /// Rule 4: reserves `class` bytes of the maximum for a new block, trimming unused
+    /// blocks as needed, in one critical section so that threads cannot overshoot it.
+    fn reserve(&self, class: u64) -> Result<()> {
+        let mut released = Vec::new();
+        let reserved = {
+            let mut state = self.lock();
+            match self.options.max_bytes {
+                Some(max) if state.in_use + class > max => Err(Error::PoolExhausted {
+                    requested: class,
+                    max,
+                    in_use: state.in_use,
+                }),
+                Some(max) => {
+                    while state.in_use + state.pooled + class > max {
+                        match Self::take_largest(&mut state) {
+                            Some(block) => released.push(block),
+                            None => break,
+                        }
+                    }
+                    state.in_use += class;
+                    Ok(())
+                }
+                None => {
+                    state.in_use += class;
+                    Ok(())
+                }
+            }
+        };
+        Self::let_go(released);
+        reserved
+    }
+
+    fn unreserve(&self, class: u64) {
+        let mut state = self.lock();
+        state.in_use = state.in_use.saturating_sub(class);
     }
 
     fn create_block(&self, class: usize, site: &'static Location<'static>) -> Result<MemInner> {
@@ -342,42 +394,19 @@ impl Pool {
                 mem
             }
             None => {
-                self.make_room(class as u64)?;
-                let mem = match inner.create_block(class, site) {
+                inner.reserve(class as u64)?;
+                let created = match inner.create_block(class, site) {
                     Err(e) if is_out_of_memory(&e) => {
                         inner.trim(0);
-                        inner.create_block(class, site)?
+                        inner.create_block(class, site)
                     }
-                    other => other?,
+                    other => other,
                 };
-                inner.lock().in_use += class as u64;
-                mem
+                created.inspect_err(|_| inner.unreserve(class as u64))?
             }
         };
         mem.set_home(Home::Pool(inner.clone()));
         Ok(ClBuffer::from_mem(mem, len))
-    }
-
-    /// Rule 4.
-    fn make_room(&self, class: u64) -> Result<()> {
-        let Some(max) = self.inner.options.max_bytes else {
-            return Ok(());
-        };
-        let in_use = self.inner.lock().in_use;
-        let fits = |pooled: u64| in_use + pooled + class <= max;
-        if fits(self.inner.lock().pooled) {
-            return Ok(());
-        }
-        self.inner.trim(max.saturating_sub(in_use + class));
-        if fits(self.inner.lock().pooled) {
-            Ok(())
-        } else {
-            Err(Error::PoolExhausted {
-                requested: class,
-                max,
-                in_use,
-            })
-        }
     }
 
     /// Releases unused blocks until at most `to_bytes` are kept; returns the bytes let go.

@@ -13,7 +13,10 @@
 //!    the records is the order of the enqueues, whatever the threads do.
 //! 3. The wait list is the buffers' hazards ([`tracker`](crate::tracker) rules 1 and 2:
 //!    read after write, write after read or write, nothing from the command's own in-order
-//!    queue) plus the extra dependencies given to [`Queue::after`].
+//!    queue) that have not ended yet, plus the extra dependencies given to
+//!    [`Queue::after`]. A hazard that failed is left out: drivers fail or never run a
+//!    command whose wait list holds a failed event, and the failure is the earlier
+//!    command's, reported by the buffer's release.
 //! 4. An event from another queue is flushed before it enters this queue's wait list
 //!    (DESIGN.md trap 5); each queue is flushed only if it has unflushed work.
 //! 5. A record that grows past [`FOLD_AT`](crate::tracker::FOLD_AT) live entries has its
@@ -235,6 +238,11 @@ impl After<'_> {
         for (_, access, _, record) in &locked {
             unelided += record.events().hazards_without_elision(*access);
             for entry in record.events().hazards(queue.lane, *access) {
+                // A finished command needs no wait, and a failed one must not be waited on:
+                // drivers fail (or never run) a command whose wait list holds a failed event.
+                if entry.event.is_terminal() {
+                    continue;
+                }
                 if !entry.event.same_queue(queue) {
                     entry.event.flush_producer()?;
                 }

@@ -1,0 +1,1370 @@
+//! Deferred release, the event-aware pool, resize, arenas and the memory ledger, proven
+//! with user events as gates and the cl-sys oracle.
+//!
+//! Order is never inferred from time. A gate holds a command back; a call that must not
+//! wait for the device is shown to return while the gate is still closed (it runs on the
+//! test thread, and the gate is opened only after it returns; a watchdog opens the gate
+//! after [`HANG`] so that a host wait fails the test instead of hanging it), and the
+//! contents after the gate opens show which command ran last.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use cl_lifetime::{
+    Arena, Arg, ClBuffer, Error, Event, MemoryStats, POISON, PendingRead, Pod, Pool, PoolOptions,
+    PoolStats, Queue, UserEvent,
+};
+
+/// How long a call that must not wait for the device is given before its gate is opened
+/// for it and the test fails.
+const HANG: Duration = Duration::from_secs(20);
+
+/// Captures the library's warnings in-process, so the leak report can be read back.
+mod capture {
+    use std::sync::{Mutex, OnceLock, PoisonError};
+    use std::thread::ThreadId;
+
+    use log::{Level, LevelFilter, Log, Metadata, Record};
+
+    /// A captured warning or error of the library.
+    pub struct Line {
+        pub thread: ThreadId,
+        pub target: String,
+        pub message: String,
+    }
+
+    static LINES: Mutex<Vec<Line>> = Mutex::new(Vec::new());
+
+    struct Capture;
+
+    impl Log for Capture {
+        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+            metadata.level() <= Level::Warn
+        }
+
+        fn log(&self, record: &Record<'_>) {
+            if !self.enabled(record.metadata()) {
+                return;
+            }
+            let message = record.args().to_string();
+            eprintln!("[{} {}] {message}", record.level(), record.target());
+            if record.target().starts_with("cl_lifetime") {
+                LINES
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(Line {
+                        thread: std::thread::current().id(),
+                        target: record.target().to_string(),
+                        message,
+                    });
+            }
+        }
+
+        fn flush(&self) {}
+    }
+
+    static CAPTURE: Capture = Capture;
+
+    /// Installs the capturing logger once per process; whether it is the process's logger.
+    /// Every test calls it before `common::context()`, whose `env_logger` then stays out.
+    pub fn install() -> bool {
+        static INSTALLED: OnceLock<bool> = OnceLock::new();
+        *INSTALLED.get_or_init(|| {
+            let installed = log::set_logger(&CAPTURE).is_ok();
+            if installed {
+                log::set_max_level(LevelFilter::Warn);
+            }
+            installed
+        })
+    }
+
+    /// The messages of `target` that `thread` logged.
+    pub fn messages(thread: ThreadId, target: &str) -> Vec<String> {
+        LINES
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|l| l.thread == thread && l.target == target)
+            .map(|l| l.message.clone())
+            .collect()
+    }
+}
+
+/// `let ctx = ctx!();`: installs the log capture, then as `device!()`.
+macro_rules! ctx {
+    () => {{
+        capture::install();
+        device!()
+    }};
+}
+
+/// Runs `op` on this thread while `gate` is closed and returns its result. A watchdog
+/// opens the gate after [`HANG`]; if it had to, `op` waited for the device and the test
+/// fails.
+fn returns_while_gated<R>(gate: &UserEvent, what: &str, op: impl FnOnce() -> R) -> R {
+    let (tx, rx) = mpsc::channel::<()>();
+    let (out, watchdog_opened) = thread::scope(|s| {
+        // Owned here, so that a panic in `op` drops it and ends the watchdog at once.
+        let tx = tx;
+        let watchdog = s.spawn(move || match rx.recv_timeout(HANG) {
+            Err(RecvTimeoutError::Timeout) => {
+                let _ = gate.complete();
+                true
+            }
+            _ => false,
+        });
+        let out = op();
+        let _ = tx.send(());
+        (out, watchdog.join().expect("watchdog"))
+    });
+    assert!(
+        !watchdog_opened,
+        "{what} blocked until its gate was opened after {HANG:?}: the host waited for the device"
+    );
+    out
+}
+
+/// The buffer's contents, read on `queue`.
+fn contents<T: Pod>(queue: &Queue, buf: &ClBuffer<T>) -> Vec<T> {
+    queue
+        .read_owned(buf)
+        .expect("read enqueued")
+        .wait()
+        .expect("read")
+}
+
+/// `1, 1 + step, 1 + 2 * step, ...`: data no fill or stale block holds by accident.
+fn ramp(len: usize, step: u32) -> Vec<u32> {
+    (0..len as u32).map(|i| i.wrapping_mul(step) + 1).collect()
+}
+
+/// A sub-buffer's origin in its parent (`CL_MEM_OFFSET`), through cl-sys.
+fn mem_offset<T: Pod>(buf: &ClBuffer<T>) -> usize {
+    let mut offset: usize = usize::MAX;
+    // SAFETY: the buffer's cl_mem is live for the call; the output is one size_t.
+    let rc = unsafe {
+        cl_sys::clGetMemObjectInfo(
+            buf.as_raw() as cl_sys::cl_mem,
+            cl_sys::CL_MEM_OFFSET,
+            size_of::<usize>(),
+            (&raw mut offset).cast(),
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(rc, 0, "clGetMemObjectInfo(CL_MEM_OFFSET)");
+    offset
+}
+
+#[test]
+fn deferred_release_returns_while_a_gated_command_is_pending() {
+    let ctx = ctx!();
+    let (queue, other) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let buf = ctx.buffer::<u32>(1000).unwrap();
+    let bytes = buf.bytes() as u64;
+    assert_eq!(bytes, 4000);
+    let gate = ctx.user_event().unwrap();
+    let fill = queue.after(&[gate.event()]).fill(&buf, 7).unwrap();
+    // A read on another queue, behind the fill (read after write).
+    let read = other.read_owned(&buf).unwrap();
+    queue.flush().unwrap();
+    let watch = common::watch(&buf, &[&fill, read.event()]);
+    assert_eq!(ctx.memory_stats().live_bytes, bytes);
+
+    returns_while_gated(&gate, "release_deferred", || buf.release_deferred());
+
+    assert!(!fill.is_terminal() && !read.event().is_terminal());
+    let stats = ctx.memory_stats();
+    assert_eq!(stats.pending_release_bytes, bytes, "{stats:?}");
+    assert_eq!(stats.live_bytes, 0, "{stats:?}");
+    assert!(!watch.fired(), "memory freed while its commands were gated");
+
+    gate.complete().unwrap();
+    ctx.wait_deferred();
+    watch.assert_released_after_events();
+    assert_eq!(read.wait().unwrap(), vec![7; 1000]);
+    let stats = ctx.memory_stats();
+    assert_eq!(stats.pending_release_bytes, 0, "{stats:?}");
+    assert_eq!(stats.live_bytes, 0, "{stats:?}");
+}
+
+#[test]
+fn dropping_the_context_finishes_deferred_releases() {
+    let ctx = ctx!();
+    let queue = ctx.queue().unwrap();
+    let spin = common::busy(&ctx).kernel("spin").unwrap();
+    let n = 256;
+    let buf = ctx.buffer_from(&vec![0.5f32; n]).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let fill = queue.after(&[gate.event()]).fill(&buf, 1.0f32).unwrap();
+    // Device work behind the gate, so that the reaper is still waiting when the context
+    // goes: a drop that did not wait for it would find the memory not yet freed.
+    let spins: Vec<Event> = (0..4)
+        .map(|_| {
+            queue
+                .launch(
+                    &spin,
+                    &[n],
+                    &[Arg::read_write(&buf), Arg::scalar(20_000u32)],
+                )
+                .unwrap()
+        })
+        .collect();
+    queue.flush().unwrap();
+    let mut watched: Vec<&Event> = vec![&fill];
+    watched.extend(spins.iter());
+    let watch = common::watch(&buf, &watched);
+
+    returns_while_gated(&gate, "release_deferred", || buf.release_deferred());
+    assert!(!watch.fired(), "memory freed while its commands were gated");
+    assert_eq!(ctx.memory_stats().pending_release_bytes, (n * 4) as u64);
+
+    gate.complete().unwrap();
+    let last = spins.last().unwrap().clone();
+    let still_running = !last.is_terminal();
+    drop(spin);
+    drop(queue);
+    drop(ctx); // the last handle: waits for the reaper
+    eprintln!("device work still running when the context was dropped: {still_running}");
+    watch.assert_released_after_events();
+    assert!(last.is_terminal());
+}
+
+#[test]
+fn same_queue_reuse_needs_no_wait_list() {
+    let ctx = ctx!();
+    let queue = ctx.queue().unwrap();
+    let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
+    let n = 1000;
+    let old = pool.acquire::<u32>(n).unwrap();
+    let raw = old.as_raw();
+    let gate = ctx.user_event().unwrap();
+    let old_write = queue
+        .after(&[gate.event()])
+        .write_owned(&old, ramp(n, 3))
+        .unwrap();
+
+    let (report, new, new_write, delta) = returns_while_gated(&gate, "recycle and reuse", || {
+        let report = old.release().unwrap();
+        let new = pool.acquire::<u32>(n).unwrap();
+        let before = ctx.hazard_stats();
+        let new_write = queue.write_owned(&new, ramp(n, 5)).unwrap();
+        let after = ctx.hazard_stats();
+        (report, new, new_write, (before, after))
+    });
+    assert!(report.recycled, "{report:?}");
+    assert_eq!(report.waited_on, 0, "{report:?}");
+    assert_eq!(new.as_raw(), raw, "the pooled block was not reused");
+    let (before, after) = delta;
+    assert_eq!(after.enqueues - before.enqueues, 1);
+    assert_eq!(
+        after.wait_entries - before.wait_entries,
+        0,
+        "a write on the old owner's in-order queue needs no wait list"
+    );
+    assert_eq!(
+        after.wait_entries_without_elision - before.wait_entries_without_elision,
+        1,
+        "the new owner did not inherit the old owner's write"
+    );
+    let stats = ctx.memory_stats();
+    assert_eq!(
+        (stats.driver_allocations, stats.reuses),
+        (1, 1),
+        "{stats:?}"
+    );
+    assert!(!old_write.is_terminal() && !new_write.is_terminal());
+
+    gate.complete().unwrap();
+    assert_eq!(contents(&queue, &new), ramp(n, 5));
+}
+
+#[test]
+fn cross_queue_reuse_orders_the_new_owner_after_the_old() {
+    let ctx = ctx!();
+    let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
+    let n = 1024;
+    let (a, b) = (0xAAAA_0000u32, 0x0000_BBBBu32);
+    for round in 0..200 {
+        let old_first = round % 2 == 0;
+        let old_gate = ctx.user_event().unwrap();
+        let new_gate = ctx.user_event().unwrap();
+        let old = pool.acquire::<u32>(n).unwrap();
+        let raw = old.as_raw();
+        let old_write = q1
+            .after(&[old_gate.event()])
+            .write_owned(&old, vec![a + round; n])
+            .unwrap();
+        let (new, new_fill, delta) = returns_while_gated(&old_gate, "recycle and reuse", || {
+            assert!(old.release().unwrap().recycled);
+            let new = pool.acquire::<u32>(n).unwrap();
+            let before = ctx.hazard_stats();
+            let fill = q2.after(&[new_gate.event()]).fill(&new, b + round).unwrap();
+            let after = ctx.hazard_stats();
+            (new, fill, after.wait_entries - before.wait_entries)
+        });
+        assert_eq!(new.as_raw(), raw, "round {round}: block not reused");
+        assert_eq!(
+            delta, 2,
+            "round {round}: the new owner's fill waits on its gate and the old owner's write"
+        );
+        assert!(!new_fill.is_terminal(), "round {round}");
+
+        if old_first {
+            old_gate.complete().unwrap();
+            assert!(!new_fill.is_terminal(), "round {round}: ran past its gate");
+            new_gate.complete().unwrap();
+        } else {
+            new_gate.complete().unwrap();
+            assert!(
+                !new_fill.is_terminal(),
+                "round {round}: the new owner's fill ran before the old owner's gated write"
+            );
+            old_gate.complete().unwrap();
+        }
+        let reader = if round % 4 < 2 { &q1 } else { &q2 };
+        let got = contents(reader, &new);
+        assert!(
+            got.iter().all(|&x| x == b + round),
+            "round {round} (old gate first: {old_first}): the old owner's write landed after the new owner's fill: {:#x}",
+            got[0]
+        );
+        assert!(old_write.is_terminal());
+        assert!(new.release().unwrap().recycled);
+    }
+    assert_eq!(ctx.memory_stats().driver_allocations, 1);
+}
+
+/// How long a command that must run is given before it counts as stuck.
+const STUCK: Duration = Duration::from_secs(10);
+
+/// Waits for `event` on a helper thread for up to [`STUCK`]; `None` when it did not end.
+fn wait_bounded(event: &Event) -> Option<cl_lifetime::Result<()>> {
+    let (tx, rx) = mpsc::channel();
+    let event = event.clone();
+    thread::spawn(move || {
+        let _ = tx.send(event.wait());
+    });
+    rx.recv_timeout(STUCK).ok()
+}
+
+#[test]
+fn a_recycled_block_does_not_pass_the_old_owners_failure_on() {
+    let ctx = ctx!();
+    eprintln!("device: {}", ctx.device());
+    let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
+    let n = 256;
+    for same_queue in [true, false] {
+        // Fresh queues each round: some drivers refuse further work on a queue that ran a
+        // failed command.
+        let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+        let old = pool.acquire::<u32>(n).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let failing = q1.after(&[gate.event()]).fill(&old, 1).unwrap();
+        gate.fail(-42).unwrap();
+        assert!(failing.wait().is_err(), "the gated fill did not fail");
+        assert!(old.release().unwrap().recycled);
+
+        // The old owner's command has ended: it needs no ordering, and its failure is
+        // not the new owner's.
+        let new = pool.acquire::<u32>(n).unwrap();
+        let q = if same_queue { &q1 } else { &q2 };
+        let fill = match q.fill(&new, 7) {
+            Ok(fill) => fill,
+            Err(e) => panic!(
+                "same queue: {same_queue}: the new owner's first command was refused ({e}): \
+                 its wait list held the old owner's failed command"
+            ),
+        };
+        match wait_bounded(&fill) {
+            Some(ended) => assert!(
+                ended.is_ok(),
+                "same queue: {same_queue}: the new owner's first command failed: {ended:?}"
+            ),
+            None => {
+                let status = fill.status();
+                // Everything that would wait for the stuck command is leaked, so that the
+                // failure is reported instead of hanging in a destructor.
+                std::mem::forget((new, fill, failing));
+                std::mem::forget((pool, q1, q2, ctx));
+                panic!(
+                    "same queue: {same_queue}: the new owner's first command never ran \
+                     ({status:?} after {STUCK:?}): the recycled block's record still held \
+                     the old owner's failed command, and the new owner's command waited on it"
+                );
+            }
+        }
+        assert_eq!(contents(q, &new), vec![7; n]);
+        let report = new.release().unwrap();
+        assert!(report.failed.is_empty(), "{report:?}");
+    }
+}
+
+#[test]
+fn threshold_and_trim_bound_the_footprint() {
+    let ctx = ctx!();
+    let queue = ctx.queue().unwrap();
+    let class = 4096u64;
+    // Three blocks fit, a fourth would not: half a block is left over.
+    let threshold = 3 * class + class / 2;
+    let pool = Pool::new(&ctx, PoolOptions::default().release_threshold(threshold)).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let blocks: Vec<ClBuffer<u32>> = (0..6).map(|_| pool.acquire::<u32>(1024).unwrap()).collect();
+    let mut watches = Vec::new();
+    for b in &blocks {
+        assert_eq!(b.bytes() as u64, class);
+        let fill = queue.after(&[gate.event()]).fill(b, 1).unwrap();
+        watches.push(common::watch(b, &[&fill]));
+    }
+    assert_eq!(pool.stats().in_use_bytes, 6 * class);
+
+    returns_while_gated(&gate, "releasing to the pool and trimming", || {
+        for (i, b) in blocks.into_iter().enumerate() {
+            b.release().unwrap();
+            let ps = pool.stats();
+            let ms = ctx.memory_stats();
+            assert!(ps.pooled_bytes <= threshold, "{ps:?}");
+            assert_eq!(ps.pooled_bytes, (i as u64 + 1).min(3) * class, "{ps:?}");
+            assert_eq!(ms.pooled_bytes, ps.pooled_bytes, "{ms:?}");
+            assert_eq!(ps.in_use_bytes, (5 - i as u64) * class, "{ps:?}");
+            // Blocks past the threshold leave through deferred releases, still gated.
+            assert_eq!(
+                ms.pending_release_bytes,
+                (i as u64 + 1).saturating_sub(3) * class,
+                "{ms:?}"
+            );
+            assert_eq!(ms.live_bytes, (5 - i as u64) * class, "{ms:?}");
+        }
+        assert_eq!(pool.stats().pooled_blocks, 3);
+
+        // Down to a size: largest first, at most `to` bytes kept.
+        let released = pool.trim(2 * class);
+        assert_eq!(released, class);
+        assert_eq!(pool.stats().pooled_bytes, 2 * class);
+        assert_eq!(ctx.memory_stats().pooled_bytes, 2 * class);
+
+        let released = pool.trim(0);
+        assert_eq!(released, 2 * class);
+        assert_eq!(
+            pool.stats(),
+            PoolStats {
+                in_use_bytes: 0,
+                pooled_bytes: 0,
+                pooled_blocks: 0
+            }
+        );
+        let ms = ctx.memory_stats();
+        assert_eq!(ms.pooled_bytes, 0, "{ms:?}");
+        assert_eq!(ms.pending_release_bytes, 6 * class, "{ms:?}");
+    });
+    for w in &watches {
+        assert!(
+            !w.fired(),
+            "a pooled block was freed while its fill was gated"
+        );
+    }
+    gate.complete().unwrap();
+    ctx.wait_deferred();
+    let ms = ctx.memory_stats();
+    assert_eq!(
+        (ms.live_bytes, ms.pending_release_bytes, ms.pooled_bytes),
+        (0, 0, 0),
+        "{ms:?}"
+    );
+    for w in &watches {
+        w.assert_released_after_events();
+    }
+    // Mixed classes: trim releases the largest first.
+    let small = pool.acquire::<u8>(256).unwrap();
+    let large = pool.acquire::<u8>(2048).unwrap();
+    small.release().unwrap();
+    large.release().unwrap();
+    assert_eq!(pool.stats().pooled_bytes, 256 + 2048);
+    assert_eq!(pool.trim(1000), 2048);
+    assert_eq!(pool.stats().pooled_bytes, 256);
+
+    // A block that comes back after the pool was dropped is released, not kept, even
+    // while another block of the pool is still out.
+    let late = pool.acquire::<u32>(1024).unwrap();
+    let other = pool.acquire::<u32>(1024).unwrap();
+    let watch = common::watch(&late, &[]);
+    drop(pool);
+    late.release().unwrap();
+    ctx.wait_deferred();
+    watch.assert_released_after_events();
+    let ms = ctx.memory_stats();
+    assert_eq!((ms.live_bytes, ms.pooled_bytes), (class, 0), "{ms:?}");
+    drop(other);
+    ctx.wait_deferred();
+    let ms = ctx.memory_stats();
+    assert_eq!(
+        (ms.live_bytes, ms.pending_release_bytes, ms.pooled_bytes),
+        (0, 0, 0),
+        "{ms:?}"
+    );
+}
+
+#[test]
+fn max_bytes_makes_allocation_fail_with_a_typed_error_after_trimming() {
+    let ctx = ctx!();
+    let queue = ctx.queue().unwrap();
+    let max = 4096u64;
+    let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(max)).unwrap();
+    let mut held: Vec<ClBuffer<u8>> = (0..4).map(|_| pool.acquire::<u8>(1024).unwrap()).collect();
+    match pool.acquire::<u8>(1024) {
+        Err(Error::PoolExhausted {
+            requested,
+            max: m,
+            in_use,
+        }) => assert_eq!((requested, m, in_use), (1024, max, max)),
+        other => panic!("expected PoolExhausted, got {other:?}"),
+    }
+    // A smaller class does not fit either.
+    assert!(matches!(
+        pool.acquire::<u8>(1),
+        Err(Error::PoolExhausted { requested: 256, .. })
+    ));
+
+    // Two blocks back to the pool, with gated commands: 2048 in use, 2048 pooled.
+    let gate = ctx.user_event().unwrap();
+    let mut watches = Vec::new();
+    for b in held.drain(2..) {
+        let fill = queue.after(&[gate.event()]).fill(&b, 9).unwrap();
+        watches.push(common::watch(&b, &[&fill]));
+        assert!(b.release().unwrap().recycled);
+    }
+    assert_eq!(
+        pool.stats(),
+        PoolStats {
+            in_use_bytes: 2048,
+            pooled_bytes: 2048,
+            pooled_blocks: 2
+        }
+    );
+    // Another class: the pooled blocks are trimmed to make room, without waiting.
+    let big = returns_while_gated(&gate, "an acquire that trims", || {
+        pool.acquire::<u8>(2048).unwrap()
+    });
+    assert_eq!(big.bytes(), 2048);
+    assert_eq!(
+        pool.stats(),
+        PoolStats {
+            in_use_bytes: 4096,
+            pooled_bytes: 0,
+            pooled_blocks: 0
+        }
+    );
+    let ms = ctx.memory_stats();
+    assert_eq!(ms.pending_release_bytes, 2048, "{ms:?}");
+    assert_eq!(ms.pooled_bytes, 0, "{ms:?}");
+    assert!(matches!(
+        pool.acquire::<u8>(1024),
+        Err(Error::PoolExhausted { in_use: 4096, .. })
+    ));
+    for w in &watches {
+        assert!(!w.fired());
+    }
+    gate.complete().unwrap();
+    ctx.wait_deferred();
+    for w in &watches {
+        w.assert_released_after_events();
+    }
+    assert_eq!(ctx.memory_stats().pending_release_bytes, 0);
+
+    // Pooled blocks that are not enough: trimmed, and still a typed error.
+    held.pop().unwrap().release().unwrap(); // 1024 pooled, 3072 in use
+    match pool.acquire::<u8>(2048) {
+        Err(Error::PoolExhausted {
+            requested,
+            max: m,
+            in_use,
+        }) => assert_eq!((requested, m, in_use), (2048, max, 3072)),
+        other => panic!("expected PoolExhausted, got {other:?}"),
+    }
+    // The new block works.
+    queue.write(&big, &[3u8; 2048]).unwrap();
+    assert_eq!(contents(&queue, &big), vec![3u8; 2048]);
+}
+
+#[test]
+fn max_bytes_holds_when_threads_acquire_at_once() {
+    let ctx = ctx!();
+    let class = 1024usize;
+    let max = 4 * class as u64;
+    let threads = 8;
+    for round in 0..100 {
+        let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(max)).unwrap();
+        let barrier = std::sync::Barrier::new(threads);
+        let got: Vec<Option<ClBuffer<u8>>> = thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        match pool.acquire::<u8>(class) {
+                            Ok(buf) => Some(buf),
+                            Err(Error::PoolExhausted { .. }) => None,
+                            Err(e) => panic!("{e}"),
+                        }
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let held = got.iter().flatten().count();
+        assert!(
+            held as u64 * class as u64 <= max,
+            "round {round}: {held} blocks of {class} bytes handed out under max_bytes {max}; \
+             pool stats {:?}",
+            pool.stats()
+        );
+        assert_eq!(held, 4, "round {round}: the pool refused room it had");
+    }
+}
+
+#[test]
+fn force_residency_allocates_and_works() {
+    let ctx = ctx!();
+    let queue = ctx.queue().unwrap();
+    let pool = Pool::new(&ctx, PoolOptions::default().force_residency(true)).unwrap();
+    for len in [1usize, 1000, 65_536] {
+        let buf = pool.acquire::<u32>(len).unwrap();
+        assert!(buf.bytes() >= len * 4);
+        let data = ramp(len, 7);
+        queue.write(&buf, &data).unwrap();
+        assert_eq!(contents(&queue, &buf), data);
+        assert!(buf.release().unwrap().recycled);
+    }
+    let again = pool.acquire::<u32>(1000).unwrap();
+    queue.fill(&again, 5).unwrap();
+    assert_eq!(contents(&queue, &again), vec![5; 1000]);
+    let stats = ctx.memory_stats();
+    assert_eq!(
+        (stats.driver_allocations, stats.reuses),
+        (3, 1),
+        "{stats:?}"
+    );
+}
+
+#[test]
+fn poison_fills_recycled_blocks() {
+    let ctx = ctx!();
+    let queue = ctx.queue().unwrap();
+    let pool = Pool::new(&ctx, PoolOptions::default().poison(true)).unwrap();
+    let n = 1000;
+    let buf = pool.acquire::<u32>(n).unwrap();
+    queue.write(&buf, &ramp(n, 1)).unwrap();
+    let raw = buf.as_raw();
+    assert!(buf.release().unwrap().recycled);
+    let again = pool.acquire::<u32>(n).unwrap();
+    assert_eq!(again.as_raw(), raw);
+    let got = contents(&queue, &again);
+    assert!(
+        got.iter().all(|&x| x == POISON),
+        "stale data in a recycled block: {:#x}",
+        got[0]
+    );
+
+    // The poison is ordered after the old owner's gated write: it never lands first.
+    let gate = ctx.user_event().unwrap();
+    let old_write = queue
+        .after(&[gate.event()])
+        .write_owned(&again, ramp(n, 9))
+        .unwrap();
+    let read = returns_while_gated(&gate, "recycle with poison and reuse", || {
+        assert!(again.release().unwrap().recycled);
+        let third = pool.acquire::<u32>(n).unwrap();
+        let read = queue.read_owned(&third).unwrap();
+        (third, read)
+    });
+    assert!(!old_write.is_terminal() && !read.1.event().is_terminal());
+    gate.complete().unwrap();
+    let (third, read) = read;
+    let got = read.wait().unwrap();
+    assert!(
+        got.iter().all(|&x| x == POISON),
+        "the old owner's write landed after the poison: {:#x}",
+        got[0]
+    );
+    // The block's whole class is poisoned, past the length asked for.
+    drop(third);
+    let wide = pool.acquire::<u32>(1024).unwrap();
+    assert_eq!(wide.as_raw(), raw);
+    assert!(contents(&queue, &wide).iter().all(|&x| x == POISON));
+}
+
+#[test]
+fn resize_keeps_contents_and_orders_after_pending_writes() {
+    let ctx = ctx!();
+    let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let n = 1000;
+    let data = ramp(n, 11);
+    let mut buf = ctx.buffer::<u32>(n).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let write = q1
+        .after(&[gate.event()])
+        .write_owned(&buf, data.clone())
+        .unwrap();
+    let old_raw = buf.as_raw();
+    let watch_old = common::watch(&buf, &[&write]);
+
+    returns_while_gated(&gate, "growing resize", || buf.resize(&q2, 3 * n).unwrap());
+    assert_eq!(buf.len(), 3 * n);
+    assert_ne!(buf.as_raw(), old_raw);
+    let ms = ctx.memory_stats();
+    assert_eq!(ms.live_bytes, (3 * n * 4) as u64, "{ms:?}");
+    assert_eq!(ms.pending_release_bytes, (n * 4) as u64, "{ms:?}");
+    assert!(!write.is_terminal());
+    assert!(
+        !watch_old.fired(),
+        "old block freed while its write was gated"
+    );
+
+    gate.complete().unwrap();
+    let grown = contents(&q2, &buf);
+    assert_eq!(
+        &grown[..n],
+        &data[..],
+        "contents lost by the growing resize"
+    );
+    ctx.wait_deferred();
+    watch_old.assert_released_after_events();
+    assert_eq!(ctx.memory_stats().pending_release_bytes, 0);
+
+    // Shrinking, behind another gated write on the other queue.
+    let gate = ctx.user_event().unwrap();
+    let second = ramp(3 * n, 13);
+    let write = q2
+        .after(&[gate.event()])
+        .write_owned(&buf, second.clone())
+        .unwrap();
+    let watch_old = common::watch(&buf, &[&write]);
+    returns_while_gated(&gate, "shrinking resize", || {
+        buf.resize(&q1, n / 2).unwrap()
+    });
+    assert_eq!(buf.len(), n / 2);
+    assert!(!watch_old.fired());
+    gate.complete().unwrap();
+    assert_eq!(contents(&q1, &buf), second[..n / 2]);
+    ctx.wait_deferred();
+    watch_old.assert_released_after_events();
+    let ms = ctx.memory_stats();
+    assert_eq!(ms.pending_release_bytes, 0, "{ms:?}");
+    assert_eq!(ms.live_bytes, (n / 2 * 4) as u64, "{ms:?}");
+    buf.release().unwrap();
+    assert_eq!(ctx.memory_stats().live_bytes, 0);
+}
+
+#[test]
+fn arena_carves_aligned_non_overlapping_sub_buffers() {
+    let ctx = ctx!();
+    let queue = ctx.queue().unwrap();
+    let align = ctx
+        .devices()
+        .iter()
+        .map(|d| d.base_addr_align_bytes())
+        .max()
+        .unwrap() as usize;
+    let capacity = 16 * align + 4096;
+    let mut arena = Arena::new(&ctx, capacity).unwrap();
+    assert_eq!(arena.capacity(), capacity);
+    assert_eq!(ctx.memory_stats().live_bytes, capacity as u64);
+
+    let a = arena.carve::<u32>(100).unwrap();
+    let b = arena.carve::<u8>(3).unwrap();
+    let c = arena.carve::<u32>(17).unwrap();
+    let d = arena.carve::<u16>(align).unwrap();
+    let mut ranges: Vec<(usize, usize)> = [
+        (mem_offset(&a), a.bytes()),
+        (mem_offset(&b), b.bytes()),
+        (mem_offset(&c), c.bytes()),
+        (mem_offset(&d), d.bytes()),
+    ]
+    .into_iter()
+    .map(|(o, len)| (o, o + len))
+    .collect();
+    for &(start, end) in &ranges {
+        assert_eq!(start % align, 0, "origin {start} not aligned to {align}");
+        assert!(end <= capacity);
+    }
+    ranges.sort_unstable();
+    for pair in ranges.windows(2) {
+        assert!(pair[0].1 <= pair[1].0, "carved ranges overlap: {ranges:?}");
+    }
+    assert!(arena.used() >= ranges.last().unwrap().1);
+
+    // Data written to each stays separate.
+    queue.write(&a, &ramp(100, 1)).unwrap();
+    queue.fill(&b, 0xB0u8).unwrap();
+    queue.write(&c, &ramp(17, 1000)).unwrap();
+    queue.fill(&d, 0xD0D0u16).unwrap();
+    assert_eq!(contents(&queue, &a), ramp(100, 1));
+    assert_eq!(contents(&queue, &b), vec![0xB0u8; 3]);
+    assert_eq!(contents(&queue, &c), ramp(17, 1000));
+    assert_eq!(contents(&queue, &d), vec![0xD0D0u16; align]);
+
+    match arena.carve::<u8>(capacity) {
+        Err(Error::ArenaFull {
+            requested,
+            available,
+        }) => {
+            assert_eq!(requested, capacity as u64);
+            assert!(available < capacity as u64);
+        }
+        other => panic!("expected ArenaFull, got {other:?}"),
+    }
+    match arena.reset() {
+        Err(Error::ArenaBusy { live }) => assert_eq!(live, 4),
+        other => panic!("expected ArenaBusy, got {other:?}"),
+    }
+    let watch = common::watch(&a, &[]);
+    drop((a, b, c));
+    watch.assert_released_after_events();
+    assert!(matches!(arena.reset(), Err(Error::ArenaBusy { live: 1 })));
+    drop(d);
+    arena.reset().unwrap();
+    assert_eq!(arena.used(), 0);
+
+    // After the reset the whole arena is free again, from origin 0.
+    let whole = arena.carve::<u8>(capacity).unwrap();
+    assert_eq!(mem_offset(&whole), 0);
+    queue.fill(&whole, 1u8).unwrap();
+    assert_eq!(contents(&queue, &whole), vec![1u8; capacity]);
+    assert!(matches!(arena.carve::<u8>(1), Err(Error::ArenaFull { .. })));
+    drop(whole);
+    drop(arena);
+    assert_eq!(ctx.memory_stats().live_bytes, 0);
+}
+
+#[test]
+fn arena_reset_is_refused_while_a_deferred_release_of_a_sub_buffer_is_pending() {
+    let ctx = ctx!();
+    let (queue, other) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let n = 1024;
+    let mut arena = Arena::new(&ctx, n * 4).unwrap();
+    let old = arena.carve::<u32>(n).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let (a, b) = (0xAAAA_AAAAu32, 0xBBBB_BBBBu32);
+    let fill = queue.after(&[gate.event()]).fill(&old, a).unwrap();
+    let watch = common::watch(&old, &[&fill]);
+    returns_while_gated(&gate, "release_deferred of a sub-buffer", || {
+        old.release_deferred()
+    });
+    assert!(!watch.fired());
+
+    // The sub-buffer is alive until the reaper frees it, and its gated fill still writes
+    // the range: the range may not be carved again.
+    let reset = arena.reset();
+    if reset.is_ok() {
+        let new = arena.carve::<u32>(n).unwrap();
+        other.fill(&new, b).unwrap();
+        gate.complete().unwrap();
+        let got = contents(&other, &new);
+        panic!(
+            "reset succeeded while a deferred release of a sub-buffer with a gated fill was \
+             pending; a new carve over the same range then read {:#x} (old owner's fill \
+             {a:#x}, new owner's fill {b:#x})",
+            got[0]
+        );
+    }
+    assert!(
+        matches!(reset, Err(Error::ArenaBusy { live: 1 })),
+        "{reset:?}"
+    );
+    gate.complete().unwrap();
+    ctx.wait_deferred();
+    watch.assert_released_after_events();
+    arena.reset().unwrap();
+    let new = arena.carve::<u32>(n).unwrap();
+    other.fill(&new, b).unwrap();
+    assert_eq!(contents(&other, &new), vec![b; n]);
+}
+
+#[test]
+fn deferred_release_of_a_sub_buffer_does_not_count_its_bytes_twice() {
+    let ctx = ctx!();
+    let queue = ctx.queue().unwrap();
+    let capacity = 64 * 1024;
+    let arena = Arena::new(&ctx, capacity).unwrap();
+    let sub = arena.carve::<u8>(capacity / 2).unwrap();
+    let gate = ctx.user_event().unwrap();
+    queue.after(&[gate.event()]).fill(&sub, 1u8).unwrap();
+    returns_while_gated(&gate, "release_deferred of a sub-buffer", || {
+        sub.release_deferred()
+    });
+    // The sub-buffer is a view of the arena's memory: the ledger never holds more bytes
+    // than were allocated.
+    let ms = ctx.memory_stats();
+    gate.complete().unwrap();
+    ctx.wait_deferred();
+    let total = ms.live_bytes + ms.pending_release_bytes + ms.pooled_bytes;
+    assert_eq!(ms.live_bytes, capacity as u64, "{ms:?}");
+    assert!(
+        total <= capacity as u64,
+        "{total} bytes accounted for, {capacity} allocated: {ms:?}"
+    );
+    assert_eq!(ctx.memory_stats().peak_bytes, capacity as u64);
+    drop(arena);
+    assert_eq!(ctx.memory_stats().live_bytes, 0);
+}
+
+#[test]
+fn accounting_tracks_live_pooled_pending_and_peak() {
+    let ctx = ctx!();
+    let queue = ctx.queue().unwrap();
+    let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
+    let stats = |live, pending, pooled, peak, allocations, reuses, driver| MemoryStats {
+        live_bytes: live,
+        pending_release_bytes: pending,
+        pooled_bytes: pooled,
+        peak_bytes: peak,
+        allocations,
+        reuses,
+        driver_allocations: driver,
+    };
+    assert_eq!(ctx.memory_stats(), MemoryStats::default());
+
+    let a = ctx.buffer::<u8>(1000).unwrap();
+    assert_eq!(ctx.memory_stats(), stats(1000, 0, 0, 1000, 1, 0, 1));
+    let p = pool.acquire::<u32>(100).unwrap(); // 400 bytes: the 512-byte class
+    assert_eq!(p.bytes(), 512);
+    assert_eq!(ctx.memory_stats(), stats(1512, 0, 0, 1512, 2, 0, 2));
+    assert!(p.release().unwrap().recycled);
+    assert_eq!(ctx.memory_stats(), stats(1000, 0, 512, 1512, 2, 0, 2));
+    let p2 = pool.acquire::<u8>(257).unwrap(); // the same class: reused
+    assert_eq!(ctx.memory_stats(), stats(1512, 0, 0, 1512, 3, 1, 2));
+    let p3 = pool.acquire::<u8>(1).unwrap(); // the 256-byte class: new
+    assert_eq!(p3.bytes(), 256);
+    assert_eq!(ctx.memory_stats(), stats(1768, 0, 0, 1768, 4, 1, 3));
+
+    let gate = ctx.user_event().unwrap();
+    queue.after(&[gate.event()]).fill(&a, 1u8).unwrap();
+    queue.after(&[gate.event()]).fill(&p2, 2u8).unwrap();
+    queue.after(&[gate.event()]).fill(&p3, 3u8).unwrap();
+    let mut b = returns_while_gated(&gate, "the accounting sequence", || {
+        a.release_deferred();
+        assert_eq!(ctx.memory_stats(), stats(768, 1000, 0, 1768, 4, 1, 3));
+        let b = ctx.buffer::<u8>(2000).unwrap();
+        assert_eq!(ctx.memory_stats(), stats(2768, 1000, 0, 3768, 5, 1, 4));
+        drop(p2); // back to the pool
+        drop(p3);
+        assert_eq!(ctx.memory_stats(), stats(2000, 1000, 768, 3768, 5, 1, 4));
+        assert_eq!(pool.trim(0), 768);
+        assert_eq!(ctx.memory_stats(), stats(2000, 1768, 0, 3768, 5, 1, 4));
+        b
+    });
+    gate.complete().unwrap();
+    ctx.wait_deferred();
+    assert_eq!(ctx.memory_stats(), stats(2000, 0, 0, 3768, 5, 1, 4));
+
+    // A resize allocates the new block before the old one leaves: the peak shows both.
+    b.resize(&queue, 3000).unwrap();
+    let ms = ctx.memory_stats();
+    assert_eq!(ms.live_bytes, 3000, "{ms:?}");
+    assert!(ms.pending_release_bytes <= 2000, "{ms:?}");
+    assert_eq!(
+        (
+            ms.peak_bytes,
+            ms.allocations,
+            ms.reuses,
+            ms.driver_allocations
+        ),
+        (5000, 6, 1, 5),
+        "{ms:?}"
+    );
+    ctx.wait_deferred();
+    b.release().unwrap();
+    assert_eq!(ctx.memory_stats(), stats(0, 0, 0, 5000, 6, 1, 5));
+}
+
+/// How long the random run may take before it counts as hung.
+const RANDOM_RUN_LIMIT: Duration = Duration::from_secs(50);
+
+/// splitmix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// A length for the random run: mostly a few sizes, so that pooled blocks are reused while
+/// their old owners' commands are still gated.
+fn random_len(rng: &mut Rng) -> usize {
+    const LENS: [usize; 6] = [1, 100, 1000, 1024, 2000, 4096];
+    if rng.below(4) == 0 {
+        1 + rng.below(4096)
+    } else {
+        LENS[rng.below(LENS.len())]
+    }
+}
+
+/// A buffer of the random run, and what is known of it.
+struct Held {
+    buf: ClBuffer<u32>,
+    /// Came from the pool and was not resized since.
+    pooled: bool,
+    /// The first `known` elements equal `value`.
+    value: u32,
+    known: usize,
+    /// Commands enqueued on it by this owner.
+    events: Vec<Event>,
+    /// Something it depends on may be behind the current gate: a release must not block.
+    gated: bool,
+}
+
+/// Ends `h` in one of the three ways, watching its block with the commands it enqueued.
+fn release(h: Held, how: usize, watches: &mut Vec<common::Watch>, seed: u64, step: usize) {
+    let events: Vec<&Event> = h.events.iter().collect();
+    watches.push(common::watch(&h.buf, &events));
+    match how {
+        0 => {
+            let report = h.buf.release().expect("release");
+            assert_eq!(report.recycled, h.pooled, "seed {seed}, step {step}");
+            assert!(report.failed.is_empty(), "seed {seed}: {report:?}");
+        }
+        1 => drop(h.buf),
+        _ => h.buf.release_deferred(),
+    }
+}
+
+/// A data check of the random run: a read in flight and what it must return.
+struct Check {
+    read: PendingRead<u32>,
+    value: u32,
+    step: usize,
+}
+
+#[test]
+fn long_random_run_ends_with_nothing_live_or_pending() {
+    let ctx = ctx!();
+    let seed = std::env::var("POOL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+    eprintln!("random run seed: {seed} (rerun with POOL_SEED={seed})");
+    let mut rng = Rng(seed);
+    // A hang is a failure too: name the seed and end the process.
+    let (done, watchdog) = mpsc::channel::<()>();
+    thread::spawn(move || {
+        if let Err(RecvTimeoutError::Timeout) = watchdog.recv_timeout(RANDOM_RUN_LIMIT) {
+            eprintln!("seed {seed}: the random run hung for {RANDOM_RUN_LIMIT:?}; aborting");
+            std::process::abort();
+        }
+    });
+    let queues = [ctx.queue().unwrap(), ctx.queue().unwrap()];
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let mut pool = Some(
+        Pool::new(
+            &ctx,
+            PoolOptions::default().release_threshold(64 * 1024 + rng.below(64) as u64 * 1024),
+        )
+        .unwrap(),
+    );
+    let mut gate = ctx.user_event().unwrap();
+    let mut queue_gated = [false; 2];
+    // Pooled blocks whose commands may wait on the current gate.
+    let mut block_gated: HashSet<usize> = HashSet::new();
+    let mut held: Vec<Held> = Vec::new();
+    let mut checks: Vec<Check> = Vec::new();
+    let mut watches: Vec<common::Watch> = Vec::new();
+    let mut handed_out = 0usize;
+    let started = Instant::now();
+    let steps = 5000;
+
+    // Opens the gate, checks every read in flight, and closes a new gate.
+    let settle = |gate: &mut UserEvent, checks: &mut Vec<Check>, held: &mut Vec<Held>| {
+        gate.complete().unwrap();
+        for c in checks.drain(..) {
+            let got = c.read.wait().unwrap();
+            if let Some(i) = got.iter().position(|&x| x != c.value) {
+                panic!(
+                    "seed {seed}, read at step {}: element {i} is {:#x}, expected {:#x}",
+                    c.step, got[i], c.value
+                );
+            }
+        }
+        for h in held.iter_mut() {
+            h.gated = false;
+        }
+        *gate = ctx.user_event().unwrap();
+    };
+
+    for step in 0..steps {
+        if step % 64 == 63 {
+            settle(&mut gate, &mut checks, &mut held);
+            queue_gated = [false; 2];
+            block_gated.clear();
+            // Nothing deferred so far waits on the new gate: this returns.
+            if rng.below(4) == 0 {
+                ctx.wait_deferred();
+            }
+        }
+        let pool_ref = pool.as_ref().unwrap();
+        let qi = rng.below(2);
+        let q = &queues[qi];
+        // Only the first queue takes gated commands: the second runs at once unless the
+        // hazard rules hold it back.
+        let gate_it = qi == 0 && rng.below(2) == 0;
+        let deps = [gate.event()];
+        let after = if gate_it {
+            q.after(&deps)
+        } else {
+            q.after(&[])
+        };
+        // An in-order queue holds everything after a gated command behind it too.
+        let gated = gate_it || queue_gated[qi];
+        let op = if held.is_empty() {
+            rng.below(2)
+        } else {
+            rng.below(12)
+        };
+        let i = if held.is_empty() {
+            0
+        } else {
+            rng.below(held.len())
+        };
+        match op {
+            0 | 1 if held.len() < 16 => {
+                let len = random_len(&mut rng);
+                let (buf, pooled) = if op == 0 {
+                    (ctx.buffer::<u32>(len).unwrap(), false)
+                } else {
+                    (pool_ref.acquire::<u32>(len).unwrap(), true)
+                };
+                handed_out += 1;
+                // A recycled block carries its previous owner's commands.
+                let gated = pooled && block_gated.contains(&(buf.as_raw() as usize));
+                held.push(Held {
+                    buf,
+                    pooled,
+                    value: 0,
+                    known: 0,
+                    events: Vec::new(),
+                    gated,
+                });
+            }
+            0 | 1 => {}
+            2 | 3 => {
+                let h = &mut held[i];
+                let value = rng.next() as u32;
+                let event = if op == 2 {
+                    after.fill(&h.buf, value).unwrap()
+                } else {
+                    after.write_owned(&h.buf, vec![value; h.buf.len()]).unwrap()
+                };
+                h.events.push(event);
+                (h.value, h.known) = (value, h.buf.len());
+                h.gated |= gated;
+                // A command behind gated work on its buffer holds its queue too.
+                queue_gated[qi] |= h.gated;
+            }
+            4 => {
+                let h = &mut held[i];
+                let len = h.buf.len() as u32;
+                let event = after
+                    .launch(
+                        &increment,
+                        &[h.buf.len()],
+                        &[Arg::read_write(&h.buf), Arg::scalar(len)],
+                    )
+                    .unwrap();
+                h.events.push(event);
+                h.value = h.value.wrapping_add(1);
+                h.gated |= gated;
+                queue_gated[qi] |= h.gated;
+            }
+            5 | 6 => {
+                let h = &mut held[i];
+                if h.known > 0 {
+                    let read = after.read_owned_range(&h.buf, 0..h.known).unwrap();
+                    h.events.push(read.event().clone());
+                    h.gated |= gated;
+                    queue_gated[qi] |= h.gated;
+                    checks.push(Check {
+                        read,
+                        value: h.value,
+                        step,
+                    });
+                }
+            }
+            7 => {
+                let new_len = random_len(&mut rng);
+                let h = &mut held[i];
+                let events: Vec<&Event> = h.events.iter().collect();
+                watches.push(common::watch(&h.buf, &events));
+                let old_raw = h.buf.as_raw() as usize;
+                h.buf.resize(q, new_len).unwrap();
+                handed_out += 1;
+                // The copy reads the old block on `q`, behind whatever holds either.
+                h.gated |= queue_gated[qi];
+                queue_gated[qi] |= h.gated;
+                if h.pooled && h.gated {
+                    block_gated.insert(old_raw);
+                }
+                h.events.clear();
+                h.known = h.known.min(new_len);
+                h.pooled = false;
+            }
+            8 | 9 => {
+                // Release, drop or deferred release; one that would wait only when nothing
+                // it depends on is gated.
+                let how = rng.below(3);
+                let blocks = !held[i].pooled && held[i].gated;
+                if how < 2 && blocks {
+                    continue;
+                }
+                let h = held.swap_remove(i);
+                let (len, pooled, gated_before) = (h.buf.len(), h.pooled, h.gated);
+                let raw = h.buf.as_raw() as usize;
+                release(h, how, &mut watches, seed, step);
+                if pooled && gated_before {
+                    block_gated.insert(raw);
+                }
+                // Often the block goes straight to a new owner, who writes it at once,
+                // on either queue: the hazard rules must order that after the old owner.
+                if pooled && op == 9 {
+                    let buf = pool_ref.acquire::<u32>(len).unwrap();
+                    handed_out += 1;
+                    let mut h = Held {
+                        gated: block_gated.contains(&(buf.as_raw() as usize)),
+                        buf,
+                        pooled: true,
+                        value: rng.next() as u32,
+                        known: len,
+                        events: Vec::new(),
+                    };
+                    h.events.push(after.fill(&h.buf, h.value).unwrap());
+                    h.gated |= gated;
+                    queue_gated[qi] |= h.gated;
+                    held.push(h);
+                }
+            }
+            10 if rng.below(4) == 0 => {
+                pool_ref.trim(rng.below(128) as u64 * 1024);
+            }
+            _ => {}
+        }
+
+        // The ledger agrees with what is held, whatever the reaper does meanwhile.
+        let ms = ctx.memory_stats();
+        let ps = pool.as_ref().unwrap().stats();
+        let live: u64 = held.iter().map(|h| h.buf.bytes() as u64).sum();
+        let in_pool_use: u64 = held
+            .iter()
+            .filter(|h| h.pooled)
+            .map(|h| h.buf.bytes() as u64)
+            .sum();
+        assert_eq!(ms.live_bytes, live, "seed {seed}, step {step}: {ms:?}");
+        assert_eq!(
+            ms.pooled_bytes, ps.pooled_bytes,
+            "seed {seed}, step {step}: {ms:?} {ps:?}"
+        );
+        assert_eq!(ps.in_use_bytes, in_pool_use, "seed {seed}, step {step}");
+        assert!(
+            ms.peak_bytes >= ms.live_bytes + ms.pooled_bytes,
+            "seed {seed}, step {step}: {ms:?}"
+        );
+    }
+
+    settle(&mut gate, &mut checks, &mut held);
+    gate.complete().unwrap();
+    // Half the buffers go before the pool, half after it (back to a closed pool).
+    let later = held.split_off(held.len() / 2);
+    for h in held {
+        let events: Vec<&Event> = h.events.iter().collect();
+        watches.push(common::watch(&h.buf, &events));
+        h.buf.release_deferred();
+    }
+    drop(pool.take());
+    for h in later {
+        let events: Vec<&Event> = h.events.iter().collect();
+        watches.push(common::watch(&h.buf, &events));
+        drop(h.buf);
+    }
+    ctx.wait_deferred();
+    let ms = ctx.memory_stats();
+    assert_eq!(
+        (ms.live_bytes, ms.pending_release_bytes, ms.pooled_bytes),
+        (0, 0, 0),
+        "seed {seed}: {ms:?}"
+    );
+    assert_eq!(
+        watches.len(),
+        handed_out,
+        "seed {seed}: every buffer watched once"
+    );
+    let fired = watches.iter().filter(|w| w.fired()).count();
+    assert_eq!(
+        fired, handed_out,
+        "seed {seed}: destructor callbacks fired for {fired} of {handed_out} buffers"
+    );
+    for w in &watches {
+        w.assert_released_after_events();
+    }
+    drop(done);
+    eprintln!(
+        "seed {seed}: {steps} steps, {handed_out} buffers in {:?}; {ms:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn leak_report_names_the_allocation_site() {
+    let ctx = ctx!();
+    assert!(
+        capture::install(),
+        "another logger was installed first; the leak report cannot be read back"
+    );
+    let queue = ctx.queue().unwrap();
+    let (kept, kept_line) = (ctx.buffer::<u32>(1000).unwrap(), line!());
+    let (freed, freed_line) = (ctx.buffer::<u32>(500).unwrap(), line!());
+    assert_eq!(ctx.memory_stats().live_bytes, 6000);
+    drop(freed);
+    assert_eq!(ctx.memory_stats().live_bytes, 4000);
+    let me = thread::current().id();
+    let clone = ctx.clone();
+    drop(ctx); // not the last handle: no report
+    assert!(capture::messages(me, "cl_lifetime::context").is_empty());
+    assert_eq!(clone.memory_stats().live_bytes, 4000);
+    drop(clone); // the last handle: the report names `kept`, and only it
+
+    let report = capture::messages(me, "cl_lifetime::context");
+    assert!(
+        report
+            .iter()
+            .any(|m| m.contains("1 live buffers (4000 bytes)")),
+        "{report:#?}"
+    );
+    let site = format!("4000 bytes allocated at {}:{kept_line}:", file!());
+    assert!(report.iter().any(|m| m.contains(&site)), "{report:#?}");
+    let freed_site = format!("{}:{freed_line}:", file!());
+    assert!(
+        !report.iter().any(|m| m.contains(&freed_site)),
+        "{report:#?}"
+    );
+
+    // The buffer keeps the context alive: it still works, and is freed when dropped.
+    queue.write(&kept, &ramp(1000, 2)).unwrap();
+    assert_eq!(contents(&queue, &kept), ramp(1000, 2));
+    let watch = common::watch(&kept, &[]);
+    drop(kept);
+    watch.assert_released_after_events();
+}
