@@ -305,7 +305,7 @@ fn release_unrelated(
     let kernel_waited = Instant::now();
     busy.release()?;
 
-    let waited_for = format!("{} (its own fill)", events(report.waited_on));
+    let waited_for = format!("{} (its own fill had ended)", events(report.waited_on));
     Ok(Observed {
         launched,
         called,

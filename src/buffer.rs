@@ -116,7 +116,8 @@ pub struct FailedCommand {
 /// What [`ClBuffer::release`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReleaseReport {
-    /// How many events it waited on (0 for an empty record).
+    /// How many recorded events had not ended when it was called, and so were waited on
+    /// (0 for an empty or finished record).
     pub waited_on: usize,
     /// How long the wait took.
     pub waited: Duration,
@@ -162,8 +163,15 @@ enum Mapped {
 #[derive(Default)]
 pub(crate) struct Record {
     events: EventSet<Event>,
+    /// Tracker rule 5: a recorded command failed while superseded ones may still run, so
+    /// wait lists leave nothing out until the shadow has drained.
+    tainted: bool,
+    /// The failure epoch this record last looked at.
+    seen_failures: u64,
     mapped: Mapped,
     failed: Vec<FailedCommand>,
+    /// Failed events, alive until the release (see `Record::ended`).
+    failed_events: Vec<Event>,
     /// Host memory that in-flight commands use (rule 3), with the event that ends the use.
     host: Vec<(Event, Box<dyn Any + Send>)>,
     host_prune_at: usize,
@@ -172,6 +180,26 @@ pub(crate) struct Record {
 impl Record {
     pub(crate) fn events(&self) -> &EventSet<Event> {
         &self.events
+    }
+
+    /// Tracker rule 5: whether wait lists must leave nothing out. Looks for failed events
+    /// only when a failure has happened somewhere since the last look and superseded
+    /// commands may still run.
+    pub(crate) fn after_failure(&mut self) -> bool {
+        let epoch = crate::event::failure_epoch();
+        if self.seen_failures != epoch {
+            self.seen_failures = epoch;
+            if !self.events.shadow().is_empty()
+                && self
+                    .events
+                    .entries()
+                    .iter()
+                    .any(|e| matches!(e.event.status(), Ok(Status::Failed(_))))
+            {
+                self.tainted = true;
+            }
+        }
+        self.tainted
     }
 
     /// A device command may not write memory the host has mapped, nor read memory the
@@ -202,24 +230,44 @@ impl Record {
         self.events.fold(count, lane, marker);
     }
 
-    pub(crate) fn record(&mut self, lane: Lane, access: Access, event: Event) {
-        let failed = &mut self.failed;
-        self.events
-            .record(lane, access, event, |e| match e.status() {
-                Ok(Status::Complete) => true,
-                Ok(Status::Failed(status)) => {
-                    if failed.len() < MAX_FAILURES {
-                        failed.push(FailedCommand {
-                            command: e.command_kind().unwrap_or(CommandKind::Other(0)),
-                            status,
-                        });
-                    }
-                    true
+    /// Whether `e` has ended; a failure is kept for the report and taints the record.
+    /// The failed event itself is kept alive until the buffer's release: PoCL 3.1 aborts
+    /// when a failed event is released before the commands that waited on it have ended.
+    fn ended(e: &Event, failed: &mut Vec<FailedCommand>, keep: &mut Vec<Event>) -> bool {
+        match e.status() {
+            Ok(Status::Complete) => true,
+            Ok(Status::Failed(status)) => {
+                if failed.len() < MAX_FAILURES {
+                    let command = e.command_kind().unwrap_or(CommandKind::Other(0));
+                    failed.push(FailedCommand { command, status });
                 }
-                Ok(_) => false,
-                // Unreadable status: nothing can wait on it either.
-                Err(_) => true,
-            });
+                keep.push(e.clone());
+                true
+            }
+            Ok(_) => false,
+            // Unreadable status: nothing can wait on it either.
+            Err(_) => true,
+        }
+    }
+
+    pub(crate) fn record(&mut self, lane: Lane, access: Access, event: Event, had_wait_list: bool) {
+        let (failed, keep) = (&mut self.failed, &mut self.failed_events);
+        self.events.record(lane, access, event, had_wait_list, |e| {
+            Self::ended(e, failed, keep)
+        });
+        if !self.failed_events.is_empty() {
+            self.tainted = true;
+        }
+        // Once every superseded command has ended, cover holds again (tracker rule 5).
+        if self.events.shadow().is_empty() {
+            self.tainted = false;
+        }
+    }
+
+    /// Drops every event that has ended, keeping the failures for the report.
+    fn prune_ended(&mut self) {
+        let (failed, keep) = (&mut self.failed, &mut self.failed_events);
+        self.events.prune(|e| Self::ended(e, failed, keep));
     }
 
     fn keep_alive(&mut self, event: Event, payload: Box<dyn Any + Send>) {
@@ -433,6 +481,7 @@ impl MemInner {
             .record
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
+        record.prune_ended();
         let mut events: Vec<Event> = record.events.take().into_iter().map(|e| e.event).collect();
         events.extend(record.host.iter().map(|(e, _)| e.clone()));
         events.sort_by_key(|e| e.as_raw() as usize);
@@ -456,8 +505,10 @@ impl MemInner {
                 });
             }
         }
-        // Every command that used the host memory has ended (rule 3).
+        // Every command that used the host memory has ended (rule 3), and every command
+        // that waited on a failed one.
         record.host.clear();
+        record.failed_events.clear();
 
         // SAFETY: `raw` came from clCreateBuffer and is released once, here (it was
         // swapped out for null above); every event that used it has ended (wait above).

@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use opencl3::event as cl;
@@ -37,7 +37,10 @@ impl Status {
             cl::CL_RUNNING => Status::Running,
             cl::CL_SUBMITTED => Status::Submitted,
             cl::CL_QUEUED => Status::Queued,
-            failed => Status::Failed(ClStatus(failed)),
+            failed => {
+                note_failure();
+                Status::Failed(ClStatus(failed))
+            }
         }
     }
 
@@ -239,6 +242,20 @@ pub(crate) fn wait_terminal(raws: &[cl_event]) {
     }
 }
 
+/// Counts failures seen anywhere (a gate failed, a failed status read), so a record need
+/// look for failed events (tracker rule 5) only after one has happened.
+static FAILURE_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// The number of failures seen so far.
+pub(crate) fn failure_epoch() -> u64 {
+    FAILURE_EPOCH.load(Ordering::Acquire)
+}
+
+/// Notes that a command failed.
+pub(crate) fn note_failure() {
+    FAILURE_EPOCH.fetch_add(1, Ordering::AcqRel);
+}
+
 /// A gate the host opens ([`UserEvent::complete`]) or fails ([`UserEvent::fail`]).
 /// Commands given it as a dependency wait until then. Dropping a gate that is still
 /// closed fails it with `CL_INVALID_OPERATION`, so nothing waits on it forever.
@@ -292,7 +309,9 @@ impl UserEvent {
         if status >= 0 {
             return Err(Error::cl("clSetUserEventStatus", cl::CL_INVALID_VALUE));
         }
-        self.set_status(status)
+        let set = self.set_status(status);
+        note_failure();
+        set
     }
 
     fn set_status(&self, status: cl_int) -> Result<()> {

@@ -45,7 +45,7 @@ use crate::device::Device;
 use crate::error::{ClStatus, Error, Result, Transfer};
 use crate::event::Event;
 use crate::program::{Arg, Kernel};
-use crate::tracker::{Access, Lane};
+use crate::tracker::{Access, Entry, Lane};
 
 pub(crate) struct QueueInner {
     pub(crate) raw: cl_command_queue,
@@ -235,18 +235,27 @@ impl After<'_> {
             }
             wait.push(dep.as_raw());
         }
-        for (_, access, _, record) in &locked {
+        for (_, access, _, record) in &mut locked {
             unelided += record.events().hazards_without_elision(*access);
-            for entry in record.events().hazards(queue.lane, *access) {
+            let after_failure = record.after_failure();
+            let events = record.events();
+            let mut add = |entry: &Entry<Event>| -> Result<()> {
                 // A finished command needs no wait, and a failed one must not be waited on:
                 // drivers fail (or never run) a command whose wait list holds a failed event.
-                if entry.event.is_terminal() {
-                    continue;
+                if !entry.event.is_terminal() {
+                    if !entry.event.same_queue(queue) {
+                        entry.event.flush_producer()?;
+                    }
+                    wait.push(entry.event.as_raw());
                 }
-                if !entry.event.same_queue(queue) {
-                    entry.event.flush_producer()?;
-                }
-                wait.push(entry.event.as_raw());
+                Ok(())
+            };
+            if after_failure {
+                events
+                    .hazards_after_failure(*access)
+                    .try_for_each(&mut add)?;
+            } else {
+                events.hazards(queue.lane, *access).try_for_each(&mut add)?;
             }
         }
         if locked.len() > 1 {
@@ -259,7 +268,7 @@ impl After<'_> {
         queue.dirty.store(true, Ordering::Release);
         let event = Event::from_enqueue(raw, queue);
         for (_, access, map, record) in &mut locked {
-            record.record(queue.lane, *access, event.clone());
+            record.record(queue.lane, *access, event.clone(), !wait.is_empty());
             record.apply_map(*map);
             self.fold(record)?;
         }

@@ -15,21 +15,28 @@
 //! 2. **Same-queue elision.** Events of the new command's own queue are left out when that
 //!    queue is in order: the queue already runs them first.
 //! 3. **A write covers everything before it.** A recorded write waited (rule 1, or its
-//!    queue's order) on every entry, so it completes after all of them: recording it
-//!    replaces the whole set.
-//! 4. **In-order reads.** On an in-order queue a newer read replaces the older reads of its
-//!    queue, so an in-order queue holds at most one write and one read.
-//! 5. **Pruning.** Completed events are dropped as new ones arrive. Pruning asks about every
+//!    queue's order) on every entry, so when it succeeds it has completed after all of
+//!    them: recording it moves the whole set to the *shadow*.
+//! 4. **In-order reads.** On an in-order queue a newer read moves the older reads of its
+//!    queue to the shadow, so an in-order queue keeps at most one write and one read live.
+//! 5. **The shadow.** Cover holds only for commands that succeed: a command that fails
+//!    because something in its wait list failed can end before the rest of its wait list.
+//!    So when the superseding command had a wait list, superseded entries stay in the
+//!    shadow until they are known to have ended; a release waits on them too, and after a
+//!    failure the caller asks [`EventSet::hazards_after_failure`], which leaves nothing
+//!    out. A command with an empty wait list cannot end early: what it supersedes is
+//!    either ordered before it by its in-order queue or has ended already, and is dropped.
+//! 6. **Pruning.** Completed events are dropped as new ones arrive. Pruning asks about every
 //!    entry, so it runs only when the set has doubled since the last prune: constant cost
 //!    per record on average, and the set stays within twice its live size.
-//! 6. **Bound.** Reads on out-of-order queues are kept until they complete. When more than
+//! 7. **Bound.** Reads on out-of-order queues are kept until they complete. When more than
 //!    [`FOLD_AT`] entries are live, the caller folds the oldest reads into one marker event
 //!    ([`EventSet::reads_to_fold`], then [`EventSet::fold`]), which stands for them all.
 //!
 //! Together these keep every command that may still touch the buffer covered: each is in
 //! the set, or completes before an event that is.
 
-/// Above this many live entries, the oldest reads are folded into one marker (rule 6).
+/// Above this many live entries, the oldest reads are folded into one marker (rule 7).
 pub const FOLD_AT: usize = 64;
 
 /// How a command uses a buffer.
@@ -68,6 +75,8 @@ const MIN_PRUNE_AT: usize = 8;
 #[derive(Debug)]
 pub struct EventSet<E> {
     entries: Vec<Entry<E>>,
+    /// Rule 5: entries superseded by a newer one, kept until they are known to have ended.
+    shadow: Vec<Entry<E>>,
     prune_at: usize,
 }
 
@@ -75,6 +84,7 @@ impl<E> Default for EventSet<E> {
     fn default() -> Self {
         EventSet {
             entries: Vec::new(),
+            shadow: Vec::new(),
             prune_at: MIN_PRUNE_AT,
         }
     }
@@ -96,6 +106,20 @@ impl<E> EventSet<E> {
         })
     }
 
+    /// Rule 5: after a failure, every recorded entry that conflicts with `access`, live or
+    /// shadow, with nothing left out for queue order.
+    pub fn hazards_after_failure(&self, access: Access) -> impl Iterator<Item = &Entry<E>> {
+        self.shadow
+            .iter()
+            .chain(&self.entries)
+            .filter(move |e| access == Access::Write || e.access == Access::Write)
+    }
+
+    /// The superseded entries not yet known to have ended (rule 5).
+    pub fn shadow(&self) -> &[Entry<E>] {
+        &self.shadow
+    }
+
     /// How many entries rule 1 alone would ask for, before rule 2 leaves out the command's
     /// own in-order queue. For statistics.
     pub fn hazards_without_elision(&self, access: Access) -> usize {
@@ -105,24 +129,34 @@ impl<E> EventSet<E> {
             .count()
     }
 
-    /// Records `event`, a command on `lane` with `access` that waited on
-    /// [`hazards`](EventSet::hazards), applying rules 3 to 5. `is_done` is asked only
-    /// about events already in the set.
+    /// Records `event`, a command on `lane` with `access` that waited on the unended
+    /// [`hazards`](EventSet::hazards), applying rules 3 to 6. `had_wait_list` says whether
+    /// its wait list was empty (rule 5). `is_done` is asked only about events already in
+    /// the set.
     pub fn record(
         &mut self,
         lane: Lane,
         access: Access,
         event: E,
+        had_wait_list: bool,
         is_done: impl FnMut(&E) -> bool,
     ) {
-        match access {
-            Access::Write => self.entries.clear(),
-            Access::Read if lane.in_order => self
-                .entries
-                .retain(|e| !(e.lane == lane && e.access == Access::Read)),
-            Access::Read => {}
+        let superseded = |e: &Entry<E>| match access {
+            Access::Write => true,
+            Access::Read => lane.in_order && e.lane == lane && e.access == Access::Read,
+        };
+        let mut i = 0;
+        while i < self.entries.len() {
+            if superseded(&self.entries[i]) {
+                let old = self.entries.remove(i);
+                if had_wait_list {
+                    self.shadow.push(old);
+                }
+            } else {
+                i += 1;
+            }
         }
-        if self.entries.len() >= self.prune_at {
+        if self.entries.len() + self.shadow.len() >= self.prune_at {
             self.prune(is_done);
         }
         self.entries.push(Entry {
@@ -135,10 +169,11 @@ impl<E> EventSet<E> {
     /// Removes every entry whose event `is_done` says has completed.
     pub fn prune(&mut self, mut is_done: impl FnMut(&E) -> bool) {
         self.entries.retain(|e| !is_done(&e.event));
-        self.prune_at = (self.entries.len() * 2).max(MIN_PRUNE_AT);
+        self.shadow.retain(|e| !is_done(&e.event));
+        self.prune_at = ((self.entries.len() + self.shadow.len()) * 2).max(MIN_PRUNE_AT);
     }
 
-    /// Rule 6: when more than [`FOLD_AT`] entries are recorded, the oldest reads to fold
+    /// Rule 7: when more than [`FOLD_AT`] entries are recorded, the oldest reads to fold
     /// into one marker (all but the newest [`FOLD_AT`]` / 2` entries' reads); empty
     /// otherwise. The caller enqueues a marker that waits on them, then calls
     /// [`fold`](EventSet::fold) with the number returned.
@@ -191,10 +226,12 @@ impl<E> EventSet<E> {
         &self.entries
     }
 
-    /// Empties the set, returning its entries oldest first.
+    /// Empties the set, returning every entry, shadow first.
     pub fn take(&mut self) -> Vec<Entry<E>> {
         self.prune_at = MIN_PRUNE_AT;
-        std::mem::take(&mut self.entries)
+        let mut all = std::mem::take(&mut self.shadow);
+        all.append(&mut self.entries);
+        all
     }
 }
 
@@ -227,16 +264,16 @@ mod tests {
     #[test]
     fn read_after_write_on_another_queue_waits_on_the_write() {
         let mut set = EventSet::new();
-        set.record(IN_ORDER_A, Access::Write, 1, |_| false);
+        set.record(IN_ORDER_A, Access::Write, 1, false, |_| false);
         assert_eq!(hazards(&set, IN_ORDER_B, Access::Read), [1]);
     }
 
     #[test]
     fn write_after_read_waits_on_the_readers_and_the_writer() {
         let mut set = EventSet::new();
-        set.record(IN_ORDER_A, Access::Write, 1, |_| false);
-        set.record(IN_ORDER_B, Access::Read, 2, |_| false);
-        set.record(OUT_OF_ORDER, Access::Read, 3, |_| false);
+        set.record(IN_ORDER_A, Access::Write, 1, false, |_| false);
+        set.record(IN_ORDER_B, Access::Read, 2, false, |_| false);
+        set.record(OUT_OF_ORDER, Access::Read, 3, false, |_| false);
         assert_eq!(hazards(&set, IN_ORDER_A, Access::Write), [2, 3]);
         assert_eq!(hazards(&set, OUT_OF_ORDER, Access::Write), [1, 2, 3]);
     }
@@ -244,16 +281,16 @@ mod tests {
     #[test]
     fn reads_do_not_wait_on_reads() {
         let mut set = EventSet::new();
-        set.record(IN_ORDER_A, Access::Read, 1, |_| false);
-        set.record(OUT_OF_ORDER, Access::Read, 2, |_| false);
+        set.record(IN_ORDER_A, Access::Read, 1, false, |_| false);
+        set.record(OUT_OF_ORDER, Access::Read, 2, false, |_| false);
         assert!(hazards(&set, IN_ORDER_B, Access::Read).is_empty());
     }
 
     #[test]
     fn same_in_order_queue_gets_no_wait_list() {
         let mut set = EventSet::new();
-        set.record(IN_ORDER_A, Access::Write, 1, |_| false);
-        set.record(IN_ORDER_A, Access::Read, 2, |_| false);
+        set.record(IN_ORDER_A, Access::Write, 1, false, |_| false);
+        set.record(IN_ORDER_A, Access::Read, 2, false, |_| false);
         assert!(hazards(&set, IN_ORDER_A, Access::Write).is_empty());
         assert_eq!(set.hazards_without_elision(Access::Write), 2);
     }
@@ -261,26 +298,64 @@ mod tests {
     #[test]
     fn out_of_order_queue_waits_on_its_own_events() {
         let mut set = EventSet::new();
-        set.record(OUT_OF_ORDER, Access::Write, 1, |_| false);
+        set.record(OUT_OF_ORDER, Access::Write, 1, false, |_| false);
         assert_eq!(hazards(&set, OUT_OF_ORDER, Access::Read), [1]);
+    }
+
+    #[test]
+    fn a_write_with_no_wait_list_drops_what_it_covers() {
+        let mut set = EventSet::new();
+        set.record(IN_ORDER_A, Access::Read, 1, false, |_| false);
+        set.record(IN_ORDER_A, Access::Write, 2, false, |_| false);
+        assert_eq!(events(&set), [2]);
+        assert!(set.shadow().is_empty());
     }
 
     #[test]
     fn a_write_replaces_the_whole_record() {
         let mut set = EventSet::new();
-        set.record(IN_ORDER_A, Access::Read, 1, |_| false);
-        set.record(OUT_OF_ORDER, Access::Read, 2, |_| false);
-        set.record(IN_ORDER_B, Access::Write, 3, |_| false);
+        set.record(IN_ORDER_A, Access::Read, 1, false, |_| false);
+        set.record(OUT_OF_ORDER, Access::Read, 2, false, |_| false);
+        set.record(IN_ORDER_B, Access::Write, 3, true, |_| false);
         assert_eq!(events(&set), [3]);
+        let shadow: Vec<u32> = set.shadow().iter().map(|e| e.event).collect();
+        assert_eq!(shadow, [1, 2], "superseded entries wait in the shadow");
+    }
+
+    #[test]
+    fn after_a_failure_hazards_leave_nothing_out() {
+        let mut set = EventSet::new();
+        set.record(IN_ORDER_A, Access::Read, 1, false, |_| false);
+        set.record(IN_ORDER_B, Access::Write, 2, true, |_| false);
+        // Normally the write on B covers the read, and B's own write is elided on B.
+        assert!(hazards(&set, IN_ORDER_B, Access::Write).is_empty());
+        let all: Vec<u32> = set
+            .hazards_after_failure(Access::Write)
+            .map(|e| e.event)
+            .collect();
+        assert_eq!(all, [1, 2]);
+    }
+
+    #[test]
+    fn the_shadow_is_pruned_as_events_end() {
+        let mut set = EventSet::new();
+        for e in 0..1000u32 {
+            set.record(IN_ORDER_A, Access::Write, e, true, |&x| x + 4 < e);
+            assert!(
+                set.shadow().len() <= 2 * MIN_PRUNE_AT,
+                "shadow {}",
+                set.shadow().len()
+            );
+        }
     }
 
     #[test]
     fn in_order_queue_keeps_one_read() {
         let mut set = EventSet::new();
-        set.record(IN_ORDER_A, Access::Write, 1, |_| false);
-        set.record(IN_ORDER_A, Access::Read, 2, |_| false);
-        set.record(IN_ORDER_A, Access::Read, 3, |_| false);
-        set.record(IN_ORDER_B, Access::Read, 4, |_| false);
+        set.record(IN_ORDER_A, Access::Write, 1, false, |_| false);
+        set.record(IN_ORDER_A, Access::Read, 2, false, |_| false);
+        set.record(IN_ORDER_A, Access::Read, 3, false, |_| false);
+        set.record(IN_ORDER_B, Access::Read, 4, false, |_| false);
         assert_eq!(events(&set), [1, 3, 4]);
     }
 
@@ -288,7 +363,7 @@ mod tests {
     fn out_of_order_reads_are_kept_until_done() {
         let mut set = EventSet::new();
         for e in 0..5 {
-            set.record(OUT_OF_ORDER, Access::Read, e, |_| false);
+            set.record(OUT_OF_ORDER, Access::Read, e, false, |_| false);
         }
         assert_eq!(events(&set), [0, 1, 2, 3, 4]);
     }
@@ -298,7 +373,7 @@ mod tests {
         let mut set = EventSet::new();
         let done: HashSet<u32> = (0..1000).collect();
         for e in 0..1000u32 {
-            set.record(OUT_OF_ORDER, Access::Read, e, |x| done.contains(x));
+            set.record(OUT_OF_ORDER, Access::Read, e, false, |x| done.contains(x));
             assert!(set.len() <= MIN_PRUNE_AT, "len {} at {e}", set.len());
         }
     }
@@ -308,7 +383,7 @@ mod tests {
         let mut set = EventSet::new();
         let mut asked = 0usize;
         for e in 0..10_000u32 {
-            set.record(OUT_OF_ORDER, Access::Read, e, |_| {
+            set.record(OUT_OF_ORDER, Access::Read, e, false, |_| {
                 asked += 1;
                 true
             });
@@ -322,9 +397,9 @@ mod tests {
     #[test]
     fn many_pending_reads_fold_into_one_marker() {
         let mut set = EventSet::new();
-        set.record(OUT_OF_ORDER, Access::Write, 0, |_| false);
+        set.record(OUT_OF_ORDER, Access::Write, 0, false, |_| false);
         for e in 1..=(FOLD_AT as u32 + 1) {
-            set.record(OUT_OF_ORDER, Access::Read, e, |_| false);
+            set.record(OUT_OF_ORDER, Access::Read, e, false, |_| false);
         }
         let folded: Vec<u32> = set.reads_to_fold().into_iter().copied().collect();
         assert!(!folded.is_empty());
@@ -340,7 +415,7 @@ mod tests {
     #[test]
     fn take_empties_the_set() {
         let mut set = EventSet::new();
-        set.record(IN_ORDER_A, Access::Write, 7, |_| false);
+        set.record(IN_ORDER_A, Access::Write, 7, false, |_| false);
         assert_eq!(set.take().len(), 1);
         assert!(set.is_empty());
     }
@@ -446,6 +521,7 @@ mod tests {
                             }
                         }
                         let id = cmds.len();
+                        let had_wait_list = !wait.is_empty();
                         let mut after = wait;
                         if l.in_order {
                             after.extend(last_on_lane[lane]);
@@ -472,8 +548,8 @@ mod tests {
                             }
                         }
                         let done: Vec<bool> = cmds.iter().map(|c| c.done).collect();
-                        set.record(l, access, id, |&e| done[e]);
-                        // Rule 6: fold, as the library does, with a marker on this lane.
+                        set.record(l, access, id, had_wait_list, |&e| done[e]);
+                        // Rule 7: fold, as the library does, with a marker on this lane.
                         let folded: Vec<usize> = set.reads_to_fold().into_iter().copied().collect();
                         if !folded.is_empty() {
                             let marker = cmds.len();

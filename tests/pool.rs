@@ -1032,7 +1032,9 @@ fn release(h: Held, how: usize, watches: &mut Vec<common::Watch>, seed: u64, ste
     match how {
         0 => {
             let report = h.buf.release().expect("release");
-            assert_eq!(report.recycled, h.pooled, "seed {seed}, step {step}");
+            // A pool block goes back to its pool unless the pool is over its threshold;
+            // a plain buffer never does.
+            assert!(h.pooled || !report.recycled, "seed {seed}, step {step}");
             assert!(report.failed.is_empty(), "seed {seed}: {report:?}");
         }
         1 => drop(h.buf),

@@ -371,7 +371,8 @@ fn local_memory_arguments_give_each_work_group_its_scratch() {
 
     let report = input.release().unwrap();
     assert!(report.failed.is_empty(), "{report:?}");
-    assert_eq!(report.waited_on, 1, "{report:?}");
+    // The launch had ended (waited above): nothing was left to wait for.
+    assert_eq!(report.waited_on, 0, "{report:?}");
 }
 
 #[test]
