@@ -280,17 +280,37 @@ fn reads_on_one_out_of_order_queue_run_without_waiting() {
     let gate = closed_gate(&ctx);
 
     gated = queue.after(&[gate.event()]).read_owned(&buf).unwrap();
+    let before = ctx.hazard_stats();
     let free = queue.read_owned(&buf).unwrap();
-    let free_event = free.event().clone();
-    let seen = returns(
-        "a read beside a gated read on an out-of-order queue",
-        move || free.wait().unwrap(),
+    // The library's part, on every driver: the second read waits on nothing.
+    let after = ctx.hazard_stats();
+    assert_eq!(after.enqueues, before.enqueues + 1);
+    assert_eq!(
+        after.wait_entries, before.wait_entries,
+        "a read waited on a read"
     );
-    assert_eq!(seen, data);
-    assert!(free_event.is_terminal());
-    assert!(!gated.event().is_terminal());
-
-    gate.complete().unwrap();
+    // The device's part: NVIDIA's OpenCL accepts out-of-order queues but was seen to run
+    // them in order on an H100 (the free read stayed behind the gated one), so there the
+    // reads can only be checked after the gate opens.
+    if !ctx
+        .device()
+        .platform_name()
+        .to_lowercase()
+        .contains("nvidia")
+    {
+        let free_event = free.event().clone();
+        let seen = returns(
+            "a read beside a gated read on an out-of-order queue",
+            move || free.wait().unwrap(),
+        );
+        assert_eq!(seen, data);
+        assert!(free_event.is_terminal());
+        assert!(!gated.event().is_terminal());
+        gate.complete().unwrap();
+    } else {
+        gate.complete().unwrap();
+        assert_eq!(free.wait().unwrap(), data);
+    }
     assert_eq!(gated.wait().unwrap(), data);
 }
 
@@ -886,11 +906,16 @@ fn writes_after_a_failed_write_still_wait_for_the_reads_before_it() {
 
     read_gate.complete().unwrap();
     assert_eq!(read.wait().unwrap(), old, "the read saw a later write");
-    later.wait().unwrap();
     assert!(failed.wait().is_err());
-    // Read on the write's own queue: whether a command on another queue fails for
-    // waiting on the failed write is not what this test is about.
-    assert_eq!(contents(&b, &buf), vec![7; N]);
+    match later.wait() {
+        // Read on the write's own queue: whether a command on another queue fails for
+        // waiting on the failed write is not what this test is about.
+        Ok(()) => assert_eq!(contents(&b, &buf), vec![7; N]),
+        // NVIDIA fails the commands queued behind a failed one on an in-order queue (seen
+        // on an H100); what matters here is that the write did not run before the read.
+        Err(cl_lifetime::Error::CommandFailed { .. }) => {}
+        Err(e) => panic!("the later write: {e}"),
+    }
 }
 
 #[test]
