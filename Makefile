@@ -11,6 +11,8 @@ setup:
 demo: setup
 	$(CARGO) run --release --example tour
 
+# Two CPU devices of one platform for the cross-device tests (PoCL 3 and 5 accept this).
+test: export POCL_DEVICES ?= pthread pthread
 test: setup
 	$(CARGO) test --all-targets
 	$(CARGO) test --doc

@@ -13,10 +13,12 @@
 //!    the records is the order of the enqueues, whatever the threads do.
 //! 3. The wait list is the buffers' hazards ([`tracker`](crate::tracker) rules 1 and 2:
 //!    read after write, write after read or write, nothing from the command's own in-order
-//!    queue) that have not ended yet, plus the extra dependencies given to
-//!    [`Queue::after`]. A hazard that failed is left out: drivers fail or never run a
-//!    command whose wait list holds a failed event, and the failure is the earlier
-//!    command's, reported by the buffer's release.
+//!    queue), plus the extra dependencies given to [`Queue::after`]. Once a failure has
+//!    been seen in the process (a gate failed, a failed status read), hazards that have
+//!    ended are left out: drivers fail or never run a command whose wait list holds a
+//!    failed event, and the failure is the earlier command's, reported by the buffer's
+//!    release. Before that, no status is read on the enqueue path (it costs microseconds
+//!    on NVIDIA).
 //! 4. An event from another queue is flushed before it enters this queue's wait list
 //!    (DESIGN.md trap 5); each queue is flushed only if it has unflushed work.
 //! 5. A record that grows past [`FOLD_AT`](crate::tracker::FOLD_AT) live entries has its
@@ -235,6 +237,9 @@ impl After<'_> {
             }
             wait.push(dep.as_raw());
         }
+        // Reading an event's status costs microseconds on some drivers (NVIDIA), so ended
+        // hazards are looked for only once a failure has been seen in this process.
+        let failures_seen = crate::event::failure_epoch() != 0;
         for (_, access, _, record) in &mut locked {
             unelided += record.events().hazards_without_elision(*access);
             let after_failure = record.after_failure();
@@ -242,7 +247,7 @@ impl After<'_> {
             let mut add = |entry: &Entry<Event>| -> Result<()> {
                 // A finished command needs no wait, and a failed one must not be waited on:
                 // drivers fail (or never run) a command whose wait list holds a failed event.
-                if !entry.event.is_terminal() {
+                if !(failures_seen && entry.event.is_terminal()) {
                     if !entry.event.same_queue(queue) {
                         entry.event.flush_producer()?;
                     }
