@@ -1,15 +1,20 @@
-# Developer entry points for cl-lifetime: make setup | demo | test | lint | clean.
+# Developer entry points for cl-lifetime: make setup | demo | bench | test | lint | clean.
 CARGO ?= cargo
 # Fall back to a rustup install whose bin directory is not on PATH yet.
 export PATH := $(PATH):$(HOME)/.cargo/bin
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test lint clean bench
 
 setup:
 	bash scripts/setup.sh
 
 demo: setup
 	$(CARGO) run --release --example tour
+
+# The comparative benchmark (examples/compare.rs): target/bench/report.{json,md,svg}.
+# QUICK=1 runs the short version (under 2 minutes on PoCL).
+bench: setup
+	$(CARGO) run --release --example compare -- $(if $(QUICK),--quick,)
 
 # Two CPU devices of one platform for the cross-device tests (PoCL 3 and 5 accept this).
 test: export POCL_DEVICES ?= pthread pthread
