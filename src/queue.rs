@@ -153,14 +153,17 @@ impl<'a> Touch<'a> {
     }
 }
 
-/// The length of `range`, or `OutOfRange` when it is reversed.
-fn range_len(transfer: Transfer, range: &Range<usize>, buffer_len: usize) -> Result<usize> {
-    range.end.checked_sub(range.start).ok_or(Error::OutOfRange {
+/// Checks `range` against the buffer as [`check_range`] does, and returns its length; a
+/// reversed range is `OutOfRange`.
+fn check_span(transfer: Transfer, range: &Range<usize>, buffer_len: usize) -> Result<usize> {
+    let len = range.end.checked_sub(range.start).ok_or(Error::OutOfRange {
         transfer,
         offset: range.start,
         len: 0,
         buffer_len,
-    })
+    })?;
+    check_range(transfer, range.start, len, buffer_len)?;
+    Ok(len)
 }
 
 fn check_range(transfer: Transfer, offset: usize, len: usize, buffer_len: usize) -> Result<()> {
@@ -460,8 +463,7 @@ impl After<'_> {
         buffer: &ClBuffer<T>,
         range: Range<usize>,
     ) -> Result<PendingRead<T>> {
-        let len = range_len(Transfer::Read, &range, buffer.len())?;
-        check_range(Transfer::Read, range.start, len, buffer.len())?;
+        let len = check_span(Transfer::Read, &range, buffer.len())?;
         let mut data: Vec<T> = Vec::with_capacity(len);
         // The device fills the spare capacity; `PendingRead` sets the length only after
         // the read has completed, and owns the allocation until then (rule 4).
@@ -538,8 +540,7 @@ impl After<'_> {
         value: T,
         range: Range<usize>,
     ) -> Result<Event> {
-        let len = range_len(Transfer::Fill, &range, buffer.len())?;
-        check_range(Transfer::Fill, range.start, len, buffer.len())?;
+        let len = check_span(Transfer::Fill, &range, buffer.len())?;
         let mem = buffer.mem();
         let queue = self.queue.inner.raw;
         self.submit(&[Touch::new(mem, Access::Write)], |wait| {
@@ -599,8 +600,7 @@ impl After<'_> {
         range: Range<usize>,
         access: Access,
     ) -> Result<Mapping<'b, T>> {
-        let len = range_len(Transfer::Read, &range, buffer.len())?;
-        check_range(Transfer::Read, range.start, len, buffer.len())?;
+        let len = check_span(Transfer::Read, &range, buffer.len())?;
         let mem = buffer.mem();
         let queue = self.queue.inner.raw;
         let flags = match access {
