@@ -156,12 +156,15 @@ impl<'a> Touch<'a> {
 /// Checks `range` against the buffer as [`check_range`] does, and returns its length; a
 /// reversed range is `OutOfRange`.
 fn check_span(transfer: Transfer, range: &Range<usize>, buffer_len: usize) -> Result<usize> {
-    let len = range.end.checked_sub(range.start).ok_or(Error::OutOfRange {
-        transfer,
-        offset: range.start,
-        len: 0,
-        buffer_len,
-    })?;
+    let len = range
+        .end
+        .checked_sub(range.start)
+        .ok_or(Error::OutOfRange {
+            transfer,
+            offset: range.start,
+            len: 0,
+            buffer_len,
+        })?;
     check_range(transfer, range.start, len, buffer_len)?;
     Ok(len)
 }
