@@ -31,7 +31,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use cl_lifetime::tracker::{Access, EventSet, Lane};
+use cl_lifetime::tracker::{Access, EventSet, Lane, State};
 use cl_lifetime::{Context, Pool, PoolOptions};
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
@@ -57,9 +57,9 @@ const OUT_OF_ORDER_D: Lane = Lane {
 
 /// The `is_done` of the steady-state benches: everything older than [`DONE_LAG`] records
 /// before `now` has completed.
-fn done_before(now: u32) -> impl FnMut(&u32) -> bool {
+fn done_before(now: u32) -> impl FnMut(&u32) -> State {
     let horizon = now.saturating_sub(DONE_LAG);
-    move |&e| e < horizon
+    move |&e| if e < horizon { State::Complete } else { State::Pending }
 }
 
 fn record_event(c: &mut Criterion) {
@@ -122,9 +122,9 @@ fn record_event(c: &mut Criterion) {
 /// then `n - 1` reads, all on an out-of-order queue, none done.
 fn live_set(n: u32) -> EventSet<u32> {
     let mut set = EventSet::new();
-    set.record(OUT_OF_ORDER_C, Access::Write, 0, false, |_| false);
+    set.record(OUT_OF_ORDER_C, Access::Write, 0, false, |_| State::Pending);
     for e in 1..n {
-        set.record(OUT_OF_ORDER_C, Access::Read, e, false, |_| false);
+        set.record(OUT_OF_ORDER_C, Access::Read, e, false, |_| State::Pending);
     }
     set
 }
@@ -157,7 +157,7 @@ fn prune(c: &mut Criterion) {
         b.iter_batched(
             || live_set(64),
             |mut set| {
-                set.prune(|&e| black_box(e) % 2 == 0);
+                set.prune(|&e| if black_box(e) % 2 == 0 { State::Complete } else { State::Pending });
                 set
             },
             BatchSize::SmallInput,

@@ -22,7 +22,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::panic::Location;
 use std::ptr;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use opencl3::memory as cl;
@@ -31,8 +31,9 @@ use opencl3::types::{cl_event, cl_mem};
 use crate::context::{ContextInner, next_id};
 use crate::error::{ClStatus, Error, Result};
 use crate::event::{CommandKind, Event, Status, wait_terminal};
+use crate::program::KernelInner;
 use crate::stats::Bucket;
-use crate::tracker::{Access, EventSet, Lane};
+use crate::tracker::{Access, EventSet, Lane, State};
 
 /// Plain data that may live in a device buffer: `Copy`, no padding that matters, and
 /// valid for every bit pattern the device may write.
@@ -189,7 +190,7 @@ impl Record {
         let epoch = crate::event::failure_epoch();
         if self.seen_failures != epoch {
             self.seen_failures = epoch;
-            if !self.events.shadow().is_empty()
+            if self.events.shadow_len() != 0
                 && self
                     .events
                     .entries()
@@ -230,27 +231,34 @@ impl Record {
         self.events.fold(count, lane, marker);
     }
 
-    /// Whether `e` has ended; a failure is kept for the report and taints the record.
-    /// The failed event itself is kept alive until the buffer's release: PoCL 3.1 aborts
-    /// when a failed event is released before the commands that waited on it have ended.
-    fn ended(e: &Event, failed: &mut Vec<FailedCommand>, keep: &mut Vec<Event>) -> bool {
+    /// What became of `e`; a failure is kept for the report and taints the record. The
+    /// failed event itself is kept alive until the buffer's release: PoCL 3.1 aborts when
+    /// a failed event is released before the commands that waited on it have ended.
+    fn ended(e: &Event, failed: &mut Vec<FailedCommand>, keep: &mut Vec<Event>) -> State {
         match e.status() {
-            Ok(Status::Complete) => true,
+            Ok(Status::Complete) => State::Complete,
             Ok(Status::Failed(status)) => {
                 if failed.len() < MAX_FAILURES {
                     let command = e.command_kind().unwrap_or(CommandKind::Other(0));
                     failed.push(FailedCommand { command, status });
                 }
                 keep.push(e.clone());
-                true
+                State::Failed
             }
-            Ok(_) => false,
+            Ok(_) => State::Pending,
             // Unreadable status: nothing can wait on it either.
-            Err(_) => true,
+            Err(_) => State::Failed,
         }
     }
 
+    /// Tracker rule 6 trusts queue order only while no failure has been seen.
+    fn trust_queue_order(&mut self) {
+        self.events
+            .prune_each(crate::event::failure_epoch() != 0 || !self.failed_events.is_empty());
+    }
+
     pub(crate) fn record(&mut self, lane: Lane, access: Access, event: Event, had_wait_list: bool) {
+        self.trust_queue_order();
         let (failed, keep) = (&mut self.failed, &mut self.failed_events);
         self.events.record(lane, access, event, had_wait_list, |e| {
             Self::ended(e, failed, keep)
@@ -259,13 +267,14 @@ impl Record {
             self.tainted = true;
         }
         // Once every superseded command has ended, cover holds again (tracker rule 5).
-        if self.events.shadow().is_empty() {
+        if self.events.shadow_len() == 0 {
             self.tainted = false;
         }
     }
 
     /// Drops every event that has ended, keeping the failures for the report.
     fn prune_ended(&mut self) {
+        self.trust_queue_order();
         let (failed, keep) = (&mut self.failed, &mut self.failed_events);
         self.events.prune(|e| Self::ended(e, failed, keep));
     }
@@ -291,6 +300,9 @@ pub(crate) struct MemInner {
     bucket: Bucket,
     /// Where the block goes at its release instead of back to the driver.
     home: Option<Home>,
+    /// Kernels that may hold this buffer as an argument (program rule 5), reset at the
+    /// release.
+    kernels: Mutex<Vec<Weak<KernelInner>>>,
 }
 
 /// The owner a block returns to, or keeps alive.
@@ -346,6 +358,7 @@ impl MemInner {
             freed: watch_free(raw),
             bucket: Bucket::Live,
             home: None,
+            kernels: Mutex::default(),
         }
     }
 
@@ -367,6 +380,7 @@ impl MemInner {
             freed: watch_free(raw),
             bucket: Bucket::Freed,
             home: None,
+            kernels: Mutex::default(),
         }
     }
 
@@ -386,6 +400,11 @@ impl MemInner {
             freed: self.freed.take(),
             bucket: std::mem::replace(&mut self.bucket, Bucket::Freed),
             home: None,
+            kernels: Mutex::new(std::mem::take(
+                self.kernels
+                    .get_mut()
+                    .unwrap_or_else(PoisonError::into_inner),
+            )),
         }
     }
 
@@ -425,7 +444,12 @@ impl MemInner {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
         record.failed.clear();
-        record.events.prune(Event::is_terminal);
+        record.events.prune_each(true);
+        record.events.prune(|e| match e.status() {
+            Ok(Status::Complete) => State::Complete,
+            Ok(Status::Failed(_)) | Err(_) => State::Failed,
+            Ok(_) => State::Pending,
+        });
     }
 
     /// Releases the block on the reaper thread (reaper rule 1).
@@ -445,6 +469,39 @@ impl MemInner {
 
     pub(crate) fn raw(&self) -> cl_mem {
         self.raw
+    }
+
+    /// Whether every recorded command of this block ran on `lane`, an in-order queue, so
+    /// that a command there needs no wait for them (pool rule 7).
+    pub(crate) fn only_on(&mut self, lane: Lane) -> bool {
+        let events = &self.record.get_mut().unwrap_or_else(PoisonError::into_inner).events;
+        lane.in_order
+            && events.entries().iter().all(|e| e.lane == lane)
+            && events.shadow().all(|e| e.lane == lane)
+    }
+
+    /// Whether every recorded command of this block has ended (asks the driver).
+    pub(crate) fn is_idle(&mut self) -> bool {
+        let record = self.record.get_mut().unwrap_or_else(PoisonError::into_inner);
+        record.prune_ended();
+        record.events.is_empty() && record.events.shadow_len() == 0
+    }
+
+    /// Notes that `kernel` now holds this buffer as an argument (program rule 5).
+    pub(crate) fn bound_to(&self, kernel: Weak<KernelInner>) {
+        let mut kernels = self.kernels.lock().unwrap_or_else(PoisonError::into_inner);
+        if !kernels.iter().any(|k| k.ptr_eq(&kernel)) {
+            kernels.retain(|k| k.strong_count() > 0);
+            kernels.push(kernel);
+        }
+    }
+
+    /// Program rule 5: no kernel object keeps this buffer alive once it is released.
+    fn unbind_kernels(&mut self) {
+        let kernels = std::mem::take(self.kernels.get_mut().unwrap_or_else(PoisonError::into_inner));
+        for kernel in kernels.iter().filter_map(Weak::upgrade) {
+            kernel.unbind(self.id);
+        }
     }
 
     pub(crate) fn lock_record(&self) -> MutexGuard<'_, Record> {
@@ -510,6 +567,7 @@ impl MemInner {
         record.host.clear();
         record.failed_events.clear();
 
+        self.unbind_kernels();
         // SAFETY: `raw` came from clCreateBuffer and is released once, here (it was
         // swapped out for null above); every event that used it has ended (wait above).
         let released = unsafe { cl::release_mem_object(raw) };

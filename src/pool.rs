@@ -22,10 +22,15 @@
 //! 6. [`PoolOptions::poison`] fills every recycled block with [`POISON`] through the
 //!    `poison` kernel (embedded from `kernels/poison.cl`), ordered like any command, so
 //!    reads of stale data show up in tests.
+//! 7. [`Pool::acquire_on`] is the stream-ordered form (`cudaMallocAsync`'s): it prefers
+//!    a block whose recorded commands all ran on the given in-order queue, which that
+//!    queue orders with no wait at all, and otherwise allocates a new block while the
+//!    maximum allows, so queues do not serialise on one block. Only at the maximum does
+//!    it hand out a block of another queue (ordered by a device-side wait, rule 2).
 //!
 //! # Arena rules
 //!
-//! 7. An [`Arena`] is one buffer carved into sub-buffers whose origins are aligned to the
+//! 8. An [`Arena`] is one buffer carved into sub-buffers whose origins are aligned to the
 //!    devices' `CL_DEVICE_MEM_BASE_ADDR_ALIGN` (trap 12). Carved ranges never overlap;
 //!    each sub-buffer keeps the arena alive and has its own event record.
 
@@ -45,7 +50,7 @@ use crate::error::{Error, Result};
 use crate::program::{Arg, Kernel};
 use crate::queue::Queue;
 use crate::stats::Bucket;
-use crate::tracker::Access;
+use crate::tracker::{Access, Lane};
 
 /// The word [`PoolOptions::poison`] writes over recycled blocks.
 pub const POISON: u32 = 0xDEAD_BEEF;
@@ -373,13 +378,67 @@ impl Pool {
     /// the driver's allocation error after one trim and retry.
     #[track_caller]
     pub fn acquire<T: Pod>(&self, len: usize) -> Result<ClBuffer<T>> {
-        let site = Location::caller();
+        self.take::<T>(len, None, Location::caller())
+    }
+
+    /// Rule 7: a buffer of `len` elements for use on `queue`: a pooled block whose
+    /// recorded commands all ran on `queue` (when it is in order: it needs no wait), else
+    /// the newest pooled block if its commands have all ended, else a new block, else (at [`PoolOptions::max_bytes`]) any pooled block, ordered by a
+    /// device-side wait.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::{Context, Pool, PoolOptions};
+    /// let ctx = Context::from_env()?;
+    /// let (a, b) = (ctx.queue()?, ctx.queue()?);
+    /// let pool = Pool::new(&ctx, PoolOptions::default())?;
+    /// for i in 0..10u32 {
+    ///     for queue in [&a, &b] {
+    ///         let buf = pool.acquire_on::<u32>(queue, 1024)?;
+    ///         queue.fill(&buf, i)?;
+    ///         buf.release_deferred(); // back to the pool; the next acquire_on reuses it
+    ///     }
+    /// }
+    /// // One block per queue: neither queue waits on the other's.
+    /// assert_eq!(ctx.memory_stats().driver_allocations, 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Pool::acquire`].
+    #[track_caller]
+    pub fn acquire_on<T: Pod>(&self, queue: &Queue, len: usize) -> Result<ClBuffer<T>> {
+        self.take::<T>(len, Some(queue.inner.lane), Location::caller())
+    }
+
+    fn take<T: Pod>(
+        &self,
+        len: usize,
+        lane: Option<Lane>,
+        site: &'static Location<'static>,
+    ) -> Result<ClBuffer<T>> {
         let inner = &self.inner;
         let bytes = MemInner::check_size::<T>(&inner.ctx, len)?;
         let class = self.class_of(bytes);
         let reused = {
             let mut state = inner.lock();
-            let block = state.free.get_mut(&class).and_then(Vec::pop);
+            let room = inner
+                .options
+                .max_bytes
+                .is_none_or(|max| state.in_use + state.pooled + class as u64 <= max);
+            let block = state.free.get_mut(&class).and_then(|blocks| match lane {
+                None => blocks.pop(),
+                Some(lane) => match blocks.iter_mut().rposition(|b| b.only_on(lane)) {
+                    Some(at) => Some(blocks.remove(at)),
+                    // The newest block may be idle by now: cheaper to ask than to allocate.
+                    None if room && !blocks.last_mut().is_some_and(MemInner::is_idle) => None,
+                    None => blocks.pop(),
+                },
+            });
             if block.is_some() {
                 state.pooled -= class as u64;
                 state.blocks -= 1;

@@ -9,8 +9,11 @@
 //! 3. A build failure carries the file, the device and the full build log.
 //! 4. Setting a kernel's arguments and enqueueing it happen under one lock per kernel,
 //!    so threads sharing a kernel cannot interleave (DESIGN.md trap 11).
-//! 5. After the enqueue, buffer arguments are reset to NULL, so the kernel object keeps
-//!    no reference to a buffer that is later released (trap 11).
+//! 5. Each kernel remembers what its arguments hold and sets only those that change, so
+//!    a loop launching one kernel on the same buffers calls `clSetKernelArg` only for
+//!    what differs. A buffer bound to a kernel notes the kernel; its release resets those
+//!    arguments to NULL before `clReleaseMemObject`, so no kernel object keeps a released
+//!    buffer alive (trap 11).
 
 use std::ffi::CString;
 use std::fmt;
@@ -199,7 +202,10 @@ impl Program {
             Err(s) => return Err(Error::cl("clCreateKernel", s)),
         };
         let mut kernel = KernelInner {
-            raw: Mutex::new(raw),
+            state: Mutex::new(KernelState {
+                raw,
+                bound: Vec::new(),
+            }),
             name: name.to_string(),
             num_args: 0,
             program: self.inner.clone(),
@@ -208,15 +214,37 @@ impl Program {
         kernel.num_args = clk::get_kernel_info(raw, clk::CL_KERNEL_NUM_ARGS)
             .map_err(|s| Error::cl("clGetKernelInfo", s))?
             .to_uint() as usize;
+        kernel.state_mut().bound = vec![Bound::Unknown; kernel.num_args];
         Ok(Kernel {
             inner: Arc::new(kernel),
         })
     }
 }
 
-struct KernelInner {
+/// What one argument of a kernel object holds now (rule 5).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Bound {
+    /// Never set, or its last set failed.
+    Unknown,
+    /// A NULL buffer.
+    Null,
+    /// The buffer with this ID (`MemInner::id`, unique for the process).
+    Mem(u64),
+    /// These bytes.
+    Scalar { bytes: [u8; MAX_SCALAR], len: usize },
+    /// Local memory of this size.
+    Local(usize),
+}
+
+struct KernelState {
+    raw: cl_kernel,
+    /// Rule 5: one entry per argument.
+    bound: Vec<Bound>,
+}
+
+pub(crate) struct KernelInner {
     /// Rule 4: the lock that covers setting arguments and enqueueing.
-    raw: Mutex<cl_kernel>,
+    state: Mutex<KernelState>,
     name: String,
     num_args: usize,
     program: Arc<ProgramInner>,
@@ -229,9 +257,38 @@ unsafe impl Send for KernelInner {}
 // SAFETY: as above.
 unsafe impl Sync for KernelInner {}
 
+impl KernelInner {
+    fn state_mut(&mut self) -> &mut KernelState {
+        self.state.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Rule 5: resets every argument that holds buffer `mem_id` to NULL. Called by the
+    /// buffer's release, before `clReleaseMemObject`.
+    pub(crate) fn unbind(&self, mem_id: u64) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let raw = state.raw;
+        for (index, bound) in state.bound.iter_mut().enumerate() {
+            if *bound == Bound::Mem(mem_id) {
+                // SAFETY: a NULL value is allowed for a buffer argument (OpenCL 3.0,
+                // clSetKernelArg); the kernel lock is held.
+                let reset = unsafe {
+                    clk::set_kernel_arg(raw, index as u32, size_of::<cl_mem>(), ptr::null())
+                };
+                *bound = match reset {
+                    Ok(()) => Bound::Null,
+                    Err(status) => {
+                        log::debug!(target: "cl_lifetime::program", "resetting argument {index} of {}: {}", self.name, ClStatus(status));
+                        Bound::Unknown
+                    }
+                };
+            }
+        }
+    }
+}
+
 impl Drop for KernelInner {
     fn drop(&mut self) {
-        let raw = *self.raw.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let raw = self.state_mut().raw;
         // SAFETY: `raw` came from clCreateKernel and is released once, here.
         if let Err(status) = unsafe { clk::release_kernel(raw) } {
             log::error!(target: "cl_lifetime::program", "clReleaseKernel failed: {}", ClStatus(status));
@@ -302,8 +359,8 @@ impl Kernel {
         Ok(())
     }
 
-    /// Rules 4 and 5: sets the arguments, enqueues, and resets the buffer arguments, all
-    /// under the kernel's lock.
+    /// Rules 4 and 5: sets the arguments that changed and enqueues, under the kernel's
+    /// lock.
     pub(crate) fn enqueue(
         &self,
         queue: cl_command_queue,
@@ -312,45 +369,44 @@ impl Kernel {
         args: &[Arg<'_>],
         wait: &[cl_event],
     ) -> Result<cl_event> {
-        let raw = self
+        let mut state = self
             .inner
-            .raw
+            .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let result = self.set_args(*raw, args).and_then(|()| {
-            // SAFETY: the arguments are set (count checked in `check_launch`), `global` and
-            // `local` have `global.len()` entries, and the wait list outlives the call.
-            unsafe {
-                opencl3::command_queue::enqueue_nd_range_kernel(
-                    queue,
-                    *raw,
-                    global.len() as u32,
-                    ptr::null(),
-                    global.as_ptr(),
-                    local.map_or(ptr::null(), <[usize]>::as_ptr),
-                    wait.len() as u32,
-                    wait_ptr(wait),
-                )
-            }
-            .map_err(|s| Error::cl("clEnqueueNDRangeKernel", s))
-        });
-        for (index, arg) in args.iter().enumerate() {
-            if let ArgKind::Buffer(..) = arg.0 {
-                // SAFETY: a NULL value is allowed for a buffer argument (OpenCL 3.0,
-                // clSetKernelArg); the kernel lock is held.
-                let reset = unsafe {
-                    clk::set_kernel_arg(*raw, index as u32, size_of::<cl_mem>(), ptr::null())
-                };
-                if let Err(status) = reset {
-                    log::debug!(target: "cl_lifetime::program", "resetting argument {index} of {}: {}", self.inner.name, ClStatus(status));
-                }
-            }
+        self.set_args(&mut state, args)?;
+        // SAFETY: the arguments are set (count checked in `check_launch`), `global` and
+        // `local` have `global.len()` entries, and the wait list outlives the call.
+        unsafe {
+            opencl3::command_queue::enqueue_nd_range_kernel(
+                queue,
+                state.raw,
+                global.len() as u32,
+                ptr::null(),
+                global.as_ptr(),
+                local.map_or(ptr::null(), <[usize]>::as_ptr),
+                wait.len() as u32,
+                wait_ptr(wait),
+            )
         }
-        result
+        .map_err(|s| Error::cl("clEnqueueNDRangeKernel", s))
     }
 
-    fn set_args(&self, raw: cl_kernel, args: &[Arg<'_>]) -> Result<()> {
-        for (index, arg) in args.iter().enumerate() {
+    /// Rule 5: sets each argument whose value differs from what the kernel holds.
+    fn set_args(&self, state: &mut KernelState, args: &[Arg<'_>]) -> Result<()> {
+        let raw = state.raw;
+        for ((index, arg), bound) in args.iter().enumerate().zip(state.bound.iter_mut()) {
+            let wanted = match &arg.0 {
+                ArgKind::Buffer(mem, _) => Bound::Mem(mem.id),
+                ArgKind::Scalar { bytes, len } => Bound::Scalar {
+                    bytes: *bytes,
+                    len: *len,
+                },
+                ArgKind::Local(size) => Bound::Local(*size),
+            };
+            if *bound == wanted {
+                continue;
+            }
             let set = match &arg.0 {
                 ArgKind::Buffer(mem, _) => {
                     let handle: cl_mem = mem.raw();
@@ -374,11 +430,18 @@ impl Kernel {
                     unsafe { clk::set_kernel_arg(raw, index as u32, *size, ptr::null()) }
                 }
             };
-            set.map_err(|status| Error::KernelArg {
-                kernel: self.inner.name.clone(),
-                index,
-                status: ClStatus(status),
-            })?;
+            if let Err(status) = set {
+                *bound = Bound::Unknown;
+                return Err(Error::KernelArg {
+                    kernel: self.inner.name.clone(),
+                    index,
+                    status: ClStatus(status),
+                });
+            }
+            if let ArgKind::Buffer(mem, _) = &arg.0 {
+                mem.bound_to(Arc::downgrade(&self.inner));
+            }
+            *bound = wanted;
         }
         Ok(())
     }

@@ -204,22 +204,23 @@ impl After<'_> {
     /// Rules 1 to 5: locks the records of `touches`, computes the wait list from their
     /// hazards and the extra dependencies, enqueues through `enqueue`, and records the new
     /// event on every buffer touched.
-    fn submit(
+    fn submit<'t>(
         &self,
-        touches: &[Touch<'_>],
+        touches: impl IntoIterator<Item = &'t Touch<'t>>,
         enqueue: impl FnOnce(&[cl_event]) -> Result<cl_event>,
     ) -> Result<Event> {
         let queue = &self.queue.inner;
+        let mut order: inline::List<&Touch<'_>> = inline::List::new();
         for touch in touches {
             if touch.mem.ctx.id != queue.ctx.id {
                 return Err(Error::ContextMismatch);
             }
+            order.push(touch);
         }
-        let mut order: Vec<&Touch<'_>> = touches.iter().collect();
         order.sort_by_key(|t| t.mem.id);
-        let mut locked: Vec<(&MemInner, Access, MapStep, MutexGuard<'_, Record>)> =
-            Vec::with_capacity(order.len());
-        for touch in order {
+        let mut locked: inline::List<(&MemInner, Access, MapStep, MutexGuard<'_, Record>)> =
+            inline::List::new();
+        for touch in order.iter() {
             match locked.last_mut() {
                 Some((mem, access, _, _)) if mem.id == touch.mem.id => {
                     if touch.access == Access::Write {
@@ -229,13 +230,12 @@ impl After<'_> {
                 _ => locked.push((touch.mem, touch.access, touch.map, touch.mem.lock_record())),
             }
         }
-        for (_, access, map, record) in &locked {
+        for (_, access, map, record) in locked.iter() {
             record.check_map(*access, *map)?;
         }
 
         // Rules 1 to 3: the wait list.
-        // Empty until there is something to wait on: most enqueues on one queue allocate nothing.
-        let mut wait: Vec<cl_event> = Vec::new();
+        let mut wait = inline::WaitList::new();
         let mut unelided = self.deps.len();
         for dep in self.deps {
             if !dep.same_queue(queue) {
@@ -246,7 +246,7 @@ impl After<'_> {
         // Reading an event's status costs microseconds on some drivers (NVIDIA), so ended
         // hazards are looked for only once a failure has been seen in this process.
         let failures_seen = crate::event::failure_epoch() != 0;
-        for (_, access, _, record) in &mut locked {
+        for (_, access, _, record) in locked.iter_mut() {
             unelided += record.events().hazards_without_elision(*access);
             let after_failure = record.after_failure();
             let events = record.events();
@@ -269,16 +269,16 @@ impl After<'_> {
                 events.hazards(queue.lane, *access).try_for_each(&mut add)?;
             }
         }
-        if locked.len() > 1 {
-            wait.sort_unstable_by_key(|&e| e as usize);
-            wait.dedup();
+        if locked.len() > 1 || !self.deps.is_empty() {
+            wait.sort_dedup();
         }
+        let wait = wait.as_slice();
         queue.ctx.stats.count_enqueue(wait.len(), unelided);
 
-        let raw = enqueue(&wait)?;
+        let raw = enqueue(wait)?;
         queue.dirty.store(true, Ordering::Release);
         let event = Event::from_enqueue(raw, queue);
-        for (_, access, map, record) in &mut locked {
+        for (_, access, map, record) in locked.iter_mut() {
             record.record(queue.lane, *access, event.clone(), !wait.is_empty());
             record.apply_map(*map);
             self.fold(record)?;
@@ -671,9 +671,12 @@ impl After<'_> {
         args: &[Arg<'_>],
     ) -> Result<Event> {
         kernel.check_launch(&self.queue.inner.ctx, global, local, args)?;
-        let touches: Vec<Touch<'_>> = args.iter().filter_map(Arg::touch).collect();
+        let mut touches: inline::List<Touch<'_>> = inline::List::new();
+        for touch in args.iter().filter_map(Arg::touch) {
+            touches.push(touch);
+        }
         let queue = self.queue.inner.raw;
-        self.submit(&touches, |wait| {
+        self.submit(touches.iter(), |wait| {
             kernel.enqueue(queue, global, local, args, wait)
         })
     }
@@ -886,5 +889,175 @@ impl Queue {
     /// The raw handle, still owned by this queue.
     pub fn as_raw(&self) -> cl_command_queue {
         self.inner.raw
+    }
+}
+
+/// Lists that stay on the stack for the few items an enqueue has, so the enqueue path
+/// allocates nothing in the common case.
+mod inline {
+    use opencl3::types::cl_event;
+
+    /// Items kept inline before a list moves to the heap.
+    pub(super) const INLINE: usize = 4;
+
+    /// A list of up to [`INLINE`] items on the stack, more on the heap.
+    pub(super) enum List<T> {
+        Inline([Option<T>; INLINE], usize),
+        Heap(Vec<T>),
+    }
+
+    impl<T> List<T> {
+        pub(super) fn new() -> Self {
+            List::Inline([const { None }; INLINE], 0)
+        }
+
+        pub(super) fn push(&mut self, item: T) {
+            match self {
+                List::Inline(items, len) if *len < INLINE => {
+                    items[*len] = Some(item);
+                    *len += 1;
+                }
+                List::Inline(items, _) => {
+                    let mut heap: Vec<T> = items.iter_mut().filter_map(Option::take).collect();
+                    heap.push(item);
+                    *self = List::Heap(heap);
+                }
+                List::Heap(heap) => heap.push(item),
+            }
+        }
+
+        pub(super) fn len(&self) -> usize {
+            match self {
+                List::Inline(_, len) => *len,
+                List::Heap(heap) => heap.len(),
+            }
+        }
+
+        pub(super) fn last_mut(&mut self) -> Option<&mut T> {
+            match self {
+                List::Inline(items, len) => items[..*len].last_mut().and_then(Option::as_mut),
+                List::Heap(heap) => heap.last_mut(),
+            }
+        }
+
+        pub(super) fn iter(&self) -> impl Iterator<Item = &T> {
+            let (inline, heap): (&[Option<T>], &[T]) = match self {
+                List::Inline(items, len) => (&items[..*len], &[]),
+                List::Heap(heap) => (&[], heap),
+            };
+            inline.iter().flatten().chain(heap)
+        }
+
+        pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+            let (inline, heap): (&mut [Option<T>], &mut [T]) = match self {
+                List::Inline(items, len) => (&mut items[..*len], &mut []),
+                List::Heap(heap) => (&mut [], heap),
+            };
+            inline.iter_mut().flatten().chain(heap)
+        }
+
+        /// Sorts by `key`, stably.
+        pub(super) fn sort_by_key<K: Ord>(&mut self, key: impl Fn(&T) -> K) {
+            match self {
+                List::Inline(items, len) => items[..*len].sort_by_key(|item| item.as_ref().map(&key)),
+                List::Heap(heap) => heap.sort_by_key(key),
+            }
+        }
+    }
+
+    /// A wait list: contiguous, as `clEnqueue*` takes it, on the stack up to [`INLINE`].
+    pub(super) struct WaitList {
+        inline: [cl_event; INLINE],
+        len: usize,
+        heap: Vec<cl_event>,
+    }
+
+    impl WaitList {
+        pub(super) fn new() -> Self {
+            WaitList {
+                inline: [std::ptr::null_mut(); INLINE],
+                len: 0,
+                heap: Vec::new(),
+            }
+        }
+
+        pub(super) fn push(&mut self, event: cl_event) {
+            if self.len < INLINE {
+                self.inline[self.len] = event;
+                self.len += 1;
+            } else {
+                if self.heap.is_empty() {
+                    self.heap.extend_from_slice(&self.inline);
+                }
+                self.heap.push(event);
+            }
+        }
+
+        pub(super) fn as_slice(&self) -> &[cl_event] {
+            if self.heap.is_empty() {
+                &self.inline[..self.len]
+            } else {
+                &self.heap
+            }
+        }
+
+        /// Sorts the events and drops repeats.
+        pub(super) fn sort_dedup(&mut self) {
+            if self.heap.is_empty() {
+                let events = &mut self.inline[..self.len];
+                events.sort_unstable_by_key(|&e| e as usize);
+                let mut kept = 0;
+                for i in 0..events.len() {
+                    if kept == 0 || events[i] != events[kept - 1] {
+                        events[kept] = events[i];
+                        kept += 1;
+                    }
+                }
+                self.len = kept;
+            } else {
+                self.heap.sort_unstable_by_key(|&e| e as usize);
+                self.heap.dedup();
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_list_keeps_its_order_and_sorts_across_the_heap_boundary() {
+            for n in [0, 1, INLINE, INLINE + 1, 3 * INLINE] {
+                let mut list = List::new();
+                for i in (0..n).rev() {
+                    list.push(i);
+                }
+                assert_eq!(list.len(), n);
+                assert_eq!(list.iter().copied().collect::<Vec<_>>(), (0..n).rev().collect::<Vec<_>>());
+                list.sort_by_key(|&i| i);
+                assert_eq!(list.iter().copied().collect::<Vec<_>>(), (0..n).collect::<Vec<_>>());
+                for item in list.iter_mut() {
+                    *item += 1;
+                }
+                assert_eq!(list.last_mut().copied(), n.checked_sub(1).map(|last| last + 1));
+            }
+        }
+
+        #[test]
+        fn a_wait_list_is_contiguous_sorted_and_free_of_repeats_at_every_size() {
+            for n in [0usize, 1, INLINE, INLINE + 1, 3 * INLINE] {
+                let mut wait = WaitList::new();
+                for i in 0..n {
+                    // Every event twice, newest first.
+                    let e = (8 * (n - i)) as cl_event;
+                    wait.push(e);
+                    wait.push(e);
+                }
+                assert_eq!(wait.as_slice().len(), 2 * n);
+                wait.sort_dedup();
+                let expected: Vec<cl_event> = (1..=n).map(|i| (8 * i) as cl_event).collect();
+                assert_eq!(wait.as_slice(), &expected[..]);
+            }
+        }
     }
 }

@@ -26,9 +26,15 @@
 //!    failure the caller asks [`EventSet::hazards_after_failure`], which leaves nothing
 //!    out. A command with an empty wait list cannot end early: what it supersedes is
 //!    either ordered before it by its in-order queue or has ended already, and is dropped.
-//! 6. **Pruning.** Completed events are dropped as new ones arrive. Pruning asks about every
-//!    entry, so it runs only when the set has doubled since the last prune: constant cost
-//!    per record on average, and the set stays within twice its live size.
+//! 6. **Pruning.** Ended events are dropped as new ones arrive, when the set has doubled
+//!    since the last prune: constant cost per record on average, and the set stays within
+//!    twice its live size. Asking a driver about an event costs (microseconds on some), so
+//!    the superseded entries of an in-order queue are not asked about one by one: a
+//!    command of such a queue completes only after every older one has ended, so when
+//!    one has completed (not failed) every older entry of its queue goes unasked, and the
+//!    point where the queue's entries turn from complete to pending is found by bisection.
+//!    A failure breaks that pattern: then each is asked, and the caller turns the
+//!    shortcut off ([`EventSet::prune_each`]) once a failure has been seen.
 //! 7. **Bound.** Reads on out-of-order queues are kept until they complete. When more than
 //!    [`FOLD_AT`] entries are live, the caller folds the oldest reads into one marker event
 //!    ([`EventSet::reads_to_fold`], then [`EventSet::fold`]), which stands for them all.
@@ -66,18 +72,49 @@ pub struct Entry<E> {
     pub access: Access,
     /// Its event.
     pub event: E,
+    /// Its place in the order of records (rule 6).
+    pub seq: u64,
+}
+
+/// What became of a recorded command, as the caller's driver says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Not ended yet.
+    Pending,
+    /// Completed successfully.
+    Complete,
+    /// Ended with an error (or its status cannot be read).
+    Failed,
+}
+
+impl State {
+    /// Whether the command has ended, either way.
+    pub fn has_ended(self) -> bool {
+        self != State::Pending
+    }
 }
 
 /// The smallest size at which a record is pruned.
-const MIN_PRUNE_AT: usize = 8;
+const MIN_PRUNE_AT: usize = 16;
+
+/// The superseded entries of one lane, oldest first.
+#[derive(Debug)]
+struct LaneShadow<E> {
+    lane: Lane,
+    entries: Vec<Entry<E>>,
+}
 
 /// The events of every command that may still touch one buffer.
 #[derive(Debug)]
 pub struct EventSet<E> {
     entries: Vec<Entry<E>>,
     /// Rule 5: entries superseded by a newer one, kept until they are known to have ended.
-    shadow: Vec<Entry<E>>,
+    /// Kept per lane, each lane's entries oldest first (rule 6 bisects them).
+    shadow: Vec<LaneShadow<E>>,
     prune_at: usize,
+    /// Rule 6: whether pruning may trust queue order (see [`EventSet::prune_each`]).
+    by_lane: bool,
+    next_seq: u64,
 }
 
 impl<E> Default for EventSet<E> {
@@ -86,6 +123,8 @@ impl<E> Default for EventSet<E> {
             entries: Vec::new(),
             shadow: Vec::new(),
             prune_at: MIN_PRUNE_AT,
+            by_lane: true,
+            next_seq: 0,
         }
     }
 }
@@ -109,15 +148,40 @@ impl<E> EventSet<E> {
     /// Rule 5: after a failure, every recorded entry that conflicts with `access`, live or
     /// shadow, with nothing left out for queue order.
     pub fn hazards_after_failure(&self, access: Access) -> impl Iterator<Item = &Entry<E>> {
-        self.shadow
-            .iter()
+        self.shadow()
             .chain(&self.entries)
             .filter(move |e| access == Access::Write || e.access == Access::Write)
     }
 
-    /// The superseded entries not yet known to have ended (rule 5).
-    pub fn shadow(&self) -> &[Entry<E>] {
-        &self.shadow
+    /// The superseded entries not yet known to have ended (rule 5), lane by lane.
+    pub fn shadow(&self) -> impl Iterator<Item = &Entry<E>> {
+        self.shadow.iter().flat_map(|group| &group.entries)
+    }
+
+    /// How many superseded entries are kept (rule 5).
+    pub fn shadow_len(&self) -> usize {
+        self.shadow.iter().map(|group| group.entries.len()).sum()
+    }
+
+    /// Moves `entry` to the shadow of its lane, keeping the lane's entries oldest first.
+    fn to_shadow(&mut self, entry: Entry<E>) {
+        let at = match self.shadow.iter().position(|g| g.lane == entry.lane) {
+            Some(at) => at,
+            None => {
+                self.shadow.push(LaneShadow {
+                    lane: entry.lane,
+                    entries: Vec::new(),
+                });
+                self.shadow.len() - 1
+            }
+        };
+        let entries = &mut self.shadow[at].entries;
+        if entries.last().is_none_or(|last| last.seq < entry.seq) {
+            entries.push(entry);
+        } else {
+            let pos = entries.partition_point(|e| e.seq < entry.seq);
+            entries.insert(pos, entry);
+        }
     }
 
     /// How many entries rule 1 alone would ask for, before rule 2 leaves out the command's
@@ -131,7 +195,7 @@ impl<E> EventSet<E> {
 
     /// Records `event`, a command on `lane` with `access` that waited on the unended
     /// [`hazards`](EventSet::hazards), applying rules 3 to 6. `had_wait_list` says whether
-    /// its wait list was empty (rule 5). `is_done` is asked only about events already in
+    /// its wait list was empty (rule 5). `state` is asked only about events already in
     /// the set.
     pub fn record(
         &mut self,
@@ -139,38 +203,114 @@ impl<E> EventSet<E> {
         access: Access,
         event: E,
         had_wait_list: bool,
-        is_done: impl FnMut(&E) -> bool,
+        state: impl FnMut(&E) -> State,
     ) {
         let superseded = |e: &Entry<E>| match access {
             Access::Write => true,
             Access::Read => lane.in_order && e.lane == lane && e.access == Access::Read,
         };
-        let mut i = 0;
-        while i < self.entries.len() {
-            if superseded(&self.entries[i]) {
-                let old = self.entries.remove(i);
-                if had_wait_list {
-                    self.shadow.push(old);
+        if access == Access::Write {
+            if had_wait_list {
+                let superseded = std::mem::take(&mut self.entries);
+                for old in superseded {
+                    self.to_shadow(old);
                 }
             } else {
-                i += 1;
+                self.entries.clear();
+            }
+        } else {
+            let mut i = 0;
+            while i < self.entries.len() {
+                if superseded(&self.entries[i]) {
+                    let old = self.entries.remove(i);
+                    if had_wait_list {
+                        self.to_shadow(old);
+                    }
+                } else {
+                    i += 1;
+                }
             }
         }
-        if self.entries.len() + self.shadow.len() >= self.prune_at {
-            self.prune(is_done);
+        if self.entries.len() + self.shadow_len() >= self.prune_at {
+            self.prune(state);
         }
+        let seq = self.take_seq();
         self.entries.push(Entry {
             lane,
             access,
             event,
+            seq,
         });
     }
 
-    /// Removes every entry whose event `is_done` says has completed.
-    pub fn prune(&mut self, mut is_done: impl FnMut(&E) -> bool) {
-        self.entries.retain(|e| !is_done(&e.event));
-        self.shadow.retain(|e| !is_done(&e.event));
-        self.prune_at = ((self.entries.len() + self.shadow.len()) * 2).max(MIN_PRUNE_AT);
+    fn take_seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq
+    }
+
+    /// Rule 6: whether pruning may skip asking about superseded entries of an in-order
+    /// queue, trusting that a completed command of such a queue ran after every older
+    /// command of it had ended. On by default; turn it off once a failure has been seen,
+    /// since a driver's handling of commands behind a failed one is its own.
+    pub fn prune_each(&mut self, each: bool) {
+        self.by_lane = !each;
+    }
+
+    /// Removes every entry that has ended, by `state` or by rule 6.
+    pub fn prune(&mut self, mut state: impl FnMut(&E) -> State) {
+        let by_lane = self.by_lane;
+        // Per in-order lane, the newest live entry known complete.
+        let mut complete: Vec<(u64, u64)> = Vec::new();
+        self.entries.retain(|e| {
+            let st = state(&e.event);
+            if by_lane && e.lane.in_order && st == State::Complete {
+                match complete.iter_mut().find(|(id, _)| *id == e.lane.id) {
+                    Some(slot) => slot.1 = slot.1.max(e.seq),
+                    None => complete.push((e.lane.id, e.seq)),
+                }
+            }
+            !st.has_ended()
+        });
+        for group in &mut self.shadow {
+            let (lane, entries) = (group.lane, &mut group.entries);
+            if !(by_lane && lane.in_order) {
+                entries.retain(|e| !state(&e.event).has_ended());
+                continue;
+            }
+            // Older than a completed live entry of the queue: ended.
+            let cutoff = complete
+                .iter()
+                .find(|(id, _)| *id == lane.id)
+                .map_or(0, |&(_, seq)| seq);
+            let ended = entries.partition_point(|e| e.seq < cutoff);
+            // The rest, oldest first, is complete up to some point and then not: find the
+            // point by bisection. A failure breaks the pattern: then each is asked.
+            let (mut lo, mut hi) = (ended, entries.len());
+            let mut failed_at = None;
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                match state(&entries[mid].event) {
+                    State::Complete => lo = mid + 1,
+                    State::Pending => hi = mid,
+                    State::Failed => {
+                        failed_at = Some(entries[mid].seq);
+                        break;
+                    }
+                }
+            }
+            match failed_at {
+                None => drop(entries.drain(..lo)),
+                Some(failed) => {
+                    entries.drain(..ended);
+                    entries.retain(|e| e.seq != failed && !state(&e.event).has_ended());
+                }
+            }
+        }
+        // Lanes come and go with queues: forget emptied ones beyond a few.
+        if self.shadow.len() > 4 {
+            self.shadow.retain(|group| !group.entries.is_empty());
+        }
+        self.prune_at = ((self.entries.len() + self.shadow_len()) * 2).max(MIN_PRUNE_AT);
     }
 
     /// Rule 7: when more than [`FOLD_AT`] entries are recorded, the oldest reads to fold
@@ -192,6 +332,7 @@ impl<E> EventSet<E> {
     /// Replaces the reads [`reads_to_fold`](EventSet::reads_to_fold) returned (`count` of
     /// them) with `marker`, a command on `lane` that waited on them all.
     pub fn fold(&mut self, count: usize, lane: Lane, marker: E) {
+        let seq = self.take_seq();
         let mut left = count;
         self.entries.retain(|e| {
             if left > 0 && e.access == Access::Read {
@@ -207,6 +348,7 @@ impl<E> EventSet<E> {
                 lane,
                 access: Access::Read,
                 event: marker,
+                seq,
             },
         );
     }
@@ -229,7 +371,10 @@ impl<E> EventSet<E> {
     /// Empties the set, returning every entry, shadow first.
     pub fn take(&mut self) -> Vec<Entry<E>> {
         self.prune_at = MIN_PRUNE_AT;
-        let mut all = std::mem::take(&mut self.shadow);
+        let mut all: Vec<Entry<E>> = std::mem::take(&mut self.shadow)
+            .into_iter()
+            .flat_map(|group| group.entries)
+            .collect();
         all.append(&mut self.entries);
         all
     }
@@ -253,6 +398,15 @@ mod tests {
         in_order: false,
     };
 
+    fn pending<E>(_: &E) -> State {
+        State::Pending
+    }
+
+    /// A `state` that says complete where `done` says so.
+    fn done_if<E>(done: impl Fn(&E) -> bool) -> impl FnMut(&E) -> State {
+        move |e| if done(e) { State::Complete } else { State::Pending }
+    }
+
     fn events(set: &EventSet<u32>) -> Vec<u32> {
         set.entries().iter().map(|e| e.event).collect()
     }
@@ -264,16 +418,16 @@ mod tests {
     #[test]
     fn read_after_write_on_another_queue_waits_on_the_write() {
         let mut set = EventSet::new();
-        set.record(IN_ORDER_A, Access::Write, 1, false, |_| false);
+        set.record(IN_ORDER_A, Access::Write, 1, false, pending);
         assert_eq!(hazards(&set, IN_ORDER_B, Access::Read), [1]);
     }
 
     #[test]
     fn write_after_read_waits_on_the_readers_and_the_writer() {
         let mut set = EventSet::new();
-        set.record(IN_ORDER_A, Access::Write, 1, false, |_| false);
-        set.record(IN_ORDER_B, Access::Read, 2, false, |_| false);
-        set.record(OUT_OF_ORDER, Access::Read, 3, false, |_| false);
+        set.record(IN_ORDER_A, Access::Write, 1, false, pending);
+        set.record(IN_ORDER_B, Access::Read, 2, false, pending);
+        set.record(OUT_OF_ORDER, Access::Read, 3, false, pending);
         assert_eq!(hazards(&set, IN_ORDER_A, Access::Write), [2, 3]);
         assert_eq!(hazards(&set, OUT_OF_ORDER, Access::Write), [1, 2, 3]);
     }
@@ -281,16 +435,16 @@ mod tests {
     #[test]
     fn reads_do_not_wait_on_reads() {
         let mut set = EventSet::new();
-        set.record(IN_ORDER_A, Access::Read, 1, false, |_| false);
-        set.record(OUT_OF_ORDER, Access::Read, 2, false, |_| false);
+        set.record(IN_ORDER_A, Access::Read, 1, false, pending);
+        set.record(OUT_OF_ORDER, Access::Read, 2, false, pending);
         assert!(hazards(&set, IN_ORDER_B, Access::Read).is_empty());
     }
 
     #[test]
     fn same_in_order_queue_gets_no_wait_list() {
         let mut set = EventSet::new();
-        set.record(IN_ORDER_A, Access::Write, 1, false, |_| false);
-        set.record(IN_ORDER_A, Access::Read, 2, false, |_| false);
+        set.record(IN_ORDER_A, Access::Write, 1, false, pending);
+        set.record(IN_ORDER_A, Access::Read, 2, false, pending);
         assert!(hazards(&set, IN_ORDER_A, Access::Write).is_empty());
         assert_eq!(set.hazards_without_elision(Access::Write), 2);
     }
@@ -298,35 +452,35 @@ mod tests {
     #[test]
     fn out_of_order_queue_waits_on_its_own_events() {
         let mut set = EventSet::new();
-        set.record(OUT_OF_ORDER, Access::Write, 1, false, |_| false);
+        set.record(OUT_OF_ORDER, Access::Write, 1, false, pending);
         assert_eq!(hazards(&set, OUT_OF_ORDER, Access::Read), [1]);
     }
 
     #[test]
     fn a_write_with_no_wait_list_drops_what_it_covers() {
         let mut set = EventSet::new();
-        set.record(IN_ORDER_A, Access::Read, 1, false, |_| false);
-        set.record(IN_ORDER_A, Access::Write, 2, false, |_| false);
+        set.record(IN_ORDER_A, Access::Read, 1, false, pending);
+        set.record(IN_ORDER_A, Access::Write, 2, false, pending);
         assert_eq!(events(&set), [2]);
-        assert!(set.shadow().is_empty());
+        assert_eq!(set.shadow_len(), 0);
     }
 
     #[test]
     fn a_write_replaces_the_whole_record() {
         let mut set = EventSet::new();
-        set.record(IN_ORDER_A, Access::Read, 1, false, |_| false);
-        set.record(OUT_OF_ORDER, Access::Read, 2, false, |_| false);
-        set.record(IN_ORDER_B, Access::Write, 3, true, |_| false);
+        set.record(IN_ORDER_A, Access::Read, 1, false, pending);
+        set.record(OUT_OF_ORDER, Access::Read, 2, false, pending);
+        set.record(IN_ORDER_B, Access::Write, 3, true, pending);
         assert_eq!(events(&set), [3]);
-        let shadow: Vec<u32> = set.shadow().iter().map(|e| e.event).collect();
+        let shadow: Vec<u32> = set.shadow().map(|e| e.event).collect();
         assert_eq!(shadow, [1, 2], "superseded entries wait in the shadow");
     }
 
     #[test]
     fn after_a_failure_hazards_leave_nothing_out() {
         let mut set = EventSet::new();
-        set.record(IN_ORDER_A, Access::Read, 1, false, |_| false);
-        set.record(IN_ORDER_B, Access::Write, 2, true, |_| false);
+        set.record(IN_ORDER_A, Access::Read, 1, false, pending);
+        set.record(IN_ORDER_B, Access::Write, 2, true, pending);
         // Normally the write on B covers the read, and B's own write is elided on B.
         assert!(hazards(&set, IN_ORDER_B, Access::Write).is_empty());
         let all: Vec<u32> = set
@@ -340,22 +494,109 @@ mod tests {
     fn the_shadow_is_pruned_as_events_end() {
         let mut set = EventSet::new();
         for e in 0..1000u32 {
-            set.record(IN_ORDER_A, Access::Write, e, true, |&x| x + 4 < e);
+            set.record(IN_ORDER_A, Access::Write, e, true, done_if(|&x| x + 4 < e));
             assert!(
-                set.shadow().len() <= 2 * MIN_PRUNE_AT,
+                set.shadow_len() <= 2 * MIN_PRUNE_AT,
                 "shadow {}",
-                set.shadow().len()
+                set.shadow_len()
             );
         }
+    }
+
+    /// Two in-order queues alternating writes, each waiting on the other, so every write
+    /// but the newest goes to the shadow.
+    fn alternating(n: u32) -> EventSet<u32> {
+        let mut set = EventSet::new();
+        for e in 0..n {
+            let lane = if e % 2 == 0 { IN_ORDER_A } else { IN_ORDER_B };
+            set.record(lane, Access::Write, e, e > 0, pending);
+        }
+        assert_eq!(set.shadow_len(), n as usize - 1);
+        set
+    }
+
+    #[test]
+    fn a_completed_live_command_clears_the_older_shadow_of_its_queue_unasked() {
+        let mut set = alternating(10);
+        let mut asked = Vec::new();
+        set.prune(|&e| {
+            asked.push(e);
+            State::Complete
+        });
+        // 9 is live and complete: B's older entries go unasked; bisection finds all of
+        // A's five complete in three asks.
+        assert!(asked.len() <= 4, "asked about {asked:?}");
+        assert!(set.is_empty() && set.shadow_len() == 0);
+    }
+
+    #[test]
+    fn the_point_where_a_queue_turns_pending_is_found_by_bisection() {
+        let mut set = alternating(1000);
+        let mut asked = 0;
+        set.prune(|&e| {
+            asked += 1;
+            if e < 600 { State::Complete } else { State::Pending }
+        });
+        // The live 999 and about log2(500) asks per queue.
+        assert!(asked <= 1 + 2 * 10, "asked {asked} times");
+        let mut left: Vec<u32> = set.shadow().map(|e| e.event).collect();
+        left.sort_unstable();
+        assert_eq!(left, (600..999).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_failure_makes_the_prune_ask_about_each_entry() {
+        let mut set = EventSet::new();
+        for e in 0..6u32 {
+            set.record(IN_ORDER_A, Access::Write, e, true, pending);
+        }
+        // A command failed early (rule 5) while older ones still run: bisection cannot
+        // trust the order, so each is asked, and only the ended ones go.
+        let mut asked = Vec::new();
+        set.prune(|&e| {
+            asked.push(e);
+            match e {
+                2 => State::Failed,
+                0 => State::Complete,
+                _ => State::Pending,
+            }
+        });
+        let left: Vec<u32> = set.shadow().map(|e| e.event).collect();
+        assert_eq!(left, [1, 3, 4]);
+        assert_eq!(asked.iter().filter(|&&e| e == 2).count(), 1, "the failure is asked once");
+        // Without trust in queue order, every entry is asked even when a newer one completed.
+        set.prune_each(true);
+        let mut asked = 0;
+        set.prune(|&e| {
+            asked += 1;
+            if e == 4 { State::Complete } else { State::Pending }
+        });
+        assert_eq!(asked, 4);
+        assert_eq!(set.shadow_len(), 2);
+    }
+
+    #[test]
+    fn out_of_order_shadow_entries_are_each_asked_about() {
+        let mut set = EventSet::new();
+        for e in 0..4u32 {
+            set.record(OUT_OF_ORDER, Access::Write, e, true, pending);
+        }
+        let mut asked = 0;
+        set.prune(|&e| {
+            asked += 1;
+            if e == 3 { State::Complete } else { State::Pending }
+        });
+        assert_eq!(asked, 4);
+        assert_eq!(set.shadow_len(), 3);
     }
 
     #[test]
     fn in_order_queue_keeps_one_read() {
         let mut set = EventSet::new();
-        set.record(IN_ORDER_A, Access::Write, 1, false, |_| false);
-        set.record(IN_ORDER_A, Access::Read, 2, false, |_| false);
-        set.record(IN_ORDER_A, Access::Read, 3, false, |_| false);
-        set.record(IN_ORDER_B, Access::Read, 4, false, |_| false);
+        set.record(IN_ORDER_A, Access::Write, 1, false, pending);
+        set.record(IN_ORDER_A, Access::Read, 2, false, pending);
+        set.record(IN_ORDER_A, Access::Read, 3, false, pending);
+        set.record(IN_ORDER_B, Access::Read, 4, false, pending);
         assert_eq!(events(&set), [1, 3, 4]);
     }
 
@@ -363,7 +604,7 @@ mod tests {
     fn out_of_order_reads_are_kept_until_done() {
         let mut set = EventSet::new();
         for e in 0..5 {
-            set.record(OUT_OF_ORDER, Access::Read, e, false, |_| false);
+            set.record(OUT_OF_ORDER, Access::Read, e, false, pending);
         }
         assert_eq!(events(&set), [0, 1, 2, 3, 4]);
     }
@@ -373,7 +614,7 @@ mod tests {
         let mut set = EventSet::new();
         let done: HashSet<u32> = (0..1000).collect();
         for e in 0..1000u32 {
-            set.record(OUT_OF_ORDER, Access::Read, e, false, |x| done.contains(x));
+            set.record(OUT_OF_ORDER, Access::Read, e, false, done_if(|x| done.contains(x)));
             assert!(set.len() <= MIN_PRUNE_AT, "len {} at {e}", set.len());
         }
     }
@@ -385,7 +626,7 @@ mod tests {
         for e in 0..10_000u32 {
             set.record(OUT_OF_ORDER, Access::Read, e, false, |_| {
                 asked += 1;
-                true
+                State::Complete
             });
         }
         assert!(
@@ -397,9 +638,9 @@ mod tests {
     #[test]
     fn many_pending_reads_fold_into_one_marker() {
         let mut set = EventSet::new();
-        set.record(OUT_OF_ORDER, Access::Write, 0, false, |_| false);
+        set.record(OUT_OF_ORDER, Access::Write, 0, false, pending);
         for e in 1..=(FOLD_AT as u32 + 1) {
-            set.record(OUT_OF_ORDER, Access::Read, e, false, |_| false);
+            set.record(OUT_OF_ORDER, Access::Read, e, false, pending);
         }
         let folded: Vec<u32> = set.reads_to_fold().into_iter().copied().collect();
         assert!(!folded.is_empty());
@@ -415,7 +656,7 @@ mod tests {
     #[test]
     fn take_empties_the_set() {
         let mut set = EventSet::new();
-        set.record(IN_ORDER_A, Access::Write, 7, false, |_| false);
+        set.record(IN_ORDER_A, Access::Write, 7, false, pending);
         assert_eq!(set.take().len(), 1);
         assert!(set.is_empty());
     }
@@ -424,6 +665,7 @@ mod tests {
     /// rules for random schedules.
     mod model {
         use super::super::*;
+        use super::done_if;
         use proptest::prelude::*;
 
         #[derive(Debug, Clone)]
@@ -548,7 +790,7 @@ mod tests {
                             }
                         }
                         let done: Vec<bool> = cmds.iter().map(|c| c.done).collect();
-                        set.record(l, access, id, had_wait_list, |&e| done[e]);
+                        set.record(l, access, id, had_wait_list, done_if(|&e: &usize| done[e]));
                         // Rule 7: fold, as the library does, with a marker on this lane.
                         let folded: Vec<usize> = set.reads_to_fold().into_iter().copied().collect();
                         if !folded.is_empty() {
