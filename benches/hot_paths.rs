@@ -59,7 +59,13 @@ const OUT_OF_ORDER_D: Lane = Lane {
 /// before `now` has completed.
 fn done_before(now: u32) -> impl FnMut(&u32) -> State {
     let horizon = now.saturating_sub(DONE_LAG);
-    move |&e| if e < horizon { State::Complete } else { State::Pending }
+    move |&e| {
+        if e < horizon {
+            State::Complete
+        } else {
+            State::Pending
+        }
+    }
 }
 
 fn record_event(c: &mut Criterion) {
@@ -157,7 +163,13 @@ fn prune(c: &mut Criterion) {
         b.iter_batched(
             || live_set(64),
             |mut set| {
-                set.prune(|&e| if black_box(e) % 2 == 0 { State::Complete } else { State::Pending });
+                set.prune(|&e| {
+                    if black_box(e) % 2 == 0 {
+                        State::Complete
+                    } else {
+                        State::Pending
+                    }
+                });
                 set
             },
             BatchSize::SmallInput,

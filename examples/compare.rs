@@ -22,11 +22,17 @@
 //!    `clCreateBuffer` + a 4-byte first use + `clReleaseMemObject`, as in
 //!    `examples/alloc_cost.rs`.
 //! 4. **Pipeline**: iterations of allocate, write, kernel, read, release on 1 and 4 queues;
-//!    iterations per second and peak device bytes.
+//!    iterations per second and peak device bytes. The `clFinish` baseline ends every
+//!    round; every other variant keeps up to [`DEPTH`] iterations in flight per queue
+//!    (non-blocking write and read, each result checked when its slot comes round again),
+//!    which costs the raw and non-pooled variants a buffer per iteration in flight, and
+//!    the pool (stream-ordered reuse through `Pool::acquire_on`) none.
 //! 5. **Scale**: release time of an idle buffer against the number of commands it has
 //!    seen and the number of live buffers.
 //! 6. **Peer**: the pipeline of 4 written with the `ocl` crate (a `Buffer` per iteration,
-//!    blocking write and read, drop), run in the same interleaving as comparison 4.
+//!    drop at the end), in its safe blocking form and in its `unsafe` non-blocking form
+//!    (`block(false)`, [`DEPTH`] in flight per queue), run in the same interleaving as
+//!    comparison 4.
 //!
 //! # Method
 //!
@@ -39,6 +45,7 @@
 //! Output: `target/bench/report.json`, `report.md` and `report.svg` (the target folder is
 //! `CARGO_TARGET_DIR` when set).
 
+use std::collections::VecDeque;
 use std::ffi::CString;
 use std::path::PathBuf;
 use std::ptr;
@@ -70,6 +77,9 @@ const PATTERN: u32 = 0x5EED_5EED;
 /// i32 elements per pipeline buffer (256 KiB).
 const PIPE_ITEMS: usize = 1 << 16;
 const PIPE_BYTES: u64 = (PIPE_ITEMS * size_of::<i32>()) as u64;
+/// Pipeline iterations in flight per queue, for every variant that can overlap them (all
+/// but the `clFinish` one and the blocking `ocl` peer).
+const DEPTH: usize = 4;
 
 fn main() -> anyhow::Result<()> {
     env_logger::init();
@@ -301,12 +311,6 @@ struct Report {
     notes: Vec<String>,
 }
 
-/// What the issue asks for that this runner does not measure yet.
-const NOT_YET_MEASURED: &[&str] = &[
-    "6 peer: an `ocl` pipeline with non-blocking transfers (`ocl`'s unsafe `block(false)`) \
-     or `ProQue`; only its safe, blocking form is measured",
-];
-
 impl Report {
     /// A cost row (lower is better).
     #[allow(clippy::too_many_arguments)]
@@ -408,10 +412,6 @@ impl Report {
             "- every figure: the median over interleaved repetitions [min-max]; ratio = \
              ours / theirs of the medians, both measured in this run\n",
         );
-        md.push_str("- not yet measured:\n");
-        for missing in NOT_YET_MEASURED {
-            md.push_str(&format!("  - {missing}\n"));
-        }
         for note in &self.notes {
             md.push_str(&format!("- note: {note}\n"));
         }
@@ -791,11 +791,16 @@ impl Raw {
 
     /// The first use of comparison 3: a 4-byte fill at offset 0, waited for.
     fn first_use(&self, mem: cl_mem) -> anyhow::Result<()> {
+        wait_release(self.fill(0, mem)?)
+    }
+
+    /// A 4-byte fill at offset 0 on queue `q`; returns its event.
+    fn fill(&self, q: usize, mem: cl_mem) -> anyhow::Result<cl_event> {
         // SAFETY: `mem` is a live buffer of at least 4 bytes; the 4-byte pattern is copied
         // by OpenCL before the call returns; no wait list.
-        let event = unsafe {
+        unsafe {
             clq::enqueue_fill_buffer(
-                self.queue(0),
+                self.queue(q),
                 mem,
                 ptr::from_ref(&PATTERN).cast(),
                 size_of::<u32>(),
@@ -805,8 +810,7 @@ impl Raw {
                 ptr::null(),
             )
         }
-        .map_err(cl_err("clEnqueueFillBuffer"))?;
-        wait_release(event)
+        .map_err(cl_err("clEnqueueFillBuffer"))
     }
 
     /// A non-blocking write of `data` to `mem` on queue `q`; `data` must stay alive and
@@ -1273,16 +1277,18 @@ enum LibPipe {
     Blocking,
     /// `ClBuffer::release_deferred` right after the read is enqueued.
     Deferred,
-    /// `Pool::acquire`, `release_deferred` right after the read is enqueued.
+    /// `Pool::acquire_on` the iteration's queue, `release_deferred` right after the read
+    /// is enqueued: the block goes back to the pool at once, and the queue's next
+    /// iteration reuses it with no wait (its in-order queue orders the reuse).
     Pooled,
 }
 
 impl LibPipe {
     fn label(self) -> &'static str {
         match self {
-            LibPipe::Blocking => "cl-lifetime blocking release",
-            LibPipe::Deferred => "cl-lifetime deferred release",
-            LibPipe::Pooled => "cl-lifetime pool",
+            LibPipe::Blocking => "cl-lifetime blocking release, 4 in flight per queue",
+            LibPipe::Deferred => "cl-lifetime deferred release, 4 in flight per queue",
+            LibPipe::Pooled => "cl-lifetime pool (acquire_on), 4 in flight per queue",
         }
     }
 }
@@ -1318,7 +1324,8 @@ fn check(out: &[i32], expect: i32) -> anyhow::Result<()> {
     }
 }
 
-/// Iterations per second of the library pipeline on `nq` queues.
+/// Iterations per second of the library pipeline on `nq` queues, up to [`DEPTH`]
+/// iterations in flight per queue.
 fn pipe_lib(p: &PipeCtx, variant: LibPipe, nq: usize, n: usize) -> anyhow::Result<f64> {
     struct Slot {
         buf: Option<ClBuffer<i32>>,
@@ -1332,16 +1339,18 @@ fn pipe_lib(p: &PipeCtx, variant: LibPipe, nq: usize, n: usize) -> anyhow::Resul
         }
         Ok(())
     };
-    let mut slots: Vec<Option<Slot>> = (0..nq).map(|_| None).collect();
+    let mut slots: Vec<VecDeque<Slot>> = (0..nq).map(|_| VecDeque::new()).collect();
     let start = Instant::now();
     for i in 0..n {
         let q = i % nq;
-        if let Some(slot) = slots[q].take() {
-            retire(slot)?;
+        if slots[q].len() == DEPTH {
+            if let Some(slot) = slots[q].pop_front() {
+                retire(slot)?;
+            }
         }
         let queue = &p.queues[q];
         let buf = match variant {
-            LibPipe::Pooled => p.pool.acquire::<i32>(PIPE_ITEMS)?,
+            LibPipe::Pooled => p.pool.acquire_on::<i32>(queue, PIPE_ITEMS)?,
             _ => p.ctx.buffer::<i32>(PIPE_ITEMS)?,
         };
         let value = i as i32;
@@ -1359,7 +1368,7 @@ fn pipe_lib(p: &PipeCtx, variant: LibPipe, nq: usize, n: usize) -> anyhow::Resul
                 None
             }
         };
-        slots[q] = Some(Slot {
+        slots[q].push_back(Slot {
             buf,
             read,
             expect: value + 1,
@@ -1424,8 +1433,8 @@ fn pipe_raw_finish(raw: &Raw, nq: usize, n: usize, peak: &mut Peak) -> anyhow::R
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
-/// Iterations per second of the raw pipeline on `nq` queues, each buffer released once
-/// its own read's event has completed (waited for before its queue's next iteration).
+/// Iterations per second of the raw pipeline on `nq` queues, up to [`DEPTH`] iterations
+/// in flight per queue, each buffer released once its own read's event has completed.
 fn pipe_raw_events(raw: &Raw, nq: usize, n: usize, peak: &mut Peak) -> anyhow::Result<f64> {
     struct Slot {
         mem: cl_mem,
@@ -1441,12 +1450,14 @@ fn pipe_raw_events(raw: &Raw, nq: usize, n: usize, peak: &mut Peak) -> anyhow::R
         waited?;
         check(&slot.out, slot.expect)
     };
-    let mut slots: Vec<Option<Slot>> = (0..nq).map(|_| None).collect();
+    let mut slots: Vec<VecDeque<Slot>> = (0..nq).map(|_| VecDeque::new()).collect();
     let start = Instant::now();
     for i in 0..n {
         let q = i % nq;
-        if let Some(slot) = slots[q].take() {
-            retire(slot, peak)?;
+        if slots[q].len() == DEPTH {
+            if let Some(slot) = slots[q].pop_front() {
+                retire(slot, peak)?;
+            }
         }
         let value = i as i32;
         let input = vec![value; PIPE_ITEMS];
@@ -1462,7 +1473,7 @@ fn pipe_raw_events(raw: &Raw, nq: usize, n: usize, peak: &mut Peak) -> anyhow::R
         )?)?;
         let read = raw.read(q, mem, &mut out)?;
         raw.flush(q)?;
-        slots[q] = Some(Slot {
+        slots[q].push_back(Slot {
             mem,
             read,
             _input: input,
@@ -1559,9 +1570,74 @@ impl OclPeer {
     }
 }
 
+impl OclPeer {
+    /// The same with non-blocking transfers, up to [`DEPTH`] iterations in flight per
+    /// queue: `ocl` allows that only through `unsafe` (`block(false)`), since the host
+    /// memory must outlive the commands, which this harness ensures by hand.
+    fn run_async(&self, nq: usize, n: usize, peak: &mut Peak) -> anyhow::Result<f64> {
+        struct Slot {
+            buf: ocl::Buffer<i32>,
+            read: ocl::Event,
+            _input: Vec<i32>,
+            out: Vec<i32>,
+            expect: i32,
+        }
+        let retire = |slot: Slot, peak: &mut Peak| -> anyhow::Result<()> {
+            slot.read.wait_for().map_err(|e| anyhow!("ocl: {e}"))?;
+            drop(slot.buf);
+            peak.live -= PIPE_BYTES;
+            check(&slot.out, slot.expect)
+        };
+        let mut slots: Vec<VecDeque<Slot>> = (0..nq).map(|_| VecDeque::new()).collect();
+        let start = Instant::now();
+        for i in 0..n {
+            let q = i % nq;
+            if slots[q].len() == DEPTH {
+                if let Some(slot) = slots[q].pop_front() {
+                    retire(slot, peak)?;
+                }
+            }
+            let queue = &self.queues[q];
+            let value = i as i32;
+            let input = vec![value; PIPE_ITEMS];
+            let mut out = vec![0i32; PIPE_ITEMS];
+            let buf = ocl::Buffer::<i32>::builder()
+                .queue(queue.clone())
+                .len(PIPE_ITEMS)
+                .build()
+                .map_err(ocl_err)?;
+            peak.add(PIPE_BYTES);
+            // SAFETY: `input` lives in the slot until the read (ordered after this write on
+            // the same in-order queue) has been waited for.
+            unsafe { buf.write(&input[..]).block(false).enq() }.map_err(ocl_err)?;
+            self.kernel.set_arg(0, &buf).map_err(ocl_err)?;
+            // SAFETY: as in `run`.
+            unsafe { self.kernel.cmd().queue(queue).enq() }.map_err(ocl_err)?;
+            let mut read = ocl::Event::empty();
+            // SAFETY: `out` lives in the slot, untouched, until `read` has been waited for.
+            unsafe { buf.read(&mut out[..]).block(false).enew(&mut read).enq() }
+                .map_err(ocl_err)?;
+            queue.flush().map_err(ocl_err)?;
+            slots[q].push_back(Slot {
+                buf,
+                read,
+                _input: input,
+                out,
+                expect: value + 1,
+            });
+        }
+        for slot in slots.into_iter().flatten() {
+            retire(slot, peak)?;
+        }
+        Ok(n as f64 / start.elapsed().as_secs_f64())
+    }
+}
+
 const RAW_FINISH: &str = "raw, clFinish per iteration (per round of one per queue)";
-const RAW_EVENTS: &str = "raw, per-buffer event waits";
+const RAW_EVENTS: &str = "raw, per-buffer event waits, 4 iterations in flight per queue";
 const OCL_PEER: &str = "ocl crate: Buffer + Kernel, blocking write/read, drop";
+const OCL_ASYNC: &str =
+    "ocl crate: Buffer + Kernel, unsafe non-blocking write/read, 4 in flight per queue, drop";
 
 fn pipeline(
     plan: &Plan,
@@ -1587,31 +1663,33 @@ fn pipeline(
             .iter()
             .map(|_| PipeCtx::new())
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let mut peaks: [Peak; 3] = Default::default();
+        let mut peaks: [Peak; 4] = Default::default();
         // Warm-up.
         pipe_raw_finish(raw, nq, 4, &mut Peak::default())?;
         pipe_raw_events(raw, nq, 4, &mut Peak::default())?;
         if let Some(peer) = &peer {
             peer.run(nq, 4, &mut Peak::default())?;
+            peer.run_async(nq, 4, &mut Peak::default())?;
         }
         for (p, &variant) in ctxs.iter().zip(&libs) {
             pipe_lib(p, variant, nq, 4)?;
         }
         let samples = {
-            let [finish_peak, events_peak, ocl_peak] = &mut peaks;
+            let [finish_peak, events_peak, ocl_peak, ocl_async_peak] = &mut peaks;
             let mut variants: Vec<Variant<'_>> = vec![
                 Box::new(move || pipe_raw_finish(raw, nq, n, finish_peak)),
                 Box::new(move || pipe_raw_events(raw, nq, n, events_peak)),
             ];
             if let Some(peer) = &peer {
                 variants.push(Box::new(move || peer.run(nq, n, ocl_peak)));
+                variants.push(Box::new(move || peer.run_async(nq, n, ocl_async_peak)));
             }
             for (p, &variant) in ctxs.iter().zip(&libs) {
                 variants.push(Box::new(move || pipe_lib(p, variant, nq, n)));
             }
             interleave(plan.reps, &mut variants)?
         };
-        let first_lib = if peer.is_some() { 3 } else { 2 };
+        let first_lib = if peer.is_some() { 4 } else { 2 };
         let queues = if nq == 1 { "1 queue" } else { "4 queues" };
         for (k, &variant) in libs.iter().enumerate() {
             for (b, baseline) in [RAW_FINISH, RAW_EVENTS].iter().enumerate() {
@@ -1645,28 +1723,29 @@ fn pipeline(
             }
         }
         if peer.is_some() {
-            for (k, &variant) in libs.iter().enumerate() {
-                report.push(
-                    "6 peer",
-                    &format!("{}, {queues}", variant.label()),
-                    OCL_PEER,
-                    "iterations per second",
-                    "it/s",
-                    &samples[first_lib + k],
-                    &samples[2],
-                    true,
-                );
-            }
-            for (p, &variant) in ctxs.iter().zip(&libs) {
-                report.cost(
-                    "6 peer",
-                    &format!("{}, {queues}", variant.label()),
-                    OCL_PEER,
-                    "peak device bytes",
-                    "KiB",
-                    &[kib(p.ctx.memory_stats().peak_bytes)],
-                    &[kib(peaks[2].peak)],
-                );
+            for (b, baseline) in [(2, OCL_PEER), (3, OCL_ASYNC)] {
+                for (k, (p, &variant)) in ctxs.iter().zip(&libs).enumerate() {
+                    let label = format!("{}, {queues}", variant.label());
+                    report.push(
+                        "6 peer",
+                        &label,
+                        baseline,
+                        "iterations per second",
+                        "it/s",
+                        &samples[first_lib + k],
+                        &samples[b],
+                        true,
+                    );
+                    report.cost(
+                        "6 peer",
+                        &label,
+                        baseline,
+                        "peak device bytes",
+                        "KiB",
+                        &[kib(p.ctx.memory_stats().peak_bytes)],
+                        &[kib(peaks[b].peak)],
+                    );
+                }
             }
         }
     }
@@ -1693,8 +1772,42 @@ fn scale_lib(lib: &Lib, commands: usize) -> anyhow::Result<f64> {
     Ok(start.elapsed().as_secs_f64() * 1e6)
 }
 
-fn scale_raw(raw: &Raw, commands: usize) -> anyhow::Result<f64> {
+/// Signalled by a destructor callback when the driver frees a buffer.
+#[derive(Default)]
+struct FreedFlag {
+    done: std::sync::Mutex<bool>,
+    signal: std::sync::Condvar,
+}
+
+extern "C" fn on_raw_freed(_mem: cl_mem, user: *mut std::ffi::c_void) {
+    // SAFETY: `user` is the `Arc<FreedFlag>` leaked in `watch_raw_free`; the callback runs
+    // once, so the reference is taken back once.
+    let flag = unsafe { std::sync::Arc::from_raw(user.cast_const().cast::<FreedFlag>()) };
+    *flag.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+    flag.signal.notify_all();
+}
+
+fn watch_raw_free(mem: cl_mem) -> anyhow::Result<std::sync::Arc<FreedFlag>> {
+    let flag = std::sync::Arc::new(FreedFlag::default());
+    let user = std::sync::Arc::into_raw(flag.clone()).cast_mut().cast();
+    // SAFETY: `mem` is live; `user` is a leaked Arc that the callback takes back.
+    unsafe { clm::set_mem_object_destructor_callback(mem, on_raw_freed, user) }
+        .map_err(cl_err("clSetMemObjectDestructorCallback"))?;
+    Ok(flag)
+}
+
+/// How a raw release in comparison 5 ends.
+#[derive(Clone, Copy)]
+enum RawEnd {
+    /// `clReleaseMemObject` returned.
+    Returned,
+    /// The destructor callback fired: the memory is freed, as `release()` guarantees.
+    Freed,
+}
+
+fn scale_raw(raw: &Raw, commands: usize, end: RawEnd) -> anyhow::Result<f64> {
     let mem = raw.create_from(&[0i32; TINY_ITEMS])?;
+    let flag = watch_raw_free(mem);
     let result = (|| -> anyhow::Result<()> {
         raw.set_args(&raw.tiny, &[RawArg::Mem(mem)])?;
         for i in 0..commands {
@@ -1707,30 +1820,48 @@ fn scale_raw(raw: &Raw, commands: usize) -> anyhow::Result<f64> {
     })();
     let start = Instant::now();
     raw.release(mem)?;
+    if let (RawEnd::Freed, Ok(flag)) = (end, &flag) {
+        let done = flag.done.lock().unwrap_or_else(|e| e.into_inner());
+        let (done, _) = flag
+            .signal
+            .wait_timeout_while(done, Duration::from_secs(2), |done| !*done)
+            .unwrap_or_else(|e| e.into_inner());
+        if !*done {
+            bail!("the raw buffer was not freed 2 s after its release");
+        }
+    }
     let took = start.elapsed();
     result?;
+    flag?;
     Ok(took.as_secs_f64() * 1e6)
 }
 
 fn scale(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::Result<()> {
     // At most 5 repetitions: a million launches per repetition is long enough.
     let reps = plan.reps.min(5);
+    let mut history = Vec::new();
+    let mut live_points = Vec::new();
     for &commands in &plan.commands {
         let mut variants: Vec<Variant<'_>> = vec![
-            Box::new(|| scale_raw(raw, commands)),
+            Box::new(|| scale_raw(raw, commands, RawEnd::Returned)),
+            Box::new(|| scale_raw(raw, commands, RawEnd::Freed)),
             Box::new(|| scale_lib(lib, commands)),
         ];
         let samples = interleave(reps, &mut variants)?;
-        report.cost(
-            "5 scale",
-            &format!("cl-lifetime release(), idle, after {commands} commands"),
-            "raw clReleaseMemObject, same commands",
-            "host time per release",
-            "µs",
-            &samples[1],
-            &samples[0],
-        );
+        for (b, baseline) in [(0, RAW_RETURNED), (1, RAW_FREED)] {
+            report.cost(
+                "5 scale",
+                &format!("cl-lifetime release(), idle, after {commands} commands"),
+                &format!("{baseline}, same commands"),
+                "host time per release",
+                "µs",
+                &samples[2],
+                &samples[b],
+            );
+        }
+        history.push((commands, median(&samples[2]), median(&samples[1])));
     }
+    growth(report, "commands seen", &history);
     for &live in &plan.live {
         // `live - 1` other buffers on each side, each used once.
         let others = live - 1;
@@ -1740,25 +1871,32 @@ fn scale(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::Resu
             for _ in 0..others {
                 let mem = raw.create(TINY_ITEMS * size_of::<i32>())?;
                 raw_mems.push(mem);
+                // Used once, as the library's are.
+                release_event(raw.fill(0, mem)?)?;
                 let buf = lib.ctx.buffer::<i32>(TINY_ITEMS)?;
                 lib.queues[0].fill(&buf, 0)?;
                 lib_bufs.push(buf);
             }
             lib_finish(&lib.queues[0])?;
+            raw.finish(0)?;
             let mut variants: Vec<Variant<'_>> = vec![
-                Box::new(|| scale_raw(raw, 1)),
+                Box::new(|| scale_raw(raw, 1, RawEnd::Returned)),
+                Box::new(|| scale_raw(raw, 1, RawEnd::Freed)),
                 Box::new(|| scale_lib(lib, 1)),
             ];
             let samples = interleave(reps, &mut variants)?;
-            report.cost(
-                "5 scale",
-                &format!("cl-lifetime release(), idle, {live} live buffers"),
-                "raw clReleaseMemObject, same live buffers",
-                "host time per release",
-                "µs",
-                &samples[1],
-                &samples[0],
-            );
+            for (b, baseline) in [(0, RAW_RETURNED), (1, RAW_FREED)] {
+                report.cost(
+                    "5 scale",
+                    &format!("cl-lifetime release(), idle, {live} live buffers"),
+                    &format!("{baseline}, same live buffers"),
+                    "host time per release",
+                    "µs",
+                    &samples[2],
+                    &samples[b],
+                );
+            }
+            live_points.push((live, median(&samples[2]), median(&samples[1])));
             Ok(())
         })();
         for mem in raw_mems {
@@ -1770,6 +1908,7 @@ fn scale(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::Resu
         lib.ctx.wait_deferred();
         result?;
     }
+    growth(report, "live buffers", &live_points);
     if plan.quick {
         report.notes.push(format!(
             "5 scale, quick mode: commands seen {:?} and live buffers {:?} (full mode: up to \
@@ -1778,4 +1917,32 @@ fn scale(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::Resu
         ));
     }
     Ok(())
+}
+
+const RAW_RETURNED: &str = "raw clReleaseMemObject returned";
+const RAW_FREED: &str = "raw clReleaseMemObject + its destructor callback (freed, as release() is)";
+
+fn median(values: &[f64]) -> f64 {
+    Stats::of(values).median
+}
+
+/// The goal's flatness figure: release time at the largest point over the smallest, ours
+/// against the raw release (with its destructor callback) over the same points.
+fn growth(report: &mut Report, axis: &str, points: &[(usize, f64, f64)]) {
+    if let (Some(first), Some(last)) = (points.first(), points.last()) {
+        if first.0 != last.0 {
+            report.cost(
+                "5 scale",
+                &format!(
+                    "cl-lifetime release() at {} {axis} over at {}",
+                    last.0, first.0
+                ),
+                &format!("{RAW_FREED}, same points"),
+                "growth of the release time, largest point / smallest",
+                "x",
+                &[last.1 / first.1],
+                &[last.2 / first.2],
+            );
+        }
+    }
 }

@@ -474,7 +474,11 @@ impl MemInner {
     /// Whether every recorded command of this block ran on `lane`, an in-order queue, so
     /// that a command there needs no wait for them (pool rule 7).
     pub(crate) fn only_on(&mut self, lane: Lane) -> bool {
-        let events = &self.record.get_mut().unwrap_or_else(PoisonError::into_inner).events;
+        let events = &self
+            .record
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .events;
         lane.in_order
             && events.entries().iter().all(|e| e.lane == lane)
             && events.shadow().all(|e| e.lane == lane)
@@ -482,7 +486,10 @@ impl MemInner {
 
     /// Whether every recorded command of this block has ended (asks the driver).
     pub(crate) fn is_idle(&mut self) -> bool {
-        let record = self.record.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let record = self
+            .record
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
         record.prune_ended();
         record.events.is_empty() && record.events.shadow_len() == 0
     }
@@ -498,7 +505,11 @@ impl MemInner {
 
     /// Program rule 5: no kernel object keeps this buffer alive once it is released.
     fn unbind_kernels(&mut self) {
-        let kernels = std::mem::take(self.kernels.get_mut().unwrap_or_else(PoisonError::into_inner));
+        let kernels = std::mem::take(
+            self.kernels
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
         for kernel in kernels.iter().filter_map(Weak::upgrade) {
             kernel.unbind(self.id);
         }

@@ -959,7 +959,9 @@ mod inline {
         /// Sorts by `key`, stably.
         pub(super) fn sort_by_key<K: Ord>(&mut self, key: impl Fn(&T) -> K) {
             match self {
-                List::Inline(items, len) => items[..*len].sort_by_key(|item| item.as_ref().map(&key)),
+                List::Inline(items, len) => {
+                    items[..*len].sort_by_key(|item| item.as_ref().map(&key))
+                }
                 List::Heap(heap) => heap.sort_by_key(key),
             }
         }
@@ -1033,13 +1035,22 @@ mod inline {
                     list.push(i);
                 }
                 assert_eq!(list.len(), n);
-                assert_eq!(list.iter().copied().collect::<Vec<_>>(), (0..n).rev().collect::<Vec<_>>());
+                assert_eq!(
+                    list.iter().copied().collect::<Vec<_>>(),
+                    (0..n).rev().collect::<Vec<_>>()
+                );
                 list.sort_by_key(|&i| i);
-                assert_eq!(list.iter().copied().collect::<Vec<_>>(), (0..n).collect::<Vec<_>>());
+                assert_eq!(
+                    list.iter().copied().collect::<Vec<_>>(),
+                    (0..n).collect::<Vec<_>>()
+                );
                 for item in list.iter_mut() {
                     *item += 1;
                 }
-                assert_eq!(list.last_mut().copied(), n.checked_sub(1).map(|last| last + 1));
+                assert_eq!(
+                    list.last_mut().copied(),
+                    n.checked_sub(1).map(|last| last + 1)
+                );
             }
         }
 

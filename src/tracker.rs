@@ -404,7 +404,13 @@ mod tests {
 
     /// A `state` that says complete where `done` says so.
     fn done_if<E>(done: impl Fn(&E) -> bool) -> impl FnMut(&E) -> State {
-        move |e| if done(e) { State::Complete } else { State::Pending }
+        move |e| {
+            if done(e) {
+                State::Complete
+            } else {
+                State::Pending
+            }
+        }
     }
 
     fn events(set: &EventSet<u32>) -> Vec<u32> {
@@ -535,7 +541,11 @@ mod tests {
         let mut asked = 0;
         set.prune(|&e| {
             asked += 1;
-            if e < 600 { State::Complete } else { State::Pending }
+            if e < 600 {
+                State::Complete
+            } else {
+                State::Pending
+            }
         });
         // The live 999 and about log2(500) asks per queue.
         assert!(asked <= 1 + 2 * 10, "asked {asked} times");
@@ -563,13 +573,21 @@ mod tests {
         });
         let left: Vec<u32> = set.shadow().map(|e| e.event).collect();
         assert_eq!(left, [1, 3, 4]);
-        assert_eq!(asked.iter().filter(|&&e| e == 2).count(), 1, "the failure is asked once");
+        assert_eq!(
+            asked.iter().filter(|&&e| e == 2).count(),
+            1,
+            "the failure is asked once"
+        );
         // Without trust in queue order, every entry is asked even when a newer one completed.
         set.prune_each(true);
         let mut asked = 0;
         set.prune(|&e| {
             asked += 1;
-            if e == 4 { State::Complete } else { State::Pending }
+            if e == 4 {
+                State::Complete
+            } else {
+                State::Pending
+            }
         });
         assert_eq!(asked, 4);
         assert_eq!(set.shadow_len(), 2);
@@ -584,7 +602,11 @@ mod tests {
         let mut asked = 0;
         set.prune(|&e| {
             asked += 1;
-            if e == 3 { State::Complete } else { State::Pending }
+            if e == 3 {
+                State::Complete
+            } else {
+                State::Pending
+            }
         });
         assert_eq!(asked, 4);
         assert_eq!(set.shadow_len(), 3);
@@ -614,7 +636,13 @@ mod tests {
         let mut set = EventSet::new();
         let done: HashSet<u32> = (0..1000).collect();
         for e in 0..1000u32 {
-            set.record(OUT_OF_ORDER, Access::Read, e, false, done_if(|x| done.contains(x)));
+            set.record(
+                OUT_OF_ORDER,
+                Access::Read,
+                e,
+                false,
+                done_if(|x| done.contains(x)),
+            );
             assert!(set.len() <= MIN_PRUNE_AT, "len {} at {e}", set.len());
         }
     }

@@ -339,6 +339,77 @@ fn cross_queue_reuse_orders_the_new_owner_after_the_old() {
     assert_eq!(ctx.memory_stats().driver_allocations, 1);
 }
 
+#[test]
+fn acquire_on_gives_each_queue_its_own_block_while_another_queues_block_is_pending() {
+    let ctx = ctx!();
+    let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
+    let n = 1024;
+    let gate = ctx.user_event().unwrap();
+    let first = pool.acquire_on::<u32>(&q1, n).unwrap();
+    let raw1 = first.as_raw();
+    let gated = q1.after(&[gate.event()]).fill(&first, 1).unwrap();
+    let (second, again, fill2, wait_entries) = returns_while_gated(&gate, "acquire_on", || {
+        first.release_deferred();
+        // q2 must not inherit q1's gated block: it would wait for the gate.
+        let second = pool.acquire_on::<u32>(&q2, n).unwrap();
+        let before = ctx.hazard_stats();
+        let fill2 = q2.fill(&second, 2).unwrap();
+        second.release_deferred();
+        // q1 gets its own block back, ordered by the queue alone.
+        let again = pool.acquire_on::<u32>(&q1, n).unwrap();
+        q1.fill(&again, 3).unwrap();
+        let after = ctx.hazard_stats();
+        let second = pool.acquire_on::<u32>(&q2, n).unwrap();
+        (
+            second,
+            again,
+            fill2,
+            after.wait_entries - before.wait_entries,
+        )
+    });
+    assert_ne!(second.as_raw(), raw1, "q2 was handed q1's pending block");
+    assert_eq!(again.as_raw(), raw1, "q1 did not get its own block back");
+    assert_eq!(wait_entries, 0, "neither queue waits on the other's block");
+    // q2's fill ran although q1's gate is still closed.
+    fill2.wait().unwrap();
+    assert!(!gated.is_terminal(), "the gate was open");
+    gate.complete().unwrap();
+    assert_eq!(contents(&q1, &again), vec![3; n]);
+    assert_eq!(contents(&q2, &second), vec![2; n]);
+    assert_eq!(ctx.memory_stats().driver_allocations, 2);
+}
+
+#[test]
+fn acquire_on_at_max_bytes_orders_the_new_owner_after_another_queues_commands() {
+    let ctx = ctx!();
+    let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let n = 1024;
+    let bytes = (n * size_of::<u32>()) as u64;
+    let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(bytes)).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let old = pool.acquire_on::<u32>(&q1, n).unwrap();
+    let raw = old.as_raw();
+    let old_write = q1
+        .after(&[gate.event()])
+        .write_owned(&old, vec![1; n])
+        .unwrap();
+    let (new, fill) = returns_while_gated(&gate, "acquire_on at the maximum", || {
+        old.release_deferred();
+        let new = pool.acquire_on::<u32>(&q2, n).unwrap();
+        let fill = q2.fill(&new, 2).unwrap();
+        (new, fill)
+    });
+    assert_eq!(new.as_raw(), raw, "at the maximum the only block is reused");
+    assert!(
+        !fill.is_terminal(),
+        "the fill ran before the gated write it must follow"
+    );
+    gate.complete().unwrap();
+    assert!(old_write.wait().is_ok());
+    assert_eq!(contents(&q2, &new), vec![2; n]);
+}
+
 /// How long a command that must run is given before it counts as stuck.
 const STUCK: Duration = Duration::from_secs(10);
 
