@@ -164,7 +164,7 @@ impl<E> EventSet<E> {
     }
 
     /// Moves `entry` to the shadow of its lane, keeping the lane's entries oldest first.
-    fn to_shadow(&mut self, entry: Entry<E>) {
+    fn shadow_entry(&mut self, entry: Entry<E>) {
         let at = match self.shadow.iter().position(|g| g.lane == entry.lane) {
             Some(at) => at,
             None => {
@@ -213,7 +213,7 @@ impl<E> EventSet<E> {
             if had_wait_list {
                 let superseded = std::mem::take(&mut self.entries);
                 for old in superseded {
-                    self.to_shadow(old);
+                    self.shadow_entry(old);
                 }
             } else {
                 self.entries.clear();
@@ -224,7 +224,7 @@ impl<E> EventSet<E> {
                 if superseded(&self.entries[i]) {
                     let old = self.entries.remove(i);
                     if had_wait_list {
-                        self.to_shadow(old);
+                        self.shadow_entry(old);
                     }
                 } else {
                     i += 1;
