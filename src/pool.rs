@@ -401,8 +401,9 @@ impl Pool {
     ///         buf.release_deferred(); // back to the pool; the next acquire_on reuses it
     ///     }
     /// }
-    /// // One block per queue: neither queue waits on the other's.
-    /// assert_eq!(ctx.memory_stats().driver_allocations, 2);
+    /// // At most one block per queue: neither queue waits on the other's (one block in
+    /// // all when it is idle by the time the other queue asks).
+    /// assert!(ctx.memory_stats().driver_allocations <= 2);
     /// # Ok(())
     /// # }
     /// ```
