@@ -1324,6 +1324,39 @@ fn check(out: &[i32], expect: i32) -> anyhow::Result<()> {
     }
 }
 
+/// Up to [`DEPTH`] pipeline iterations in flight per queue, oldest first.
+struct InFlight<S>(Vec<VecDeque<S>>);
+
+impl<S> InFlight<S> {
+    fn new(nq: usize) -> Self {
+        InFlight((0..nq).map(|_| VecDeque::new()).collect())
+    }
+
+    /// Retires queue `q`'s oldest iteration when it has [`DEPTH`] in flight, before the
+    /// next one allocates (so the peak is DEPTH buffers per queue).
+    fn make_room(
+        &mut self,
+        q: usize,
+        retire: impl FnOnce(S) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        if self.0[q].len() == DEPTH {
+            if let Some(slot) = self.0[q].pop_front() {
+                retire(slot)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, q: usize, slot: S) {
+        self.0[q].push_back(slot);
+    }
+
+    /// Retires every iteration still in flight.
+    fn drain(self, mut retire: impl FnMut(S) -> anyhow::Result<()>) -> anyhow::Result<()> {
+        self.0.into_iter().flatten().try_for_each(&mut retire)
+    }
+}
+
 /// Iterations per second of the library pipeline on `nq` queues, up to [`DEPTH`]
 /// iterations in flight per queue.
 fn pipe_lib(p: &PipeCtx, variant: LibPipe, nq: usize, n: usize) -> anyhow::Result<f64> {
@@ -1339,15 +1372,11 @@ fn pipe_lib(p: &PipeCtx, variant: LibPipe, nq: usize, n: usize) -> anyhow::Resul
         }
         Ok(())
     };
-    let mut slots: Vec<VecDeque<Slot>> = (0..nq).map(|_| VecDeque::new()).collect();
+    let mut slots = InFlight::new(nq);
     let start = Instant::now();
     for i in 0..n {
         let q = i % nq;
-        if slots[q].len() == DEPTH {
-            if let Some(slot) = slots[q].pop_front() {
-                retire(slot)?;
-            }
-        }
+        slots.make_room(q, retire)?;
         let queue = &p.queues[q];
         let buf = match variant {
             LibPipe::Pooled => p.pool.acquire_on::<i32>(queue, PIPE_ITEMS)?,
@@ -1368,15 +1397,16 @@ fn pipe_lib(p: &PipeCtx, variant: LibPipe, nq: usize, n: usize) -> anyhow::Resul
                 None
             }
         };
-        slots[q].push_back(Slot {
-            buf,
-            read,
-            expect: value + 1,
-        });
+        slots.push(
+            q,
+            Slot {
+                buf,
+                read,
+                expect: value + 1,
+            },
+        );
     }
-    for slot in slots.into_iter().flatten() {
-        retire(slot)?;
-    }
+    slots.drain(retire)?;
     // The deferred frees count: the run ends when its memory is back.
     p.ctx.wait_deferred();
     Ok(n as f64 / start.elapsed().as_secs_f64())
@@ -1450,15 +1480,11 @@ fn pipe_raw_events(raw: &Raw, nq: usize, n: usize, peak: &mut Peak) -> anyhow::R
         waited?;
         check(&slot.out, slot.expect)
     };
-    let mut slots: Vec<VecDeque<Slot>> = (0..nq).map(|_| VecDeque::new()).collect();
+    let mut slots = InFlight::new(nq);
     let start = Instant::now();
     for i in 0..n {
         let q = i % nq;
-        if slots[q].len() == DEPTH {
-            if let Some(slot) = slots[q].pop_front() {
-                retire(slot, peak)?;
-            }
-        }
+        slots.make_room(q, |slot| retire(slot, peak))?;
         let value = i as i32;
         let input = vec![value; PIPE_ITEMS];
         let mut out = vec![0i32; PIPE_ITEMS];
@@ -1473,17 +1499,18 @@ fn pipe_raw_events(raw: &Raw, nq: usize, n: usize, peak: &mut Peak) -> anyhow::R
         )?)?;
         let read = raw.read(q, mem, &mut out)?;
         raw.flush(q)?;
-        slots[q].push_back(Slot {
-            mem,
-            read,
-            _input: input,
-            out,
-            expect: value + 1,
-        });
+        slots.push(
+            q,
+            Slot {
+                mem,
+                read,
+                _input: input,
+                out,
+                expect: value + 1,
+            },
+        );
     }
-    for slot in slots.into_iter().flatten() {
-        retire(slot, peak)?;
-    }
+    slots.drain(|slot| retire(slot, peak))?;
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
@@ -1588,15 +1615,11 @@ impl OclPeer {
             peak.live -= PIPE_BYTES;
             check(&slot.out, slot.expect)
         };
-        let mut slots: Vec<VecDeque<Slot>> = (0..nq).map(|_| VecDeque::new()).collect();
+        let mut slots = InFlight::new(nq);
         let start = Instant::now();
         for i in 0..n {
             let q = i % nq;
-            if slots[q].len() == DEPTH {
-                if let Some(slot) = slots[q].pop_front() {
-                    retire(slot, peak)?;
-                }
-            }
+            slots.make_room(q, |slot| retire(slot, peak))?;
             let queue = &self.queues[q];
             let value = i as i32;
             let input = vec![value; PIPE_ITEMS];
@@ -1618,17 +1641,18 @@ impl OclPeer {
             unsafe { buf.read(&mut out[..]).block(false).enew(&mut read).enq() }
                 .map_err(ocl_err)?;
             queue.flush().map_err(ocl_err)?;
-            slots[q].push_back(Slot {
-                buf,
-                read,
-                _input: input,
-                out,
-                expect: value + 1,
-            });
+            slots.push(
+                q,
+                Slot {
+                    buf,
+                    read,
+                    _input: input,
+                    out,
+                    expect: value + 1,
+                },
+            );
         }
-        for slot in slots.into_iter().flatten() {
-            retire(slot, peak)?;
-        }
+        slots.drain(|slot| retire(slot, peak))?;
         Ok(n as f64 / start.elapsed().as_secs_f64())
     }
 }
@@ -1842,24 +1866,16 @@ fn scale(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::Resu
     let mut history = Vec::new();
     let mut live_points = Vec::new();
     for &commands in &plan.commands {
-        let mut variants: Vec<Variant<'_>> = vec![
-            Box::new(|| scale_raw(raw, commands, RawEnd::Returned)),
-            Box::new(|| scale_raw(raw, commands, RawEnd::Freed)),
-            Box::new(|| scale_lib(lib, commands)),
-        ];
-        let samples = interleave(reps, &mut variants)?;
-        for (b, baseline) in [(0, RAW_RETURNED), (1, RAW_FREED)] {
-            report.cost(
-                "5 scale",
-                &format!("cl-lifetime release(), idle, after {commands} commands"),
-                &format!("{baseline}, same commands"),
-                "host time per release",
-                "µs",
-                &samples[2],
-                &samples[b],
-            );
-        }
-        history.push((commands, median(&samples[2]), median(&samples[1])));
+        let (ours, freed) = scale_point(
+            raw,
+            lib,
+            reps,
+            report,
+            commands,
+            &format!("after {commands} commands"),
+            "same commands",
+        )?;
+        history.push((commands, ours, freed));
     }
     growth(report, "commands seen", &history);
     for &live in &plan.live {
@@ -1879,24 +1895,16 @@ fn scale(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::Resu
             }
             lib_finish(&lib.queues[0])?;
             raw.finish(0)?;
-            let mut variants: Vec<Variant<'_>> = vec![
-                Box::new(|| scale_raw(raw, 1, RawEnd::Returned)),
-                Box::new(|| scale_raw(raw, 1, RawEnd::Freed)),
-                Box::new(|| scale_lib(lib, 1)),
-            ];
-            let samples = interleave(reps, &mut variants)?;
-            for (b, baseline) in [(0, RAW_RETURNED), (1, RAW_FREED)] {
-                report.cost(
-                    "5 scale",
-                    &format!("cl-lifetime release(), idle, {live} live buffers"),
-                    &format!("{baseline}, same live buffers"),
-                    "host time per release",
-                    "µs",
-                    &samples[2],
-                    &samples[b],
-                );
-            }
-            live_points.push((live, median(&samples[2]), median(&samples[1])));
+            let (ours, freed) = scale_point(
+                raw,
+                lib,
+                reps,
+                report,
+                1,
+                &format!("{live} live buffers"),
+                "same live buffers",
+            )?;
+            live_points.push((live, ours, freed));
             Ok(())
         })();
         for mem in raw_mems {
@@ -1917,6 +1925,38 @@ fn scale(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::Resu
         ));
     }
     Ok(())
+}
+
+/// One point of comparison 5: the release of an idle buffer after `commands` launches,
+/// ours against both raw baselines; returns the medians of ours and of the raw release
+/// that waits for its destructor callback.
+fn scale_point(
+    raw: &Raw,
+    lib: &Lib,
+    reps: usize,
+    report: &mut Report,
+    commands: usize,
+    point: &str,
+    same: &str,
+) -> anyhow::Result<(f64, f64)> {
+    let mut variants: Vec<Variant<'_>> = vec![
+        Box::new(|| scale_raw(raw, commands, RawEnd::Returned)),
+        Box::new(|| scale_raw(raw, commands, RawEnd::Freed)),
+        Box::new(|| scale_lib(lib, commands)),
+    ];
+    let samples = interleave(reps, &mut variants)?;
+    for (b, baseline) in [(0, RAW_RETURNED), (1, RAW_FREED)] {
+        report.cost(
+            "5 scale",
+            &format!("cl-lifetime release(), idle, {point}"),
+            &format!("{baseline}, {same}"),
+            "host time per release",
+            "µs",
+            &samples[2],
+            &samples[b],
+        );
+    }
+    Ok((median(&samples[2]), median(&samples[1])))
 }
 
 const RAW_RETURNED: &str = "raw clReleaseMemObject returned";
