@@ -251,14 +251,24 @@ impl Record {
         }
     }
 
-    /// Tracker rule 6 trusts queue order only while no failure has been seen.
-    fn trust_queue_order(&mut self) {
+    /// Tracker rule 6 trusts queue order only while no failure has been seen, in the
+    /// process (`failures_seen`, the failure epoch) or in this record.
+    fn trust_queue_order(&mut self, failures_seen: bool) {
         self.events
-            .prune_each(crate::event::failure_epoch() != 0 || !self.failed_events.is_empty());
+            .prune_each(failures_seen || !self.failed_events.is_empty());
     }
 
-    pub(crate) fn record(&mut self, lane: Lane, access: Access, event: Event, had_wait_list: bool) {
-        self.trust_queue_order();
+    /// Records `event`; `failures_seen` is whether the failure epoch was non-zero when the
+    /// enqueue read it.
+    pub(crate) fn record(
+        &mut self,
+        lane: Lane,
+        access: Access,
+        event: Event,
+        had_wait_list: bool,
+        failures_seen: bool,
+    ) {
+        self.trust_queue_order(failures_seen);
         let (failed, keep) = (&mut self.failed, &mut self.failed_events);
         self.events.record(lane, access, event, had_wait_list, |e| {
             Self::ended(e, failed, keep)
@@ -274,7 +284,7 @@ impl Record {
 
     /// Drops every event that has ended, keeping the failures for the report.
     fn prune_ended(&mut self) {
-        self.trust_queue_order();
+        self.trust_queue_order(crate::event::failure_epoch() != 0);
         let (failed, keep) = (&mut self.failed, &mut self.failed_events);
         self.events.prune(|e| Self::ended(e, failed, keep));
     }
@@ -445,11 +455,7 @@ impl MemInner {
             .unwrap_or_else(PoisonError::into_inner);
         record.failed.clear();
         record.events.prune_each(true);
-        record.events.prune(|e| match e.status() {
-            Ok(Status::Complete) => State::Complete,
-            Ok(Status::Failed(_)) | Err(_) => State::Failed,
-            Ok(_) => State::Pending,
-        });
+        record.events.prune(Event::state);
     }
 
     /// Releases the block on the reaper thread (reaper rule 1).

@@ -174,6 +174,16 @@ impl Event {
         self.status().map_or(true, Status::is_terminal)
     }
 
+    /// The status as the tracker sees it; an unreadable status counts as failed.
+    pub(crate) fn state(&self) -> crate::tracker::State {
+        use crate::tracker::State;
+        match self.status() {
+            Ok(Status::Complete) => State::Complete,
+            Ok(Status::Failed(_)) | Err(_) => State::Failed,
+            Ok(_) => State::Pending,
+        }
+    }
+
     /// The kind of command this event belongs to.
     ///
     /// # Errors

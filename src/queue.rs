@@ -279,7 +279,13 @@ impl After<'_> {
         queue.dirty.store(true, Ordering::Release);
         let event = Event::from_enqueue(raw, queue);
         for (_, access, map, record) in locked.iter_mut() {
-            record.record(queue.lane, *access, event.clone(), !wait.is_empty());
+            record.record(
+                queue.lane,
+                *access,
+                event.clone(),
+                !wait.is_empty(),
+                failures_seen,
+            );
             record.apply_map(*map);
             self.fold(record)?;
         }
