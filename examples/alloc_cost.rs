@@ -36,19 +36,20 @@
 //! repetitions. `CL_LIFETIME_DEVICE` picks the device; `CL_LIFETIME_KERNELS` names the
 //! folder(s) holding `busy.cl` when the binary runs away from its source tree.
 
-use std::ffi::CString;
 use std::ptr;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, anyhow, bail};
-use cl_lifetime::{Arg, ClStatus, Context, Kernel, Pool, PoolOptions, Queue};
+use anyhow::{Context as _, bail};
+use cl_lifetime::{Arg, Context, Kernel, Pool, PoolOptions, Queue};
 use opencl3::command_queue::{self as clq, CL_QUEUE_PROPERTIES, CommandQueue};
 use opencl3::event as cle;
 use opencl3::kernel::{self as clk, Kernel as RawKernel};
 use opencl3::memory::{self as clm, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE};
-use opencl3::program as clp;
-use opencl3::types::{cl_event, cl_int, cl_mem, cl_program};
+use opencl3::types::{cl_event, cl_mem};
+
+mod harness;
+use harness::{ProgramHandle, calibrate, cl_err, release_event};
 
 /// Buffer sizes of part 1, in bytes.
 const SIZES: [usize; 3] = [4 << 10, 1 << 20, 64 << 20];
@@ -120,7 +121,7 @@ fn main() -> anyhow::Result<()> {
 
     // Part 2.
     let spin = program.kernel("spin")?;
-    let iters = calibrate(&ctx, &queue, &spin, options.spin_target())?;
+    let iters = calibrate(&ctx, &queue, &spin, SPIN_ITEMS, options.spin_target())?;
     let release = ReleaseBench {
         ctx: &ctx,
         queue: &queue,
@@ -198,23 +199,6 @@ impl Options {
 // Raw opencl3: a queue and the `spin` kernel in the library's context, with raw calls.
 // ---------------------------------------------------------------------------------------
 
-fn cl_err(call: &'static str) -> impl Fn(cl_int) -> anyhow::Error {
-    move |s| anyhow!("{call} failed: {}", ClStatus(s))
-}
-
-/// Releases a raw program on drop (opencl3's `Program` cannot wrap a handle).
-struct ProgramHandle(cl_program);
-
-impl Drop for ProgramHandle {
-    fn drop(&mut self) {
-        // SAFETY: the handle came from clCreateProgramWithSource and is released once, here;
-        // the kernel made from it holds its own reference.
-        if let Err(s) = unsafe { clp::release_program(self.0) } {
-            log::error!("clReleaseProgram failed: {}", ClStatus(s));
-        }
-    }
-}
-
 struct Raw {
     context: opencl3::types::cl_context,
     queue: CommandQueue,
@@ -235,21 +219,8 @@ impl Raw {
         // The wrapper releases it on drop; the dimension count is only used by opencl3's
         // `ExecuteKernel`, which this code does not use.
         let queue = CommandQueue::new(queue, 3);
-        let program = ProgramHandle(
-            clp::create_program_with_source(ctx.as_raw(), &[source])
-                .map_err(cl_err("clCreateProgramWithSource"))?,
-        );
-        clp::build_program(
-            program.0,
-            &[device],
-            &CString::default(),
-            None,
-            ptr::null_mut(),
-        )
-        .map_err(cl_err("clBuildProgram"))?;
-        let name = CString::new("spin")?;
-        let spin =
-            RawKernel::new(clk::create_kernel(program.0, &name).map_err(cl_err("clCreateKernel"))?);
+        let program = ProgramHandle::build(ctx.as_raw(), device, source)?;
+        let spin = program.kernel("spin")?;
         Ok(Raw {
             context: ctx.as_raw(),
             queue,
@@ -340,12 +311,6 @@ impl Raw {
         clq::flush(self.queue.get()).map_err(cl_err("clFlush"))?;
         Ok(event)
     }
-}
-
-fn release_event(event: cl_event) -> anyhow::Result<()> {
-    // SAFETY: `event` came from an enqueue of this code, which owns its one reference and
-    // releases it exactly once, here.
-    unsafe { cle::release_event(event) }.map_err(cl_err("clReleaseEvent"))
 }
 
 /// Whether the command of a raw event has completed or failed.
@@ -541,44 +506,6 @@ struct SizeResult {
 // ---------------------------------------------------------------------------------------
 // Part 2: releasing a buffer whose kernel is still running.
 // ---------------------------------------------------------------------------------------
-
-/// Finds how many iterations make one `spin` launch take about `target`. The first
-/// launch also builds the kernel for the device (PoCL compiles at the first enqueue).
-fn calibrate(ctx: &Context, queue: &Queue, spin: &Kernel, target: Duration) -> anyhow::Result<u32> {
-    let buf = ctx.buffer::<f32>(SPIN_ITEMS)?;
-    queue.fill(&buf, 1.0)?;
-    let time = |iters: u32| -> anyhow::Result<Duration> {
-        let start = Instant::now();
-        queue
-            .launch(
-                spin,
-                &[SPIN_ITEMS],
-                &[Arg::read_write(&buf), Arg::scalar(iters)],
-            )?
-            .wait()?;
-        Ok(start.elapsed())
-    };
-    let scale = |iters: u32, took: Duration| -> u32 {
-        let took = took.max(Duration::from_micros(10));
-        let scaled = f64::from(iters) * target.as_secs_f64() / took.as_secs_f64();
-        scaled.clamp(1.0, f64::from(u32::MAX)) as u32
-    };
-    time(1)?; // warm-up
-    let mut iters: u32 = 256;
-    let estimate = loop {
-        let took = time(iters)?.max(Duration::from_micros(10));
-        if took >= target / 8 || iters == u32::MAX {
-            break scale(iters, took);
-        }
-        let factor = ((target / 6).as_secs_f64() / took.as_secs_f64()).clamp(2.0, 64.0);
-        iters = (f64::from(iters) * factor).min(f64::from(u32::MAX)) as u32;
-    };
-    // Refine at full length, on the median of three launches: a short probe on a busy
-    // host (PoCL shares its cores with everything else) can be far off.
-    let mut took = [time(estimate)?, time(estimate)?, time(estimate)?];
-    took.sort();
-    Ok(scale(estimate, took[1]))
-}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Release {

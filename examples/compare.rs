@@ -46,23 +46,22 @@
 //! `CARGO_TARGET_DIR` when set).
 
 use std::collections::VecDeque;
-use std::ffi::CString;
 use std::path::PathBuf;
 use std::ptr;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
-use cl_lifetime::{
-    Arg, ClBuffer, ClStatus, Context, Kernel, PendingRead, Pool, PoolOptions, Queue,
-};
+use cl_lifetime::{Arg, ClBuffer, Context, Kernel, PendingRead, Pool, PoolOptions, Queue};
 use opencl3::command_queue::{self as clq, CL_QUEUE_PROPERTIES, CommandQueue};
 use opencl3::event as cle;
 use opencl3::kernel::{self as clk, Kernel as RawKernel};
 use opencl3::memory::{self as clm, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE};
-use opencl3::program as clp;
-use opencl3::types::{cl_context, cl_event, cl_int, cl_mem, cl_program};
+use opencl3::types::{cl_context, cl_event, cl_mem};
 use plotters::prelude::*;
+
+mod harness;
+use harness::{ProgramHandle, RawGate, calibrate, cl_err, release_event};
 
 /// Work items of a `tiny` launch (and i32 elements of its buffer).
 const TINY_ITEMS: usize = 64;
@@ -562,56 +561,6 @@ fn size_label(bytes: usize) -> String {
 // Raw opencl3: the calls a user writes without the library.
 // ---------------------------------------------------------------------------------------
 
-fn cl_err(call: &'static str) -> impl Fn(cl_int) -> anyhow::Error {
-    move |s| anyhow!("{call} failed: {}", ClStatus(s))
-}
-
-/// Releases a raw program on drop (opencl3's `Program` cannot wrap a handle).
-struct ProgramHandle(cl_program);
-
-impl Drop for ProgramHandle {
-    fn drop(&mut self) {
-        // SAFETY: the handle came from clCreateProgramWithSource and is released once, here;
-        // the kernels made from it hold their own references.
-        if let Err(s) = unsafe { clp::release_program(self.0) } {
-            log::error!("clReleaseProgram failed: {}", ClStatus(s));
-        }
-    }
-}
-
-/// A raw user event that holds launches back. Dropping it opens it (if still closed, so
-/// that nothing waits forever after an error) and releases it.
-struct RawGate {
-    event: cl_event,
-    open: bool,
-}
-
-impl RawGate {
-    fn new(context: cl_context) -> anyhow::Result<RawGate> {
-        let event = cle::create_user_event(context).map_err(cl_err("clCreateUserEvent"))?;
-        Ok(RawGate { event, open: false })
-    }
-
-    fn open(&mut self) -> anyhow::Result<()> {
-        self.open = true;
-        cle::set_user_event_status(self.event, cle::CL_COMPLETE)
-            .map_err(cl_err("clSetUserEventStatus"))
-    }
-}
-
-impl Drop for RawGate {
-    fn drop(&mut self) {
-        if !self.open {
-            if let Err(e) = self.open() {
-                log::error!("opening a gate: {e}");
-            }
-        }
-        if let Err(e) = release_event(self.event) {
-            log::error!("{e}");
-        }
-    }
-}
-
 /// A kernel argument of the raw side.
 #[derive(Clone, Copy)]
 enum RawArg {
@@ -645,24 +594,8 @@ impl Raw {
             // opencl3's `ExecuteKernel`, which this code does not use.
             queues.push(CommandQueue::new(queue, 3));
         }
-        let program = ProgramHandle(
-            clp::create_program_with_source(ctx.as_raw(), &[source])
-                .map_err(cl_err("clCreateProgramWithSource"))?,
-        );
-        clp::build_program(
-            program.0,
-            &[device],
-            &CString::default(),
-            None,
-            ptr::null_mut(),
-        )
-        .map_err(cl_err("clBuildProgram"))?;
-        let kernel = |name: &str| -> anyhow::Result<RawKernel> {
-            let name = CString::new(name)?;
-            Ok(RawKernel::new(
-                clk::create_kernel(program.0, &name).map_err(cl_err("clCreateKernel"))?,
-            ))
-        };
+        let program = ProgramHandle::build(ctx.as_raw(), device, source)?;
+        let kernel = |name: &str| program.kernel(name);
         Ok(Raw {
             context: ctx.as_raw(),
             queues,
@@ -862,12 +795,6 @@ impl Raw {
     }
 }
 
-fn release_event(event: cl_event) -> anyhow::Result<()> {
-    // SAFETY: `event` came from an enqueue or clCreateUserEvent of this code, which owns
-    // its one reference and releases it exactly once, here.
-    unsafe { cle::release_event(event) }.map_err(cl_err("clReleaseEvent"))
-}
-
 /// Waits for a raw event, then releases it.
 fn wait_release(event: cl_event) -> anyhow::Result<()> {
     let waited = cle::wait_for_events(&[event]).map_err(cl_err("clWaitForEvents"));
@@ -1003,42 +930,6 @@ fn tracking(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::R
 // 2. Precise release.
 // ---------------------------------------------------------------------------------------
 
-/// How many iterations make one `spin` launch take about `target` (copied from
-/// `examples/alloc_cost.rs`). The first launch also builds the kernel for the device.
-fn calibrate(ctx: &Context, queue: &Queue, spin: &Kernel, target: Duration) -> anyhow::Result<u32> {
-    let buf = ctx.buffer::<f32>(SPIN_ITEMS)?;
-    queue.fill(&buf, 1.0)?;
-    let time = |iters: u32| -> anyhow::Result<Duration> {
-        let start = Instant::now();
-        queue
-            .launch(
-                spin,
-                &[SPIN_ITEMS],
-                &[Arg::read_write(&buf), Arg::scalar(iters)],
-            )?
-            .wait()?;
-        Ok(start.elapsed())
-    };
-    let scale = |iters: u32, took: Duration| -> u32 {
-        let took = took.max(Duration::from_micros(10));
-        let scaled = f64::from(iters) * target.as_secs_f64() / took.as_secs_f64();
-        scaled.clamp(1.0, f64::from(u32::MAX)) as u32
-    };
-    time(1)?; // warm-up
-    let mut iters: u32 = 256;
-    let estimate = loop {
-        let took = time(iters)?.max(Duration::from_micros(10));
-        if took >= target / 8 || iters == u32::MAX {
-            break scale(iters, took);
-        }
-        let factor = ((target / 6).as_secs_f64() / took.as_secs_f64()).clamp(2.0, 64.0);
-        iters = (f64::from(iters) * factor).min(f64::from(u32::MAX)) as u32;
-    };
-    let mut took = [time(estimate)?, time(estimate)?, time(estimate)?];
-    took.sort();
-    Ok(scale(estimate, took[1]))
-}
-
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum RawRelease {
     /// `clFinish` on both queues, then `clReleaseMemObject`.
@@ -1097,7 +988,7 @@ fn release_raw(raw: &Raw, other: cl_mem, iters: u32, how: RawRelease) -> anyhow:
 }
 
 fn precise_release(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::Result<()> {
-    let iters = calibrate(&lib.ctx, &lib.queues[1], &lib.spin, plan.spin)?;
+    let iters = calibrate(&lib.ctx, &lib.queues[1], &lib.spin, SPIN_ITEMS, plan.spin)?;
     println!(
         "   spin on the other queue: {SPIN_ITEMS} items x {iters} iterations (about {} ms)",
         plan.spin.as_millis()

@@ -55,19 +55,19 @@
 //! the folder(s) holding `tiny.cl` when the binary runs away from its source tree.
 
 use std::cell::Cell;
-use std::ffi::CString;
 use std::ptr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
-use cl_lifetime::{Arg, ClBuffer, ClStatus, Context, Event, HazardStats, Kernel, Queue};
+use cl_lifetime::{Arg, ClBuffer, Context, Event, HazardStats, Kernel, Queue};
 use opencl3::command_queue::{self as clq, CL_QUEUE_PROPERTIES, CommandQueue};
-use opencl3::event::CL_COMPLETE;
 use opencl3::kernel::{self as clk, Kernel as RawKernel};
 use opencl3::memory::{self as clm, Buffer, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE, ClMem};
-use opencl3::program as clp;
-use opencl3::types::{cl_event, cl_int, cl_mem, cl_program};
+use opencl3::types::{cl_event, cl_mem};
+
+mod harness;
+use harness::{ProgramHandle, RawGate, cl_err, release_event};
 
 /// Work items per launch (and elements of each buffer).
 const WORK_ITEMS: usize = 64;
@@ -371,53 +371,6 @@ impl Bench {
 // Raw opencl3: the calls a user writes without the library.
 // ---------------------------------------------------------------------------------------
 
-/// Releases a raw program on drop (opencl3's `Program` cannot wrap a handle).
-struct ProgramHandle(cl_program);
-
-impl Drop for ProgramHandle {
-    fn drop(&mut self) {
-        // SAFETY: the handle came from clCreateProgramWithSource and is released once, here;
-        // the kernel made from it holds its own reference.
-        if let Err(s) = unsafe { clp::release_program(self.0) } {
-            log::error!("clReleaseProgram failed: {}", ClStatus(s));
-        }
-    }
-}
-
-/// A raw user event that holds a repetition's launches back. Dropping it opens it (if
-/// still closed, so that nothing waits forever after an error) and releases it.
-struct RawGate {
-    event: cl_event,
-    open: bool,
-}
-
-impl RawGate {
-    fn new(ctx: &Context) -> anyhow::Result<RawGate> {
-        let event =
-            opencl3::event::create_user_event(ctx.as_raw()).map_err(cl_err("clCreateUserEvent"))?;
-        Ok(RawGate { event, open: false })
-    }
-
-    fn open(&mut self) -> anyhow::Result<()> {
-        self.open = true;
-        opencl3::event::set_user_event_status(self.event, CL_COMPLETE)
-            .map_err(cl_err("clSetUserEventStatus"))
-    }
-}
-
-impl Drop for RawGate {
-    fn drop(&mut self) {
-        if !self.open {
-            if let Err(e) = self.open() {
-                log::error!("opening a gate: {e}");
-            }
-        }
-        if let Err(e) = release(self.event) {
-            log::error!("{e}");
-        }
-    }
-}
-
 struct Raw {
     /// Keeps the context of every raw handle below alive; gives user events.
     ctx: Context,
@@ -429,10 +382,6 @@ struct Raw {
     /// kernel (OpenCL 3.0 appendix A.2); uncontended here.
     kernel_lock: Mutex<()>,
     launched: Cell<usize>,
-}
-
-fn cl_err(call: &'static str) -> impl Fn(cl_int) -> anyhow::Error {
-    move |s| anyhow!("{call} failed: {}", ClStatus(s))
 }
 
 impl Raw {
@@ -453,21 +402,8 @@ impl Raw {
         };
         let queues = [queue()?, queue()?];
 
-        let program = ProgramHandle(
-            clp::create_program_with_source(ctx.as_raw(), &[source])
-                .map_err(cl_err("clCreateProgramWithSource"))?,
-        );
-        clp::build_program(
-            program.0,
-            &[device],
-            &CString::default(),
-            None,
-            ptr::null_mut(),
-        )
-        .map_err(cl_err("clBuildProgram"))?;
-        let name = CString::new("tiny")?;
-        let kernel =
-            RawKernel::new(clk::create_kernel(program.0, &name).map_err(cl_err("clCreateKernel"))?);
+        let program = ProgramHandle::build(ctx.as_raw(), device, source)?;
+        let kernel = program.kernel("tiny")?;
 
         let mut zeros = [0i32; WORK_ITEMS];
         // SAFETY: `zeros` holds WORK_ITEMS i32, copied by OpenCL before the call returns
@@ -565,7 +501,7 @@ impl Raw {
             self.set_arg()?;
         }
         let mut gate = if gated {
-            Some(RawGate::new(&self.ctx)?)
+            Some(RawGate::new(self.ctx.as_raw())?)
         } else {
             None
         };
@@ -578,10 +514,10 @@ impl Raw {
         let start = Instant::now();
         match scenario {
             Scenario::OneQueue => {
-                release(lead)?;
+                release_event(lead)?;
                 let queue = &self.queues[0];
                 for _ in 0..n {
-                    release(self.launch(queue, per_launch, &[])?)?;
+                    release_event(self.launch(queue, per_launch, &[])?)?;
                 }
             }
             Scenario::TwoQueues => {
@@ -592,10 +528,10 @@ impl Raw {
                     // event (DESIGN.md trap 5).
                     clq::flush(self.queues[producer].get()).map_err(cl_err("clFlush"))?;
                     let event = self.launch(&self.queues[q], per_launch, &[previous])?;
-                    release(previous)?;
+                    release_event(previous)?;
                     (previous, producer) = (event, q);
                 }
-                release(previous)?;
+                release_event(previous)?;
             }
         }
         let enqueue = start.elapsed();
@@ -634,15 +570,9 @@ impl Raw {
             )
         }
         .map_err(cl_err("clEnqueueReadBuffer"))?;
-        release(event)?;
+        release_event(event)?;
         Ok(out)
     }
-}
-
-fn release(event: cl_event) -> anyhow::Result<()> {
-    // SAFETY: `event` came from an enqueue or clCreateUserEvent of this code, which owns
-    // its one reference and releases it exactly once, here.
-    unsafe { opencl3::event::release_event(event) }.map_err(cl_err("clReleaseEvent"))
 }
 
 // ---------------------------------------------------------------------------------------
