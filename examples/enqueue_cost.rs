@@ -112,6 +112,10 @@ fn main() -> anyhow::Result<()> {
         gated: !options.live,
     };
 
+    if let Some((scenario, variant)) = options.only {
+        return bench.only(scenario, variant, options.n.unwrap_or(MIN_N));
+    }
+
     // Warm-up: PoCL builds the kernel for the device at the first launch, and the heap
     // settles; every variant of both scenarios runs, untimed.
     for scenario in Scenario::ALL {
@@ -157,6 +161,8 @@ struct Options {
     quick: bool,
     live: bool,
     n: Option<usize>,
+    /// `--only SCENARIO:VARIANT`: one variant alone, for a profiler.
+    only: Option<(Scenario, Variant)>,
 }
 
 impl Options {
@@ -165,6 +171,7 @@ impl Options {
             quick: false,
             live: false,
             n: None,
+            only: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -181,9 +188,16 @@ impl Options {
                     }
                     options.n = Some(n);
                 }
+                "--only" => {
+                    let value = args.next().context("--only needs SCENARIO:VARIANT")?;
+                    options.only = Some(parse_only(&value)?);
+                }
                 // `cargo bench`-style harness flags, harmless to ignore.
                 "--bench" => {}
-                other => bail!("unknown argument {other:?} (expected --quick, --live or --n N)"),
+                other => bail!(
+                    "unknown argument {other:?} (expected --quick, --live, --n N or \
+                     --only SCENARIO:VARIANT)"
+                ),
             }
         }
         Ok(options)
@@ -200,6 +214,25 @@ impl Options {
     fn reps(&self) -> usize {
         if self.quick { REPS_QUICK } else { REPS }
     }
+}
+
+/// `A:raw`, `B:lib`...: a scenario (`A`, `B`) and a variant (`raw`, `raw-args`, `lib`).
+fn parse_only(value: &str) -> anyhow::Result<(Scenario, Variant)> {
+    let (scenario, variant) = value
+        .split_once(':')
+        .with_context(|| format!("--only {value}: expected SCENARIO:VARIANT, as in B:lib"))?;
+    let scenario = match scenario {
+        "A" => Scenario::OneQueue,
+        "B" => Scenario::TwoQueues,
+        other => bail!("--only: scenario {other:?} is not A or B"),
+    };
+    let variant = match variant {
+        "raw" => Variant::RawOnce,
+        "raw-args" => Variant::RawPerLaunch,
+        "lib" => Variant::Library,
+        other => bail!("--only: variant {other:?} is not raw, raw-args or lib"),
+    };
+    Ok((scenario, variant))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -300,6 +333,20 @@ impl Bench {
             add_hazards(&mut total.hazards, &sample.hazards);
         }
         Ok(total)
+    }
+
+    /// `--only`: a warm-up and `n` launches of one variant, nothing else, so that a profiler
+    /// (`perf`, or the call counter scripts/cl-calls.c) sees that variant alone.
+    fn only(&self, scenario: Scenario, variant: Variant, n: usize) -> anyhow::Result<()> {
+        self.run(scenario, variant, BATCH)?;
+        let sample = self.run(scenario, variant, n)?;
+        println!(
+            "{}, {}: {n} launches, {:.3} µs/enqueue",
+            scenario.label(),
+            variant.label(),
+            sample.enqueue.as_secs_f64() * 1e6 / n as f64
+        );
+        self.check()
     }
 
     /// N such that a raw repetition of scenario A takes about `target`, rounded to two
