@@ -819,43 +819,60 @@ fn lib_finish(queue: &Queue) -> anyhow::Result<()> {
 // ---------------------------------------------------------------------------------------
 
 /// µs per enqueue of `n` raw `tiny` launches on `nq` queues, in gated batches.
-fn tracking_raw(raw: &Raw, mem: cl_mem, nq: usize, n: usize) -> anyhow::Result<f64> {
+fn tracking_raw(raw: &Raw, mem: cl_mem, nq: usize, n: usize, late: bool) -> anyhow::Result<f64> {
     raw.set_args(&raw.tiny, &[RawArg::Mem(mem)])?;
     let mut total = Duration::ZERO;
     let mut left = n;
-    while left > 0 {
-        let batch = left.min(BATCH);
-        left -= batch;
-        let mut gate = RawGate::new(raw.context)?;
-        // The untimed lead launch: waits on the gate, and is the first launch's producer
-        // with two queues (on the queue the first timed launch does not use).
-        let lead_queue = nq - 1;
-        let lead = raw.enqueue(lead_queue, &raw.tiny, TINY_ITEMS, &[gate.event])?;
-        let start = Instant::now();
-        if nq == 1 {
-            release_event(lead)?;
-            for _ in 0..batch {
-                release_event(raw.enqueue(0, &raw.tiny, TINY_ITEMS, &[])?)?;
+    // `late`: each batch's events, released during the next batch's loop.
+    let mut held: Vec<cl_event> = Vec::new();
+    let result = (|| -> anyhow::Result<()> {
+        while left > 0 {
+            let batch = left.min(BATCH);
+            left -= batch;
+            let mut gate = RawGate::new(raw.context)?;
+            // The untimed lead launch: waits on the gate, and is the first launch's producer
+            // with two queues (on the queue the first timed launch does not use).
+            let lead_queue = nq - 1;
+            let lead = raw.enqueue(lead_queue, &raw.tiny, TINY_ITEMS, &[gate.event])?;
+            let mut ended = std::mem::take(&mut held);
+            let mut done = |event: cl_event, held: &mut Vec<cl_event>| -> anyhow::Result<()> {
+                if late {
+                    held.push(event);
+                    ended.pop().map_or(Ok(()), release_event)
+                } else {
+                    release_event(event)
+                }
+            };
+            let start = Instant::now();
+            if nq == 1 {
+                release_event(lead)?;
+                for _ in 0..batch {
+                    done(raw.enqueue(0, &raw.tiny, TINY_ITEMS, &[])?, &mut held)?;
+                }
+            } else {
+                let (mut previous, mut producer) = (lead, lead_queue);
+                for i in 0..batch {
+                    let q = i % 2;
+                    // The producer queue must be flushed before another queue waits on its
+                    // event (DESIGN.md trap 5).
+                    raw.flush(producer)?;
+                    let event = raw.enqueue(q, &raw.tiny, TINY_ITEMS, &[previous])?;
+                    done(previous, &mut held)?;
+                    (previous, producer) = (event, q);
+                }
+                done(previous, &mut held)?;
             }
-        } else {
-            let (mut previous, mut producer) = (lead, lead_queue);
-            for i in 0..batch {
-                let q = i % 2;
-                // The producer queue must be flushed before another queue waits on its
-                // event (DESIGN.md trap 5).
-                raw.flush(producer)?;
-                let event = raw.enqueue(q, &raw.tiny, TINY_ITEMS, &[previous])?;
-                release_event(previous)?;
-                (previous, producer) = (event, q);
+            ended.into_iter().try_for_each(release_event)?;
+            total += start.elapsed();
+            gate.open()?;
+            for q in 0..nq {
+                raw.finish(q)?;
             }
-            release_event(previous)?;
         }
-        total += start.elapsed();
-        gate.open()?;
-        for q in 0..nq {
-            raw.finish(q)?;
-        }
-    }
+        Ok(())
+    })();
+    held.into_iter().try_for_each(release_event)?;
+    result?;
     Ok(total.as_secs_f64() * 1e6 / n as f64)
 }
 
@@ -892,15 +909,18 @@ fn tracking(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::R
     let result = (|| -> anyhow::Result<()> {
         // Warm-up: PoCL builds the kernel at the first launch; the heap settles.
         for nq in [1, 2] {
-            tracking_raw(raw, mem, nq, 2 * BATCH)?;
+            tracking_raw(raw, mem, nq, 2 * BATCH, false)?;
             tracking_lib(lib, &buf, nq, 2 * BATCH)?;
         }
         let n = plan.launches;
         for (nq, label) in [(1, "1 queue"), (2, "2 queues alternating")] {
             let mut variants: Vec<Variant<'_>> = vec![
-                Box::new(|| tracking_raw(raw, mem, nq, n)),
+                Box::new(|| tracking_raw(raw, mem, nq, n, false)),
                 Box::new(|| tracking_lib(lib, &buf, nq, n)),
             ];
+            if nq == 2 {
+                variants.push(Box::new(|| tracking_raw(raw, mem, nq, n, true)));
+            }
             let samples = interleave(plan.reps, &mut variants)?;
             report.cost(
                 "1 tracking overhead",
@@ -918,6 +938,20 @@ fn tracking(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::R
                 &samples[1],
                 &samples[0],
             );
+            if nq == 2 {
+                // What the record's rule 5 costs, reproduced in raw code: each event held
+                // until it has ended, then freed on the enqueuing thread.
+                report.cost(
+                    "1 tracking overhead",
+                    &format!("cl-lifetime launch, {label}"),
+                    "the same raw code holding each event until the next batch, then \
+                     releasing it in the loop (as the record keeps superseded events)",
+                    "host time per enqueue",
+                    "µs",
+                    &samples[1],
+                    &samples[2],
+                );
+            }
         }
         Ok(())
     })();
@@ -1671,9 +1705,21 @@ fn pipeline(
 // 5. Scale.
 // ---------------------------------------------------------------------------------------
 
-/// µs to release an idle buffer after `commands` `tiny` launches on it (launched and
-/// drained untimed).
-fn scale_lib(lib: &Lib, commands: usize) -> anyhow::Result<f64> {
+/// One repetition of comparison 5: µs to release an unused buffer, the first release after
+/// the launches, then µs to release the buffer the launches used.
+///
+/// The first driver call after a burst of launches pays for the driver's clean-up of them,
+/// whichever buffer it releases: on PoCL 3.1, after 10^6 launches, an unused buffer's
+/// release takes 8-44 µs and the next release 4-22 µs, while a third one, of a buffer with
+/// the same 10^6 commands, takes 1.3-2 µs. Timing only the release that comes first would
+/// measure that clean-up, not the history; so each side releases an unused buffer first,
+/// and both releases are reported.
+type ScaleSample = (f64, f64);
+
+/// Comparison 5, cl-lifetime: an unused buffer's release, then the release of a buffer
+/// after `commands` `tiny` launches on it (launched and drained untimed).
+fn scale_lib(lib: &Lib, commands: usize) -> anyhow::Result<ScaleSample> {
+    let unused = lib.ctx.buffer_from(&[0i32; TINY_ITEMS])?;
     let buf = lib.ctx.buffer_from(&[0i32; TINY_ITEMS])?;
     for i in 0..commands {
         lib.queues[0].launch(&lib.tiny, &[TINY_ITEMS], &[Arg::read_write(&buf)])?;
@@ -1683,8 +1729,15 @@ fn scale_lib(lib: &Lib, commands: usize) -> anyhow::Result<f64> {
     }
     lib_finish(&lib.queues[0])?;
     let start = Instant::now();
+    unused.release()?;
+    let first = start.elapsed();
+    let start = Instant::now();
     buf.release()?;
-    Ok(start.elapsed().as_secs_f64() * 1e6)
+    Ok((micros(first), micros(start.elapsed())))
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
 }
 
 /// Signalled by a destructor callback when the driver frees a buffer.
@@ -1720,22 +1773,17 @@ enum RawEnd {
     Freed,
 }
 
-fn scale_raw(raw: &Raw, commands: usize, end: RawEnd) -> anyhow::Result<f64> {
-    let mem = raw.create_from(&[0i32; TINY_ITEMS])?;
-    let flag = watch_raw_free(mem);
-    let result = (|| -> anyhow::Result<()> {
-        raw.set_args(&raw.tiny, &[RawArg::Mem(mem)])?;
-        for i in 0..commands {
-            release_event(raw.enqueue(0, &raw.tiny, TINY_ITEMS, &[])?)?;
-            if i % BATCH == BATCH - 1 {
-                raw.finish(0)?;
-            }
-        }
-        raw.finish(0)
-    })();
+/// `clReleaseMemObject` of `mem`, and with [`RawEnd::Freed`] the wait for its destructor
+/// callback (`flag`, set before the release).
+fn raw_release_timed(
+    raw: &Raw,
+    mem: cl_mem,
+    flag: &std::sync::Arc<FreedFlag>,
+    end: RawEnd,
+) -> anyhow::Result<f64> {
     let start = Instant::now();
     raw.release(mem)?;
-    if let (RawEnd::Freed, Ok(flag)) = (end, &flag) {
+    if let RawEnd::Freed = end {
         let done = flag.done.lock().unwrap_or_else(|e| e.into_inner());
         let (done, _) = flag
             .signal
@@ -1745,10 +1793,43 @@ fn scale_raw(raw: &Raw, commands: usize, end: RawEnd) -> anyhow::Result<f64> {
             bail!("the raw buffer was not freed 2 s after its release");
         }
     }
-    let took = start.elapsed();
-    result?;
-    flag?;
-    Ok(took.as_secs_f64() * 1e6)
+    Ok(micros(start.elapsed()))
+}
+
+/// Comparison 5, raw: as [`scale_lib`], with `clReleaseMemObject` ending as `end` says.
+fn scale_raw(raw: &Raw, commands: usize, end: RawEnd) -> anyhow::Result<ScaleSample> {
+    let unused = raw.create_from(&[0i32; TINY_ITEMS])?;
+    let mem = match raw.create_from(&[0i32; TINY_ITEMS]) {
+        Ok(mem) => mem,
+        Err(e) => {
+            raw.release(unused)?;
+            return Err(e);
+        }
+    };
+    let prepared = (|| -> anyhow::Result<_> {
+        let flags = (watch_raw_free(unused)?, watch_raw_free(mem)?);
+        raw.set_args(&raw.tiny, &[RawArg::Mem(mem)])?;
+        for i in 0..commands {
+            release_event(raw.enqueue(0, &raw.tiny, TINY_ITEMS, &[])?)?;
+            if i % BATCH == BATCH - 1 {
+                raw.finish(0)?;
+            }
+        }
+        raw.finish(0)?;
+        Ok(flags)
+    })();
+    match prepared {
+        Ok((flag_unused, flag_mem)) => {
+            let first = raw_release_timed(raw, unused, &flag_unused, end);
+            let second = raw_release_timed(raw, mem, &flag_mem, end);
+            Ok((first?, second?))
+        }
+        Err(e) => {
+            raw.release(unused)?;
+            raw.release(mem)?;
+            Err(e)
+        }
+    }
 }
 
 fn scale(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::Result<()> {
@@ -1830,10 +1911,11 @@ fn scale_point(
     point: &str,
     same: &str,
 ) -> anyhow::Result<(f64, f64)> {
+    let firsts: [std::cell::RefCell<Vec<f64>>; 3] = Default::default();
     let mut variants: Vec<Variant<'_>> = vec![
-        Box::new(|| scale_raw(raw, commands, RawEnd::Returned)),
-        Box::new(|| scale_raw(raw, commands, RawEnd::Freed)),
-        Box::new(|| scale_lib(lib, commands)),
+        Box::new(|| keep_first(&firsts[0], scale_raw(raw, commands, RawEnd::Returned))),
+        Box::new(|| keep_first(&firsts[1], scale_raw(raw, commands, RawEnd::Freed))),
+        Box::new(|| keep_first(&firsts[2], scale_lib(lib, commands))),
     ];
     let samples = interleave(reps, &mut variants)?;
     for (b, baseline) in [(0, RAW_RETURNED), (1, RAW_FREED)] {
@@ -1847,7 +1929,26 @@ fn scale_point(
             &samples[b],
         );
     }
+    report.cost(
+        "5 scale",
+        &format!("cl-lifetime release() of an unused buffer, released first, {point}"),
+        &format!("{RAW_FREED}, released first, {same}"),
+        "host time per release",
+        "µs",
+        &firsts[2].borrow(),
+        &firsts[1].borrow(),
+    );
     Ok((median(&samples[2]), median(&samples[1])))
+}
+
+/// Keeps the first release's time of a scale sample in `firsts`; returns the second's.
+fn keep_first(
+    firsts: &std::cell::RefCell<Vec<f64>>,
+    sample: anyhow::Result<ScaleSample>,
+) -> anyhow::Result<f64> {
+    let (first, second) = sample?;
+    firsts.borrow_mut().push(first);
+    Ok(second)
 }
 
 const RAW_RETURNED: &str = "raw clReleaseMemObject returned";

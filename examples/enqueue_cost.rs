@@ -17,6 +17,17 @@
 //!   wait list by hand and flushes the producer queue first (DESIGN.md trap 5); the
 //!   library works both out from the buffer's record.
 //!
+//! Two more raw variants isolate what the library's record does with events in B: it keeps
+//! each superseded event until it is known to have ended (tracker rule 5, in case the
+//! command that superseded it fails early), then releases it as it prunes, where raw code
+//! releases each event as soon as the next launch has it in its wait list. "Raw, events
+//! kept until drained" holds every event of a batch and releases them after the clock
+//! stops (the cost of holding alone); "raw, events released a batch late" holds them and
+//! releases the previous batch's, ended by then, one per launch inside the loop (holding
+//! plus freeing ended events on the enqueuing thread, as the library does). Freeing an
+//! ended event is the driver's real work: a pending event released by raw code is freed
+//! later by the driver, off the clock and off the caller's thread.
+//!
 //! # Method
 //!
 //! Only the enqueue loop is timed: each launch's returned event is released (raw) or
@@ -216,7 +227,8 @@ impl Options {
     }
 }
 
-/// `A:raw`, `B:lib`...: a scenario (`A`, `B`) and a variant (`raw`, `raw-args`, `lib`).
+/// `A:raw`, `B:lib`...: a scenario (`A`, `B`) and a variant (`raw`, `raw-args`, `lib`, or
+/// the experiments `raw-keep` and `raw-late`).
 fn parse_only(value: &str) -> anyhow::Result<(Scenario, Variant)> {
     let (scenario, variant) = value
         .split_once(':')
@@ -230,7 +242,11 @@ fn parse_only(value: &str) -> anyhow::Result<(Scenario, Variant)> {
         "raw" => Variant::RawOnce,
         "raw-args" => Variant::RawPerLaunch,
         "lib" => Variant::Library,
-        other => bail!("--only: variant {other:?} is not raw, raw-args or lib"),
+        "raw-keep" => Variant::RawKeep,
+        "raw-late" => Variant::RawLate,
+        other => {
+            bail!("--only: variant {other:?} is not raw, raw-args, lib, raw-keep or raw-late")
+        }
     };
     Ok((scenario, variant))
 }
@@ -273,16 +289,31 @@ enum Variant {
     RawPerLaunch,
     /// cl-lifetime's `Queue::launch`.
     Library,
+    /// Raw, each launch's event kept until the batch is drained, then released untimed:
+    /// what holding events costs the enqueues.
+    RawKeep,
+    /// Raw, each launch's event kept, and the previous batch's events (ended by then)
+    /// released one per launch inside the timed loop: in scenario B, what the library's
+    /// record does with superseded events (tracker rule 5) when it prunes them.
+    RawLate,
 }
 
 impl Variant {
-    const ALL: [Variant; 3] = [Variant::RawOnce, Variant::RawPerLaunch, Variant::Library];
+    const ALL: [Variant; 5] = [
+        Variant::RawOnce,
+        Variant::RawPerLaunch,
+        Variant::RawKeep,
+        Variant::RawLate,
+        Variant::Library,
+    ];
 
     fn label(self) -> &'static str {
         match self {
             Variant::RawOnce => "raw, args set once",
             Variant::RawPerLaunch => "raw, args per launch",
             Variant::Library => "cl-lifetime launch",
+            Variant::RawKeep => "raw, events kept until drained",
+            Variant::RawLate => "raw, events released a batch late",
         }
     }
 }
@@ -324,8 +355,12 @@ impl Bench {
             let batch = left.min(BATCH);
             left -= batch;
             let sample = match variant {
-                Variant::RawOnce => self.raw.run(scenario, false, batch, self.gated),
-                Variant::RawPerLaunch => self.raw.run(scenario, true, batch, self.gated),
+                Variant::RawOnce => self.raw.run(scenario, false, Keep::No, batch, self.gated),
+                Variant::RawPerLaunch => self.raw.run(scenario, true, Keep::No, batch, self.gated),
+                Variant::RawKeep => self
+                    .raw
+                    .run(scenario, false, Keep::Drained, batch, self.gated),
+                Variant::RawLate => self.raw.run(scenario, false, Keep::Late, batch, self.gated),
                 Variant::Library => self.lib.run(scenario, batch, self.gated),
             }?;
             total.enqueue += sample.enqueue;
@@ -363,7 +398,7 @@ impl Bench {
     }
 
     fn measure(&self, scenario: Scenario, n: usize, reps: usize) -> anyhow::Result<Measured> {
-        let mut samples: [Vec<Sample>; 3] = Default::default();
+        let mut samples: [Vec<Sample>; 5] = Default::default();
         let mut hazards = HazardStats::default();
         for rep in 0..reps {
             let mut order = Variant::ALL;
@@ -418,6 +453,17 @@ impl Bench {
 // Raw opencl3: the calls a user writes without the library.
 // ---------------------------------------------------------------------------------------
 
+/// When the raw side releases its events (scenario B experiments).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// At once, after the next launch takes the event in its wait list.
+    No,
+    /// After the batch is drained, untimed.
+    Drained,
+    /// During the next batch's timed loop, one per launch.
+    Late,
+}
+
 struct Raw {
     /// Keeps the context of every raw handle below alive; gives user events.
     ctx: Context,
@@ -429,6 +475,16 @@ struct Raw {
     /// kernel (OpenCL 3.0 appendix A.2); uncontended here.
     kernel_lock: Mutex<()>,
     launched: Cell<usize>,
+    /// `Keep::Late`: the last batch's events, released during the next one.
+    held: std::cell::RefCell<Vec<cl_event>>,
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        for event in self.held.take() {
+            let _ = release_event(event);
+        }
+    }
 }
 
 impl Raw {
@@ -472,6 +528,7 @@ impl Raw {
             buffer: Buffer::new(mem),
             kernel_lock: Mutex::new(()),
             launched: Cell::new(0),
+            held: Default::default(),
         })
     }
 
@@ -541,6 +598,7 @@ impl Raw {
         &self,
         scenario: Scenario,
         per_launch: bool,
+        keep: Keep,
         n: usize,
         gated: bool,
     ) -> anyhow::Result<Sample> {
@@ -558,16 +616,39 @@ impl Raw {
         let lead_queue = scenario.queues() - 1;
         let lead = self.launch(&self.queues[lead_queue], per_launch, &gate_list)?;
 
+        let mut kept = Vec::new();
         let start = Instant::now();
         match scenario {
             Scenario::OneQueue => {
+                let mut late = if keep == Keep::Late {
+                    self.held.take()
+                } else {
+                    Vec::new()
+                };
                 release_event(lead)?;
                 let queue = &self.queues[0];
                 for _ in 0..n {
-                    release_event(self.launch(queue, per_launch, &[])?)?;
+                    let event = self.launch(queue, per_launch, &[])?;
+                    match keep {
+                        Keep::No => release_event(event)?,
+                        Keep::Drained | Keep::Late => kept.push(event),
+                    }
+                    if let Some(old) = late.pop() {
+                        release_event(old)?;
+                    }
+                }
+                for old in late {
+                    release_event(old)?;
                 }
             }
             Scenario::TwoQueues => {
+                // Keep::Late: the previous batch's events, ended now, released one per
+                // launch in the loop.
+                let mut late = if keep == Keep::Late {
+                    self.held.take()
+                } else {
+                    Vec::new()
+                };
                 let (mut previous, mut producer) = (lead, lead_queue);
                 for i in 0..n {
                     let q = i % 2;
@@ -575,10 +656,22 @@ impl Raw {
                     // event (DESIGN.md trap 5).
                     clq::flush(self.queues[producer].get()).map_err(cl_err("clFlush"))?;
                     let event = self.launch(&self.queues[q], per_launch, &[previous])?;
-                    release_event(previous)?;
+                    match keep {
+                        Keep::No => release_event(previous)?,
+                        Keep::Drained | Keep::Late => kept.push(previous),
+                    }
+                    if let Some(old) = late.pop() {
+                        release_event(old)?;
+                    }
                     (previous, producer) = (event, q);
                 }
-                release_event(previous)?;
+                match keep {
+                    Keep::No => release_event(previous)?,
+                    Keep::Drained | Keep::Late => kept.push(previous),
+                }
+                for old in late {
+                    release_event(old)?;
+                }
             }
         }
         let enqueue = start.elapsed();
@@ -591,6 +684,15 @@ impl Raw {
             queue
                 .finish()
                 .map_err(|e| anyhow!("clFinish failed: {e}"))?;
+        }
+        match keep {
+            Keep::No => {}
+            Keep::Drained => kept.into_iter().try_for_each(release_event)?,
+            Keep::Late => self
+                .held
+                .replace(kept)
+                .into_iter()
+                .try_for_each(release_event)?,
         }
         self.launched.set(self.launched.get() + n + 1);
         Ok(Sample {
@@ -733,7 +835,7 @@ struct Measured {
     n: usize,
     gated: bool,
     /// Indexed by `Variant as usize`.
-    stats: [Stats; 3],
+    stats: [Stats; 5],
     hazards: HazardStats,
     /// Wait-list entries per enqueue the raw code passes by hand.
     raw_waits: f64,
@@ -749,7 +851,7 @@ impl Measured {
         for variant in Variant::ALL {
             let s = &self.stats[variant as usize];
             println!(
-                "  {:<22} {:>7.3} µs/enqueue (min {:.3}, max {:.3}); drain {:.1} ms",
+                "  {:<34} {:>7.3} µs/enqueue (min {:.3}, max {:.3}); drain {:.1} ms",
                 variant.label(),
                 s.median,
                 s.min,
@@ -757,10 +859,10 @@ impl Measured {
                 s.drain_ms
             );
         }
-        for variant in [Variant::RawOnce, Variant::RawPerLaunch] {
+        for variant in Variant::ALL.into_iter().filter(|&v| v != Variant::Library) {
             let raw = &self.stats[variant as usize];
             println!(
-                "  cl-lifetime vs {:<20} {:.2}x, {:+.3} µs per enqueue",
+                "  cl-lifetime vs {:<34} {:.2}x, {:+.3} µs per enqueue",
                 variant.label(),
                 self.lib().median / raw.median,
                 self.lib().median - raw.median

@@ -547,6 +547,7 @@ impl MemInner {
                 ..ReleaseReport::default()
             });
         }
+        let mut stages = Stages::start();
         let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
         if self.bucket == Bucket::Live {
             self.ctx.ledger.given_back(self.id);
@@ -555,7 +556,9 @@ impl MemInner {
             .record
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
+        stages.mark("ledger");
         record.prune_ended();
+        stages.mark("status of the recorded events");
         let mut events: Vec<Event> = record.events.take().into_iter().map(|e| e.event).collect();
         events.extend(record.host.iter().map(|(e, _)| e.clone()));
         events.sort_by_key(|e| e.as_raw() as usize);
@@ -570,6 +573,7 @@ impl MemInner {
             start.elapsed()
         };
 
+        stages.mark("wait");
         let mut failed = std::mem::take(&mut record.failed);
         for event in &events {
             if let Ok(Status::Failed(status)) = event.status() {
@@ -584,7 +588,9 @@ impl MemInner {
         record.host.clear();
         record.failed_events.clear();
 
+        stages.mark("failures");
         self.unbind_kernels();
+        stages.mark("kernel arguments reset");
         // SAFETY: `raw` came from clCreateBuffer and is released once, here (it was
         // swapped out for null above); every event that used it has ended (wait above).
         let released = unsafe { cl::release_mem_object(raw) };
@@ -600,9 +606,14 @@ impl MemInner {
             .ledger
             .shift(self.bytes as u64, self.bucket, Bucket::Freed);
         self.bucket = Bucket::Freed;
+        stages.mark("clReleaseMemObject");
         released.map_err(|s| Error::cl("clReleaseMemObject", s))?;
         // Rule 5.
         let freed = self.freed.as_ref().is_none_or(|f| f.wait(FREE_GRACE));
+        stages.mark("destructor callback");
+        drop(events);
+        stages.mark("events released");
+        stages.log(self.allocated_at);
         if !freed {
             log::warn!(
                 target: "cl_lifetime::buffer",
@@ -618,6 +629,51 @@ impl MemInner {
             freed,
             recycled: false,
         })
+    }
+}
+
+/// A release's time, stage by stage, logged at trace level under the target
+/// `cl_lifetime::buffer::stages` (`RUST_LOG=cl_lifetime::buffer::stages=trace`)
+/// for profiling: each stage's host time, library bookkeeping and driver calls alike. Costs
+/// nothing when trace logging is off.
+struct Stages {
+    last: Option<Instant>,
+    spent: Vec<(&'static str, Duration)>,
+}
+
+impl Stages {
+    fn start() -> Stages {
+        let on = log::log_enabled!(target: "cl_lifetime::buffer::stages", log::Level::Trace);
+        Stages {
+            last: on.then(Instant::now),
+            spent: Vec::new(),
+        }
+    }
+
+    /// Ends the stage called `name`.
+    fn mark(&mut self, name: &'static str) {
+        if let Some(last) = self.last {
+            let now = Instant::now();
+            self.spent.push((name, now - last));
+            self.last = Some(now);
+        }
+    }
+
+    fn log(&self, allocated_at: &Location<'_>) {
+        if self.last.is_some() {
+            let total: Duration = self.spent.iter().map(|(_, d)| *d).sum();
+            let stages: Vec<String> = self
+                .spent
+                .iter()
+                .map(|(name, d)| format!("{name} {:.2}", d.as_secs_f64() * 1e6))
+                .collect();
+            log::trace!(
+                target: "cl_lifetime::buffer::stages",
+                "release of the buffer allocated at {allocated_at}: {:.2} µs = {} (µs)",
+                total.as_secs_f64() * 1e6,
+                stages.join(", ")
+            );
+        }
     }
 }
 

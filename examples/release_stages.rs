@@ -1,0 +1,89 @@
+//! Where an idle buffer's release spends its time, against the number of commands the
+//! buffer has seen: the profile behind comparison 5 of `compare` (BENCHMARKS.md).
+//!
+//! For each history length N, each repetition creates two buffers, launches `tiny` N times
+//! on one of them (draining every 1,000 launches), drains, then releases the unused buffer
+//! first and the used one second. The release logs its stages at trace level
+//! (ledger, status of the recorded events, wait, failures, kernel arguments reset,
+//! `clReleaseMemObject`, destructor callback, events released); this example turns that log
+//! on (target `cl_lifetime::buffer::stages`) unless `RUST_LOG` says otherwise.
+//!
+//! ```text
+//! cargo run --release --example release_stages
+//! cargo run --release --example release_stages -- --commands 1,100000 --reps 5
+//! ```
+//!
+//! `CL_LIFETIME_DEVICE` picks the device; `CL_LIFETIME_KERNELS` names the folder(s) holding
+//! `tiny.cl` when the binary runs away from its source tree.
+
+use anyhow::{Context as _, bail};
+use cl_lifetime::{Arg, ClStatus, Context, Queue};
+
+/// Launches between two drains, as in `compare`.
+const BATCH: usize = 1_000;
+const ITEMS: usize = 64;
+
+fn main() -> anyhow::Result<()> {
+    let mut commands = vec![1, 1_000, 100_000];
+    let mut reps = 3;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--commands" => {
+                commands = value()?
+                    .split(',')
+                    .map(|n| {
+                        n.trim()
+                            .parse()
+                            .with_context(|| format!("{n:?}: not a number"))
+                    })
+                    .collect::<anyhow::Result<_>>()?;
+            }
+            "--reps" => reps = value()?.parse().context("--reps: not a number")?,
+            "--bench" => {}
+            other => bail!("unknown argument {other:?} (expected --commands N,N,... or --reps R)"),
+        }
+    }
+    if std::env::var_os("RUST_LOG").is_none() {
+        env_logger::Builder::new()
+            .filter_module("cl_lifetime::buffer::stages", log::LevelFilter::Trace)
+            .init();
+    } else {
+        env_logger::init();
+    }
+
+    let ctx = Context::from_env()?;
+    let device = ctx.device();
+    println!(
+        "device: {} ({}), driver {}",
+        device.name(),
+        device.version(),
+        device.driver_version()
+    );
+    let queue = ctx.queue()?;
+    let tiny = ctx.program("tiny.cl", "")?.kernel("tiny")?;
+    for &n in &commands {
+        for rep in 0..reps {
+            let unused = ctx.buffer_from(&[0i32; ITEMS])?;
+            let used = ctx.buffer_from(&[0i32; ITEMS])?;
+            for i in 0..n {
+                queue.launch(&tiny, &[ITEMS], &[Arg::read_write(&used)])?;
+                if i % BATCH == BATCH - 1 {
+                    drain(&queue)?;
+                }
+            }
+            drain(&queue)?;
+            println!("{n} commands, repetition {rep}: the unused buffer, then the used one");
+            unused.release()?;
+            used.release()?;
+        }
+    }
+    Ok(())
+}
+
+/// `clFinish`, outside the library as a user's own code would call it.
+fn drain(queue: &Queue) -> anyhow::Result<()> {
+    opencl3::command_queue::finish(queue.as_raw())
+        .map_err(|s| anyhow::anyhow!("clFinish failed: {}", ClStatus(s)))
+}
