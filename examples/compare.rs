@@ -13,7 +13,10 @@
 //!    against raw `clEnqueueNDRangeKernel` with the argument set once, on one queue and on
 //!    two alternating queues (raw code passes the previous event and flushes by hand). As
 //!    in `examples/enqueue_cost.rs`, each batch of launches waits on a user event until
-//!    the clock stops, so the host path alone is timed.
+//!    the clock stops, so the host path alone is timed. On two queues a second baseline
+//!    is the same raw code holding each event until the next batch and releasing it
+//!    there, inside the loop, which is what the buffer's record does with superseded
+//!    events (tracker rule 5).
 //! 2. **Precise release**: host time to release a buffer whose own work has ended while
 //!    another queue runs a long `spin` kernel on another buffer: `ClBuffer::release`
 //!    against `clFinish` on both queues then `clReleaseMemObject` (the serialising fix),
@@ -28,7 +31,9 @@
 //!    which costs the raw and non-pooled variants a buffer per iteration in flight, and
 //!    the pool (stream-ordered reuse through `Pool::acquire_on`) none.
 //! 5. **Scale**: release time of an idle buffer against the number of commands it has
-//!    seen and the number of live buffers.
+//!    seen and the number of live buffers. Each repetition releases an unused buffer
+//!    first (the first driver call after a burst of launches pays for the driver's
+//!    clean-up, see `ScaleSample`), then the measured one; both are reported.
 //! 6. **Peer**: the pipeline of 4 written with the `ocl` crate (a `Buffer` per iteration,
 //!    drop at the end), in its safe blocking form and in its `unsafe` non-blocking form
 //!    (`block(false)`, [`DEPTH`] in flight per queue), run in the same interleaving as

@@ -8,9 +8,13 @@
 //! `clReleaseMemObject`, destructor callback, events released); this example turns that log
 //! on (target `cl_lifetime::buffer::stages`) unless `RUST_LOG` says otherwise.
 //!
+//! `--live L` keeps L other buffers alive throughout, each used once (the live-buffer axis
+//! of comparison 5).
+//!
 //! ```text
 //! cargo run --release --example release_stages
 //! cargo run --release --example release_stages -- --commands 1,100000 --reps 5
+//! cargo run --release --example release_stages -- --commands 1 --live 100000
 //! ```
 //!
 //! `CL_LIFETIME_DEVICE` picks the device; `CL_LIFETIME_KERNELS` names the folder(s) holding
@@ -26,6 +30,7 @@ const ITEMS: usize = 64;
 fn main() -> anyhow::Result<()> {
     let mut commands = vec![1, 1_000, 100_000];
     let mut reps = 3;
+    let mut live = 0;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
@@ -41,8 +46,11 @@ fn main() -> anyhow::Result<()> {
                     .collect::<anyhow::Result<_>>()?;
             }
             "--reps" => reps = value()?.parse().context("--reps: not a number")?,
+            "--live" => live = value()?.parse().context("--live: not a number")?,
             "--bench" => {}
-            other => bail!("unknown argument {other:?} (expected --commands N,N,... or --reps R)"),
+            other => bail!(
+                "unknown argument {other:?} (expected --commands N,N,..., --reps R or --live L)"
+            ),
         }
     }
     if std::env::var_os("RUST_LOG").is_none() {
@@ -63,6 +71,16 @@ fn main() -> anyhow::Result<()> {
     );
     let queue = ctx.queue()?;
     let tiny = ctx.program("tiny.cl", "")?.kernel("tiny")?;
+    // `--live L`: L other buffers, each used once, alive throughout.
+    let others = (0..live)
+        .map(|_| {
+            let buf = ctx.buffer::<i32>(ITEMS)?;
+            queue.fill(&buf, 0)?;
+            Ok(buf)
+        })
+        .collect::<cl_lifetime::Result<Vec<_>>>()?;
+    drain(&queue)?;
+    println!("{} other live buffers", others.len());
     for &n in &commands {
         for rep in 0..reps {
             let unused = ctx.buffer_from(&[0i32; ITEMS])?;
@@ -79,6 +97,9 @@ fn main() -> anyhow::Result<()> {
             used.release()?;
         }
     }
+    // The other buffers' releases are not part of the profile.
+    log::set_max_level(log::LevelFilter::Off);
+    drop(others);
     Ok(())
 }
 
