@@ -3,7 +3,7 @@ CARGO ?= cargo
 # Fall back to a rustup install whose bin directory is not on PATH yet.
 export PATH := $(PATH):$(HOME)/.cargo/bin
 
-.PHONY: setup demo test lint clean bench
+.PHONY: setup demo test lint clean bench cl-calls
 
 setup:
 	bash scripts/setup.sh
@@ -15,6 +15,14 @@ demo: setup
 # QUICK=1 runs the short version (under 2 minutes on PoCL).
 bench: setup
 	$(CARGO) run --release --example compare -- $(if $(QUICK),--quick,)
+
+# The OpenCL call counter (scripts/cl-calls.c): run a program with
+# OPENCL_DYLIB_PATH=$(CURDIR)/target/libcl-calls.so to get its OpenCL calls and their host time.
+cl-calls: target/libcl-calls.so
+
+target/libcl-calls.so: scripts/cl-calls.c
+	mkdir -p target
+	$(CC) -O2 -Wall -shared -fPIC -o $@ $< -ldl -Wl,--no-as-needed -l:libOpenCL.so.1
 
 # Two CPU devices of one platform for the cross-device tests (PoCL 3 and 5 accept this).
 test: export POCL_DEVICES ?= pthread pthread

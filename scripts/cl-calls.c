@@ -1,16 +1,20 @@
 /*
  * cl-calls: counts the OpenCL calls a program makes and the host time spent in each.
  *
- * A profile that works on any driver, NVIDIA's included (no symbols needed): preload it,
- * run the program, read the table it prints to stderr at exit.
+ * A profile that works on any driver, NVIDIA's included (no driver symbols needed). The
+ * library links against libOpenCL.so.1 and defines the entry points below; every other
+ * entry point resolves through it to the ICD loader. opencl3 loads the OpenCL library at
+ * run time from OPENCL_DYLIB_PATH when that is set, so:
  *
- *   cc -O2 -shared -fPIC -o target/libcl-calls.so scripts/cl-calls.c -ldl
- *   LD_PRELOAD=$PWD/target/libcl-calls.so cargo run --release --example enqueue_cost -- \
- *       --only B:lib --n 100000
+ *   make cl-calls
+ *   OPENCL_DYLIB_PATH=$PWD/target/libcl-calls.so \
+ *       cargo run --release --example enqueue_cost -- --only B:lib --n 100000
  *
- * Each wrapped entry point forwards to the next definition (the ICD loader) and adds the
- * call's wall time, measured with CLOCK_MONOTONIC, to its total; the clock reads cost
- * some 40 ns per call, counted in the totals. Entry points not listed are not counted.
+ * prints a table to stderr at exit. Programs that link libOpenCL directly can use
+ * LD_PRELOAD instead. Each wrapped entry point forwards to the next definition (the ICD
+ * loader) and adds the call's wall time, measured with CLOCK_MONOTONIC, to its total; the
+ * clock reads cost some 40 ns per call, counted in the totals. Entry points not listed are
+ * not counted.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

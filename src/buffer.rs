@@ -909,3 +909,31 @@ impl<T: Pod> Drop for PendingRead<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Stages;
+
+    #[test]
+    fn release_stages_are_not_timed_while_trace_logging_is_off() {
+        // No logger is installed in unit tests, so trace is off: no clock is read and
+        // nothing is kept.
+        let mut stages = Stages::start();
+        stages.mark("ledger");
+        stages.mark("wait");
+        assert!(stages.last.is_none());
+        assert!(stages.spent.is_empty());
+    }
+
+    #[test]
+    fn release_stages_keep_each_stage_in_order_when_on() {
+        let mut stages = Stages {
+            last: Some(std::time::Instant::now()),
+            spent: Vec::new(),
+        };
+        stages.mark("ledger");
+        stages.mark("wait");
+        let names: Vec<&str> = stages.spent.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, ["ledger", "wait"]);
+    }
+}
