@@ -44,12 +44,12 @@ use anyhow::{Context as _, bail};
 use cl_lifetime::{Arg, Context, Kernel, Pool, PoolOptions, Queue};
 use opencl3::command_queue::{self as clq, CL_QUEUE_PROPERTIES, CommandQueue};
 use opencl3::event as cle;
-use opencl3::kernel::{self as clk, Kernel as RawKernel};
+use opencl3::kernel::Kernel as RawKernel;
 use opencl3::memory::{self as clm, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE};
 use opencl3::types::{cl_event, cl_mem};
 
 mod harness;
-use harness::{ProgramHandle, calibrate, cl_err, release_event};
+use harness::{ProgramHandle, calibrate, cl_err, enqueue_1d, print_device, release_event, set_arg};
 
 /// Buffer sizes of part 1, in bytes.
 const SIZES: [usize; 3] = [4 << 10, 1 << 20, 64 << 20];
@@ -82,10 +82,8 @@ fn main() -> anyhow::Result<()> {
     let options = Options::parse()?;
 
     let ctx = Context::from_env()?;
+    print_device(&ctx);
     let device = ctx.device();
-    println!("device:   {} ({})", device.name(), device.version());
-    println!("platform: {}", device.platform_name());
-    println!("driver:   {}", device.driver_version());
 
     let program = ctx.program("busy.cl", "")?;
     let raw = Raw::new(&ctx, &std::fs::read_to_string(program.file())?)?;
@@ -285,29 +283,15 @@ impl Raw {
     /// Launches `spin` on `mem` and submits it; the caller owns the returned event.
     fn launch_spin(&self, mem: cl_mem, iters: u32) -> anyhow::Result<cl_event> {
         let kernel = self.spin.get();
-        // SAFETY: argument 0 of `spin` is a `__global float*` and gets a live cl_mem;
-        // OpenCL copies the handle value before returning. Only this thread uses the kernel.
-        unsafe { clk::set_kernel_arg(kernel, 0, size_of::<cl_mem>(), ptr::from_ref(&mem).cast()) }
-            .map_err(cl_err("clSetKernelArg"))?;
-        // SAFETY: argument 1 is a `uint`, copied before returning.
-        unsafe { clk::set_kernel_arg(kernel, 1, size_of::<u32>(), ptr::from_ref(&iters).cast()) }
-            .map_err(cl_err("clSetKernelArg"))?;
-        let global = [SPIN_ITEMS];
-        // SAFETY: both arguments are set; `global` has one entry for work_dim 1 and the
-        // buffer holds SPIN_ITEMS floats, one per work item; no wait list.
-        let event = unsafe {
-            clq::enqueue_nd_range_kernel(
-                self.queue.get(),
-                kernel,
-                1,
-                ptr::null(),
-                global.as_ptr(),
-                ptr::null(),
-                0,
-                ptr::null(),
-            )
+        // SAFETY: argument 0 of `spin` is a `__global float*` and gets a live cl_mem,
+        // argument 1 a `uint`. Only this thread uses the kernel.
+        unsafe {
+            set_arg(kernel, 0, &mem)?;
+            set_arg(kernel, 1, &iters)?;
         }
-        .map_err(cl_err("clEnqueueNDRangeKernel"))?;
+        // SAFETY: both arguments are set; the buffer holds SPIN_ITEMS floats, one per work
+        // item; no wait list.
+        let event = unsafe { enqueue_1d(self.queue.get(), kernel, SPIN_ITEMS, &[]) }?;
         clq::flush(self.queue.get()).map_err(cl_err("clFlush"))?;
         Ok(event)
     }

@@ -60,13 +60,15 @@ use anyhow::{Context as _, anyhow, bail};
 use cl_lifetime::{Arg, ClBuffer, Context, Kernel, PendingRead, Pool, PoolOptions, Queue};
 use opencl3::command_queue::{self as clq, CL_QUEUE_PROPERTIES, CommandQueue};
 use opencl3::event as cle;
-use opencl3::kernel::{self as clk, Kernel as RawKernel};
+use opencl3::kernel::Kernel as RawKernel;
 use opencl3::memory::{self as clm, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE};
 use opencl3::types::{cl_context, cl_event, cl_mem};
 use plotters::prelude::*;
 
 mod harness;
-use harness::{ProgramHandle, RawGate, calibrate, cl_err, release_event};
+use harness::{
+    Keep, KeptEvents, ProgramHandle, RawGate, calibrate, cl_err, enqueue_1d, release_event, set_arg,
+};
 
 /// Work items of a `tiny` launch (and i32 elements of its buffer).
 const TINY_ITEMS: usize = 64;
@@ -649,35 +651,16 @@ impl Raw {
 
     fn set_args(&self, kernel: &RawKernel, args: &[RawArg]) -> anyhow::Result<()> {
         for (i, arg) in args.iter().enumerate() {
+            let i = i as u32;
+            // Every kernel of this file takes its buffers as `__global` pointers and its
+            // counts as `uint`, at the positions the callers pass them; only this thread
+            // uses the kernel.
             match arg {
-                RawArg::Mem(mem) => {
-                    // SAFETY: every kernel of this file takes its buffers as `__global`
-                    // pointers at the positions the callers pass them; `mem` is a live
-                    // cl_mem and OpenCL copies the handle value before returning. Only
-                    // this thread uses the kernel.
-                    unsafe {
-                        clk::set_kernel_arg(
-                            kernel.get(),
-                            i as u32,
-                            size_of::<cl_mem>(),
-                            ptr::from_ref(mem).cast(),
-                        )
-                    }
-                }
-                RawArg::U32(value) => {
-                    // SAFETY: the argument at this position is a `uint`, copied before
-                    // returning.
-                    unsafe {
-                        clk::set_kernel_arg(
-                            kernel.get(),
-                            i as u32,
-                            size_of::<u32>(),
-                            ptr::from_ref(value).cast(),
-                        )
-                    }
-                }
+                // SAFETY: a `__global` pointer argument, and `mem` is a live cl_mem.
+                RawArg::Mem(mem) => unsafe { set_arg(kernel.get(), i, mem) }?,
+                // SAFETY: a `uint` argument.
+                RawArg::U32(value) => unsafe { set_arg(kernel.get(), i, value) }?,
             }
-            .map_err(cl_err("clSetKernelArg"))?;
         }
         Ok(())
     }
@@ -692,27 +675,9 @@ impl Raw {
         global: usize,
         wait: &[cl_event],
     ) -> anyhow::Result<cl_event> {
-        let global = [global];
-        // SAFETY: the kernel's arguments are set (callers set them before launching);
-        // `global` has one entry for work_dim 1 and the kernels' buffers hold one element
-        // per work item; the wait list holds live events, or is empty with a null pointer.
-        unsafe {
-            clq::enqueue_nd_range_kernel(
-                self.queue(q),
-                kernel.get(),
-                1,
-                ptr::null(),
-                global.as_ptr(),
-                ptr::null(),
-                wait.len() as u32,
-                if wait.is_empty() {
-                    ptr::null()
-                } else {
-                    wait.as_ptr()
-                },
-            )
-        }
-        .map_err(cl_err("clEnqueueNDRangeKernel"))
+        // SAFETY: the kernel's arguments are set (callers set them before launching) and
+        // its buffers hold one element per work item; the wait list holds live events.
+        unsafe { enqueue_1d(self.queue(q), kernel.get(), global, wait) }
     }
 
     /// Sets the arguments and launches; the caller owns the event.
@@ -824,60 +789,49 @@ fn lib_finish(queue: &Queue) -> anyhow::Result<()> {
 // ---------------------------------------------------------------------------------------
 
 /// µs per enqueue of `n` raw `tiny` launches on `nq` queues, in gated batches.
-fn tracking_raw(raw: &Raw, mem: cl_mem, nq: usize, n: usize, late: bool) -> anyhow::Result<f64> {
+fn tracking_raw(raw: &Raw, mem: cl_mem, nq: usize, n: usize, keep: Keep) -> anyhow::Result<f64> {
     raw.set_args(&raw.tiny, &[RawArg::Mem(mem)])?;
     let mut total = Duration::ZERO;
-    let mut left = n;
-    // `late`: each batch's events, released during the next batch's loop.
+    // `Keep::Late`: each batch's events, released during the next batch's loop.
     let mut held: Vec<cl_event> = Vec::new();
-    let result = (|| -> anyhow::Result<()> {
-        while left > 0 {
-            let batch = left.min(BATCH);
-            left -= batch;
-            let mut gate = RawGate::new(raw.context)?;
-            // The untimed lead launch: waits on the gate, and is the first launch's producer
-            // with two queues (on the queue the first timed launch does not use).
-            let lead_queue = nq - 1;
-            let lead = raw.enqueue(lead_queue, &raw.tiny, TINY_ITEMS, &[gate.event])?;
-            let mut ended = std::mem::take(&mut held);
-            let mut done = |event: cl_event, held: &mut Vec<cl_event>| -> anyhow::Result<()> {
-                if late {
-                    held.push(event);
-                    ended.pop().map_or(Ok(()), release_event)
-                } else {
-                    release_event(event)
-                }
-            };
-            let start = Instant::now();
-            if nq == 1 {
-                release_event(lead)?;
-                for _ in 0..batch {
-                    done(raw.enqueue(0, &raw.tiny, TINY_ITEMS, &[])?, &mut held)?;
-                }
-            } else {
-                let (mut previous, mut producer) = (lead, lead_queue);
-                for i in 0..batch {
-                    let q = i % 2;
-                    // The producer queue must be flushed before another queue waits on its
-                    // event (DESIGN.md trap 5).
-                    raw.flush(producer)?;
-                    let event = raw.enqueue(q, &raw.tiny, TINY_ITEMS, &[previous])?;
-                    done(previous, &mut held)?;
-                    (previous, producer) = (event, q);
-                }
-                done(previous, &mut held)?;
+    let mut left = n;
+    while left > 0 {
+        let batch = left.min(BATCH);
+        left -= batch;
+        let mut events = KeptEvents::new(keep, std::mem::take(&mut held));
+        let mut gate = RawGate::new(raw.context)?;
+        // The untimed lead launch: waits on the gate, and is the first launch's producer
+        // with two queues (on the queue the first timed launch does not use).
+        let lead_queue = nq - 1;
+        let lead = raw.enqueue(lead_queue, &raw.tiny, TINY_ITEMS, &[gate.event])?;
+        let start = Instant::now();
+        if nq == 1 {
+            release_event(lead)?;
+            for _ in 0..batch {
+                events.done(raw.enqueue(0, &raw.tiny, TINY_ITEMS, &[])?)?;
             }
-            ended.into_iter().try_for_each(release_event)?;
-            total += start.elapsed();
-            gate.open()?;
-            for q in 0..nq {
-                raw.finish(q)?;
+        } else {
+            let (mut previous, mut producer) = (lead, lead_queue);
+            for i in 0..batch {
+                let q = i % 2;
+                // The producer queue must be flushed before another queue waits on its
+                // event (DESIGN.md trap 5).
+                raw.flush(producer)?;
+                let event = raw.enqueue(q, &raw.tiny, TINY_ITEMS, &[previous])?;
+                events.done(previous)?;
+                (previous, producer) = (event, q);
             }
+            events.done(previous)?;
         }
-        Ok(())
-    })();
+        events.end_loop()?;
+        total += start.elapsed();
+        gate.open()?;
+        for q in 0..nq {
+            raw.finish(q)?;
+        }
+        held = events.after_drain()?;
+    }
     held.into_iter().try_for_each(release_event)?;
-    result?;
     Ok(total.as_secs_f64() * 1e6 / n as f64)
 }
 
@@ -914,17 +868,17 @@ fn tracking(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::R
     let result = (|| -> anyhow::Result<()> {
         // Warm-up: PoCL builds the kernel at the first launch; the heap settles.
         for nq in [1, 2] {
-            tracking_raw(raw, mem, nq, 2 * BATCH, false)?;
+            tracking_raw(raw, mem, nq, 2 * BATCH, Keep::No)?;
             tracking_lib(lib, &buf, nq, 2 * BATCH)?;
         }
         let n = plan.launches;
         for (nq, label) in [(1, "1 queue"), (2, "2 queues alternating")] {
             let mut variants: Vec<Variant<'_>> = vec![
-                Box::new(|| tracking_raw(raw, mem, nq, n, false)),
+                Box::new(|| tracking_raw(raw, mem, nq, n, Keep::No)),
                 Box::new(|| tracking_lib(lib, &buf, nq, n)),
             ];
             if nq == 2 {
-                variants.push(Box::new(|| tracking_raw(raw, mem, nq, n, true)));
+                variants.push(Box::new(|| tracking_raw(raw, mem, nq, n, Keep::Late)));
             }
             let samples = interleave(plan.reps, &mut variants)?;
             report.cost(

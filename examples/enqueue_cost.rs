@@ -73,12 +73,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, anyhow, bail};
 use cl_lifetime::{Arg, ClBuffer, Context, Event, HazardStats, Kernel, Queue};
 use opencl3::command_queue::{self as clq, CL_QUEUE_PROPERTIES, CommandQueue};
-use opencl3::kernel::{self as clk, Kernel as RawKernel};
+use opencl3::kernel::Kernel as RawKernel;
 use opencl3::memory::{self as clm, Buffer, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE, ClMem};
 use opencl3::types::{cl_event, cl_mem};
 
 mod harness;
-use harness::{ProgramHandle, RawGate, cl_err, release_event};
+use harness::{
+    Keep, KeptEvents, ProgramHandle, RawGate, cl_err, enqueue_1d, print_device, release_event,
+    set_arg,
+};
 
 /// Work items per launch (and elements of each buffer).
 const WORK_ITEMS: usize = 64;
@@ -102,10 +105,7 @@ fn main() -> anyhow::Result<()> {
     let options = Options::parse()?;
 
     let ctx = Context::from_env()?;
-    let device = ctx.device();
-    println!("device:   {} ({})", device.name(), device.version());
-    println!("platform: {}", device.platform_name());
-    println!("driver:   {}", device.driver_version());
+    print_device(&ctx);
 
     // Both sides build the same file: the one the library's search rule finds.
     let program = ctx.program("tiny.cl", "")?;
@@ -453,17 +453,6 @@ impl Bench {
 // Raw opencl3: the calls a user writes without the library.
 // ---------------------------------------------------------------------------------------
 
-/// When the raw side releases its events (scenario B experiments).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Keep {
-    /// At once, after the next launch takes the event in its wait list.
-    No,
-    /// After the batch is drained, untimed.
-    Drained,
-    /// During the next batch's timed loop, one per launch.
-    Late,
-}
-
 struct Raw {
     /// Keeps the context of every raw handle below alive; gives user events.
     ctx: Context,
@@ -536,18 +525,10 @@ impl Raw {
     fn set_arg(&self) -> anyhow::Result<()> {
         let mem: cl_mem = self.buffer.get();
         // SAFETY: argument 0 of `tiny` is a `__global int*`; `mem` is a live cl_mem (owned
-        // by `self.buffer`, which outlives every launch), and OpenCL copies the handle
-        // value before returning. Only this thread uses the kernel, and `launch` holds the
-        // kernel lock around this call and the enqueue that follows when it is per launch.
-        unsafe {
-            clk::set_kernel_arg(
-                self.kernel.get(),
-                0,
-                size_of::<cl_mem>(),
-                ptr::from_ref(&mem).cast(),
-            )
-        }
-        .map_err(cl_err("clSetKernelArg"))
+        // by `self.buffer`, which outlives every launch). Only this thread uses the kernel,
+        // and `launch` holds the kernel lock around this call and the enqueue that follows
+        // when it is per launch.
+        unsafe { set_arg(self.kernel.get(), 0, &mem) }
     }
 
     /// One launch of `tiny` on `queue`, waiting on `wait`; the caller owns the event.
@@ -558,29 +539,11 @@ impl Raw {
         per_launch: bool,
         wait: &[cl_event],
     ) -> anyhow::Result<cl_event> {
-        let global = [WORK_ITEMS];
         let enqueue = || {
             // SAFETY: the kernel's one argument is set (before the loop, or just before
-            // this call under the kernel lock); `global` has one entry for work_dim 1; the
-            // wait list holds live events (retained by the caller until after this call),
-            // or is empty with a null pointer.
-            unsafe {
-                clq::enqueue_nd_range_kernel(
-                    queue.get(),
-                    self.kernel.get(),
-                    1,
-                    ptr::null(),
-                    global.as_ptr(),
-                    ptr::null(),
-                    wait.len() as u32,
-                    if wait.is_empty() {
-                        ptr::null()
-                    } else {
-                        wait.as_ptr()
-                    },
-                )
-            }
-            .map_err(cl_err("clEnqueueNDRangeKernel"))
+            // this call under the kernel lock); the buffer holds WORK_ITEMS ints; the wait
+            // list holds live events (retained by the caller until after this call).
+            unsafe { enqueue_1d(queue.get(), self.kernel.get(), WORK_ITEMS, wait) }
         };
         if per_launch {
             let _held = self
@@ -616,39 +579,24 @@ impl Raw {
         let lead_queue = scenario.queues() - 1;
         let lead = self.launch(&self.queues[lead_queue], per_launch, &gate_list)?;
 
-        let mut kept = Vec::new();
+        let mut events = KeptEvents::new(
+            keep,
+            if keep == Keep::Late {
+                self.held.take()
+            } else {
+                Vec::new()
+            },
+        );
         let start = Instant::now();
         match scenario {
             Scenario::OneQueue => {
-                let mut late = if keep == Keep::Late {
-                    self.held.take()
-                } else {
-                    Vec::new()
-                };
                 release_event(lead)?;
                 let queue = &self.queues[0];
                 for _ in 0..n {
-                    let event = self.launch(queue, per_launch, &[])?;
-                    match keep {
-                        Keep::No => release_event(event)?,
-                        Keep::Drained | Keep::Late => kept.push(event),
-                    }
-                    if let Some(old) = late.pop() {
-                        release_event(old)?;
-                    }
-                }
-                for old in late {
-                    release_event(old)?;
+                    events.done(self.launch(queue, per_launch, &[])?)?;
                 }
             }
             Scenario::TwoQueues => {
-                // Keep::Late: the previous batch's events, ended now, released one per
-                // launch in the loop.
-                let mut late = if keep == Keep::Late {
-                    self.held.take()
-                } else {
-                    Vec::new()
-                };
                 let (mut previous, mut producer) = (lead, lead_queue);
                 for i in 0..n {
                     let q = i % 2;
@@ -656,24 +604,13 @@ impl Raw {
                     // event (DESIGN.md trap 5).
                     clq::flush(self.queues[producer].get()).map_err(cl_err("clFlush"))?;
                     let event = self.launch(&self.queues[q], per_launch, &[previous])?;
-                    match keep {
-                        Keep::No => release_event(previous)?,
-                        Keep::Drained | Keep::Late => kept.push(previous),
-                    }
-                    if let Some(old) = late.pop() {
-                        release_event(old)?;
-                    }
+                    events.done(previous)?;
                     (previous, producer) = (event, q);
                 }
-                match keep {
-                    Keep::No => release_event(previous)?,
-                    Keep::Drained | Keep::Late => kept.push(previous),
-                }
-                for old in late {
-                    release_event(old)?;
-                }
+                events.done(previous)?;
             }
         }
+        events.end_loop()?;
         let enqueue = start.elapsed();
 
         let start = Instant::now();
@@ -685,14 +622,10 @@ impl Raw {
                 .finish()
                 .map_err(|e| anyhow!("clFinish failed: {e}"))?;
         }
-        match keep {
-            Keep::No => {}
-            Keep::Drained => kept.into_iter().try_for_each(release_event)?,
-            Keep::Late => self
-                .held
-                .replace(kept)
-                .into_iter()
-                .try_for_each(release_event)?,
+        let late = events.after_drain()?;
+        if keep == Keep::Late {
+            // What `held` had was taken at the start of this batch.
+            *self.held.borrow_mut() = late;
         }
         self.launched.set(self.launched.get() + n + 1);
         Ok(Sample {

@@ -21,7 +21,10 @@
 //! `tiny.cl` when the binary runs away from its source tree.
 
 use anyhow::{Context as _, bail};
-use cl_lifetime::{Arg, ClStatus, Context, Queue};
+use cl_lifetime::{Arg, Context, Queue};
+
+mod harness;
+use harness::{cl_err, print_device};
 
 /// Launches between two drains, as in `compare`.
 const BATCH: usize = 1_000;
@@ -62,13 +65,7 @@ fn main() -> anyhow::Result<()> {
     }
 
     let ctx = Context::from_env()?;
-    let device = ctx.device();
-    println!(
-        "device: {} ({}), driver {}",
-        device.name(),
-        device.version(),
-        device.driver_version()
-    );
+    print_device(&ctx);
     let queue = ctx.queue()?;
     let tiny = ctx.program("tiny.cl", "")?.kernel("tiny")?;
     // `--live L`: L other buffers, each used once, alive throughout.
@@ -105,6 +102,5 @@ fn main() -> anyhow::Result<()> {
 
 /// `clFinish`, outside the library as a user's own code would call it.
 fn drain(queue: &Queue) -> anyhow::Result<()> {
-    opencl3::command_queue::finish(queue.as_raw())
-        .map_err(|s| anyhow::anyhow!("clFinish failed: {}", ClStatus(s)))
+    opencl3::command_queue::finish(queue.as_raw()).map_err(cl_err("clFinish"))
 }

@@ -49,6 +49,9 @@ use opencl3::memory::{Buffer, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE, ClMem};
 use opencl3::program::Program as RawProgram;
 use opencl3::types::{cl_event, cl_int, cl_mem};
 
+mod harness;
+use harness::{calibrate, print_device};
+
 /// How long one launch of the `spin` kernel should run.
 const TARGET: Duration = Duration::from_millis(300);
 /// Work items per launch (and elements per buffer).
@@ -61,14 +64,11 @@ const CALLBACK_GRACE: Duration = Duration::from_secs(2);
 fn main() -> anyhow::Result<()> {
     env_logger::init();
     let ctx = Context::from_env()?;
-    let device = ctx.device();
-    println!("device:   {} ({})", device.name(), device.version());
-    println!("platform: {}", device.platform_name());
-    println!("driver:   {}", device.driver_version());
+    print_device(&ctx);
 
     let queue = ctx.queue()?;
     let spin = ctx.program("busy.cl", "")?.kernel("spin")?;
-    let iters = calibrate(&ctx, &queue, &spin)?;
+    let iters = calibrate(&ctx, &queue, &spin, N, TARGET)?;
     println!(
         "spin kernel: {N} work items x {iters} iterations, about {} ms per launch\n",
         TARGET.as_millis()
@@ -218,32 +218,6 @@ impl Observed {
 // ---------------------------------------------------------------------------------------
 // Rows 2 and 3: cl-lifetime.
 // ---------------------------------------------------------------------------------------
-
-/// Finds how many iterations make one launch take about `TARGET`. The first launch also
-/// builds the kernel for the device (PoCL compiles at the first enqueue).
-fn calibrate(ctx: &Context, queue: &Queue, spin: &Kernel) -> anyhow::Result<u32> {
-    let buf = ctx.buffer::<f32>(N)?;
-    queue.fill(&buf, 1.0)?;
-    let time = |iters: u32| -> anyhow::Result<Duration> {
-        let start = Instant::now();
-        queue
-            .launch(spin, &[N], &[Arg::read_write(&buf), Arg::scalar(iters)])?
-            .wait()?;
-        Ok(start.elapsed())
-    };
-    time(1)?; // warm-up
-    let mut iters: u32 = 256;
-    loop {
-        let took = time(iters)?.max(Duration::from_micros(10));
-        // Long enough that launch overhead no longer matters: scale to the target.
-        if took >= TARGET / 8 || iters == u32::MAX {
-            let scaled = f64::from(iters) * TARGET.as_secs_f64() / took.as_secs_f64();
-            return Ok(scaled.clamp(1.0, f64::from(u32::MAX)) as u32);
-        }
-        let factor = ((TARGET / 6).as_secs_f64() / took.as_secs_f64()).clamp(2.0, 64.0);
-        iters = (f64::from(iters) * factor).min(f64::from(u32::MAX)) as u32;
-    }
-}
 
 /// Row 2: release a buffer while the kernel that uses it runs.
 fn release_in_use(ctx: &Context, queue: &Queue, spin: &Kernel, iters: u32) -> anyhow::Result<Row> {

@@ -1,5 +1,6 @@
-//! Raw-`opencl3` pieces the measuring examples share: error mapping, a program handle,
-//! a user-event gate, and the `spin` calibration. Each example uses part of it.
+//! Raw-`opencl3` pieces the measuring examples share: error mapping, the device header,
+//! kernel arguments and one-dimensional launches, a program handle, a user-event gate, the
+//! raw side's event keeping, and the `spin` calibration. Each example uses part of it.
 #![allow(dead_code)]
 
 use std::ffi::CString;
@@ -8,14 +9,147 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use cl_lifetime::{Arg, ClStatus, Context, Kernel, Queue};
+use opencl3::command_queue as clq;
 use opencl3::event as cle;
 use opencl3::kernel::{self as clk, Kernel as RawKernel};
 use opencl3::program as clp;
-use opencl3::types::{cl_context, cl_device_id, cl_event, cl_int, cl_program};
+use opencl3::types::{
+    cl_command_queue, cl_context, cl_device_id, cl_event, cl_int, cl_kernel, cl_program,
+};
 
 /// Maps a raw status to an error naming the call and the status.
 pub fn cl_err(call: &'static str) -> impl Fn(cl_int) -> anyhow::Error {
     move |s| anyhow!("{call} failed: {}", ClStatus(s))
+}
+
+/// Prints the device, platform and driver the run measures.
+pub fn print_device(ctx: &Context) {
+    let device = ctx.device();
+    println!("device:   {} ({})", device.name(), device.version());
+    println!("platform: {}", device.platform_name());
+    println!("driver:   {}", device.driver_version());
+}
+
+/// `clSetKernelArg` of argument `index` to the plain value `value` (a `cl_mem` handle or a
+/// scalar), which OpenCL copies before returning.
+///
+/// # Safety
+///
+/// Argument `index` of `kernel` must be declared with `T`'s type (a `__global` pointer for
+/// a live `cl_mem`, `uint` for a `u32`), and no other thread may set `kernel`'s arguments
+/// meanwhile (OpenCL 3.0 appendix A.2).
+pub unsafe fn set_arg<T: Copy>(kernel: cl_kernel, index: u32, value: &T) -> anyhow::Result<()> {
+    // SAFETY: the caller vouches for the argument's type and for exclusive use of the
+    // kernel; `value` is valid for `size_of::<T>()` bytes during the call.
+    unsafe { clk::set_kernel_arg(kernel, index, size_of::<T>(), ptr::from_ref(value).cast()) }
+        .map_err(cl_err("clSetKernelArg"))
+}
+
+/// `clEnqueueNDRangeKernel` over `global` work items in one dimension, waiting on `wait`;
+/// the caller owns the returned event.
+///
+/// # Safety
+///
+/// Every argument of `kernel` must be set, its buffers must hold what `global` work items
+/// touch, and `wait` must hold live events.
+#[inline]
+pub unsafe fn enqueue_1d(
+    queue: cl_command_queue,
+    kernel: cl_kernel,
+    global: usize,
+    wait: &[cl_event],
+) -> anyhow::Result<cl_event> {
+    let global = [global];
+    let wait_ptr = if wait.is_empty() {
+        ptr::null()
+    } else {
+        wait.as_ptr()
+    };
+    // SAFETY: the caller vouches for the arguments, the buffers and the wait list; `global`
+    // has one entry for work_dim 1; an empty wait list goes as a null pointer.
+    unsafe {
+        clq::enqueue_nd_range_kernel(
+            queue,
+            kernel,
+            1,
+            ptr::null(),
+            global.as_ptr(),
+            ptr::null(),
+            wait.len() as u32,
+            wait_ptr,
+        )
+    }
+    .map_err(cl_err("clEnqueueNDRangeKernel"))
+}
+
+/// When raw code releases the events of its launches: the measuring examples' baseline
+/// releases each at once; the others reproduce what the library's record does with them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// At once.
+    No,
+    /// After the batch is drained, off the clock.
+    Drained,
+    /// During the next batch's timed loop, one per launch (ended by then).
+    Late,
+}
+
+/// The raw side's events of one batch of launches, kept as [`Keep`] says.
+pub struct KeptEvents {
+    keep: Keep,
+    kept: Vec<cl_event>,
+    /// `Keep::Late`: the previous batch's events, released one per launch.
+    late: Vec<cl_event>,
+}
+
+impl KeptEvents {
+    /// A batch; with `Keep::Late`, `previous` is what the last batch kept.
+    pub fn new(keep: Keep, previous: Vec<cl_event>) -> KeptEvents {
+        KeptEvents {
+            keep,
+            kept: Vec::new(),
+            late: previous,
+        }
+    }
+
+    /// The launch code is done with `event` (it owns its one reference): released now or
+    /// kept; and with `Keep::Late`, one of the previous batch's events released.
+    #[inline]
+    pub fn done(&mut self, event: cl_event) -> anyhow::Result<()> {
+        match self.keep {
+            Keep::No => release_event(event)?,
+            Keep::Drained | Keep::Late => self.kept.push(event),
+        }
+        self.late.pop().map_or(Ok(()), release_event)
+    }
+
+    /// The end of the timed loop: the previous batch's events not released yet go now.
+    pub fn end_loop(&mut self) -> anyhow::Result<()> {
+        self.late.drain(..).try_for_each(release_event)
+    }
+
+    /// After the drain, off the clock: `Keep::Drained` releases what it kept; `Keep::Late`
+    /// returns it for the next batch.
+    pub fn after_drain(&mut self) -> anyhow::Result<Vec<cl_event>> {
+        self.end_loop()?;
+        let kept = std::mem::take(&mut self.kept);
+        match self.keep {
+            Keep::Late => Ok(kept),
+            Keep::No | Keep::Drained => {
+                kept.into_iter().try_for_each(release_event)?;
+                Ok(Vec::new())
+            }
+        }
+    }
+}
+
+impl Drop for KeptEvents {
+    /// A batch cut short by an error still gives its events back.
+    fn drop(&mut self) {
+        for event in self.kept.drain(..).chain(self.late.drain(..)) {
+            let _ = release_event(event);
+        }
+    }
 }
 
 /// Releases one reference to `event`, which the caller owns.
