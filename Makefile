@@ -1,9 +1,9 @@
-# Developer entry points for cl-lifetime: make setup | demo | bench | test | lint | clean.
+# Developer entry points for cl-lifetime: make setup | demo | bench | test | soak | lint | clean.
 CARGO ?= cargo
 # Fall back to a rustup install whose bin directory is not on PATH yet.
 export PATH := $(PATH):$(HOME)/.cargo/bin
 
-.PHONY: setup demo test lint clean bench cl-calls
+.PHONY: setup demo test lint clean bench cl-calls soak
 
 setup:
 	bash scripts/setup.sh
@@ -29,6 +29,12 @@ test: export POCL_DEVICES ?= pthread pthread
 test: setup
 	$(CARGO) test --all-targets
 	$(CARGO) test --doc
+
+# 300,000 cancelled commands (each waits on a gate that is then failed): the process's
+# memory must stay flat; prints the RSS after each tenth.
+soak: setup
+	CL_LIFETIME_SOAK=300000 $(CARGO) test --release --test failures \
+		cancelled_commands_keep_the_process_memory_flat -- --nocapture
 
 lint:
 	$(CARGO) fmt --all -- --check

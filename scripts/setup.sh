@@ -48,6 +48,11 @@ have_devlink() {
 pkgs=()
 if ! have_loader || ! have_devlink; then pkgs+=(ocl-icd-libopencl1 ocl-icd-opencl-dev); fi
 if ! have_icd; then pkgs+=(pocl-opencl-icd); fi
+# Oclgrind: an OpenCL 1.2 platform the tests use (registered only for their child
+# processes, never system-wide).
+if [ ! -e /usr/lib/oclgrind/liboclgrind-rt-icd.so ] && command -v apt-get >/dev/null 2>&1; then
+  pkgs+=(oclgrind)
+fi
 if [ ${#pkgs[@]} -gt 0 ] && ! command -v cc >/dev/null 2>&1; then pkgs+=(gcc libc6-dev); fi
 if [ ${#pkgs[@]} -gt 0 ] && ! command -v clinfo >/dev/null 2>&1; then pkgs+=(clinfo); fi
 

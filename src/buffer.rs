@@ -8,13 +8,26 @@
 //! 2. A command that failed still ends: the memory is released anyway and the failure is
 //!    reported (trap 2).
 //! 3. Host memory lent to a non-blocking write is kept alive until the write ends, and
-//!    is dropped only after the release's wait (trap 14).
-//! 4. `Drop` does the same as `release`, logs what went wrong, and never panics.
+//!    no longer: it goes at the next command or prune on the buffer after the write has
+//!    ended, and at the latest after the release's wait (trap 14).
+//! 4. `Drop` does the same as `release`, logs what went wrong, and never panics. A Drop
+//!    that would wait behind a user event of its context that has not been set (the
+//!    natural drop order `let gate; let buf;`, or an unwind) hands the release to the
+//!    reaper thread instead and says so in the log; an explicit `release` waits, as
+//!    asked, and names in the log the unset user events it may be behind once it has
+//!    waited [`STALL_LOG_AFTER`].
 //! 5. "Released" means freed: the library's destructor callback (which only signals, trap
 //!    6) has fired before `release` returns. Some drivers drop their own reference to the
 //!    buffer a moment after the last event completes (PoCL does, on its worker thread), so
-//!    `release` waits for that signal too, up to [`FREE_GRACE`]; a reference held outside
-//!    the library can delay it longer, which the report shows as `freed: false`.
+//!    `release` waits for that signal too, up to the context's
+//!    [free grace](crate::Context::free_grace); a reference held outside the library (a
+//!    forgotten mapping, a raw retain) can delay it longer, which the report shows as
+//!    `freed: false`, with the time spent in `free_wait`.
+//! 6. A failed write leaves the buffer's contents undefined: a command that reads the
+//!    buffer after its last write failed is refused with [`Error::DependencyFailed`]
+//!    naming that write (a host read that was already enqueued returns that error when it
+//!    ends). A write that reads nothing of the buffer (`write`, `write_owned`, `fill`, a
+//!    copy into it) replaces the failed one, and reads succeed again.
 
 use std::any::Any;
 use std::ffi::c_void;
@@ -56,9 +69,14 @@ pod!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
 // validity for every bit pattern.
 unsafe impl<T: Pod, const N: usize> Pod for [T; N] {}
 
-/// How long a release waits, after `clReleaseMemObject`, for the driver to free the memory
-/// (rule 5).
+/// How long a release waits by default, after `clReleaseMemObject`, for the driver to free
+/// the memory (rule 5); [`Context::set_free_grace`](crate::Context::set_free_grace)
+/// changes it.
 pub const FREE_GRACE: Duration = Duration::from_secs(2);
+
+/// How long an explicit release waits behind unset user events before it says so in the
+/// log (rule 4).
+pub const STALL_LOG_AFTER: Duration = Duration::from_secs(1);
 
 /// Set by the destructor callback when the driver frees the memory.
 #[derive(Default)]
@@ -68,6 +86,11 @@ struct Freed {
 }
 
 impl Freed {
+    /// Whether the callback has fired.
+    pub(crate) fn fired(&self) -> bool {
+        *self.done.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Waits up to `limit` for the callback; returns whether it fired.
     fn wait(&self, limit: Duration) -> bool {
         let done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
@@ -126,13 +149,28 @@ pub struct ReleaseReport {
     pub failed: Vec<FailedCommand>,
     /// Whether the driver had freed the memory (its destructor callback fired) when
     /// `release` returned. `false` only when something outside the library still held a
-    /// reference after [`FREE_GRACE`].
+    /// reference after the context's [free grace](crate::Context::free_grace).
     pub freed: bool,
+    /// How long the release waited, after `clReleaseMemObject`, for the driver to free
+    /// the memory (buffer rule 5): about zero normally, the whole grace when `freed` is
+    /// `false`.
+    pub free_wait: Duration,
     /// Whether the block went back to its [`Pool`](crate::Pool) instead, carrying its
     /// events to the next owner (nothing was waited for). A pool block the pool does not
     /// keep (over its threshold, or the pool is gone) is released deferred instead, and
     /// this is `false`; so is `freed`, since the release has not happened yet.
     pub recycled: bool,
+}
+
+/// The failure of `event`, if it failed: what command it was and its status.
+pub(crate) fn failure_of(event: &Event) -> Option<FailedCommand> {
+    match event.status() {
+        Ok(Status::Failed(status)) => Some(FailedCommand {
+            command: event.command_kind().unwrap_or(CommandKind::Other(0)),
+            status,
+        }),
+        _ => None,
+    }
 }
 
 /// At most this many failures are kept for the report.
@@ -171,11 +209,14 @@ pub(crate) struct Record {
     seen_failures: u64,
     mapped: Mapped,
     failed: Vec<FailedCommand>,
-    /// Failed events, alive until the release (see `Record::ended`).
-    failed_events: Vec<Event>,
+    /// A recorded command was seen to fail (tracker rule 5 then trusts no cover until the
+    /// shadow has drained).
+    saw_failure: bool,
+    /// The newest command that wrote the buffer, kept after it ends: a command that reads
+    /// the buffer after it failed reads data that was never written (rule 6).
+    last_write: Option<Event>,
     /// Host memory that in-flight commands use (rule 3), with the event that ends the use.
     host: Vec<(Event, Box<dyn Any + Send>)>,
-    host_prune_at: usize,
 }
 
 impl Record {
@@ -232,9 +273,10 @@ impl Record {
     }
 
     /// What became of `e`; a failure is kept for the report and taints the record. The
-    /// failed event itself is kept alive until the buffer's release: PoCL 3.1 aborts when
-    /// a failed event is released before the commands that waited on it have ended.
-    fn ended(e: &Event, failed: &mut Vec<FailedCommand>, keep: &mut Vec<Event>) -> State {
+    /// failed event itself goes when its last handle does: the event keeps its own
+    /// dependencies, and is kept past its last handle while they may still notify it
+    /// (DESIGN.md trap 17; see [`crate::event`]).
+    fn ended(e: &Event, failed: &mut Vec<FailedCommand>, saw: &mut bool) -> State {
         match e.status() {
             Ok(Status::Complete) => State::Complete,
             Ok(Status::Failed(status)) => {
@@ -242,7 +284,7 @@ impl Record {
                     let command = e.command_kind().unwrap_or(CommandKind::Other(0));
                     failed.push(FailedCommand { command, status });
                 }
-                keep.push(e.clone());
+                *saw = true;
                 State::Failed
             }
             Ok(_) => State::Pending,
@@ -251,49 +293,78 @@ impl Record {
         }
     }
 
-    /// Tracker rule 6 trusts queue order only while no failure has been seen, in the
-    /// process (`failures_seen`, the failure epoch) or in this record.
-    fn trust_queue_order(&mut self, failures_seen: bool) {
+    /// Tracker rule 6 trusts queue order only while no failure has been possible in the
+    /// process, and none has been seen in this record.
+    fn trust_queue_order(&mut self, failures_possible: bool) {
         self.events
-            .prune_each(failures_seen || !self.failed_events.is_empty());
+            .prune_each(failures_possible || self.saw_failure);
     }
 
-    /// Records `event`; `failures_seen` is whether the failure epoch was non-zero when the
-    /// enqueue read it.
+    /// Records `event`; `failures_possible` is what the enqueue read from
+    /// [`crate::event::failures_possible`].
     pub(crate) fn record(
         &mut self,
         lane: Lane,
         access: Access,
         event: Event,
         had_wait_list: bool,
-        failures_seen: bool,
+        failures_possible: bool,
     ) {
-        self.trust_queue_order(failures_seen);
-        let (failed, keep) = (&mut self.failed, &mut self.failed_events);
+        self.trust_queue_order(failures_possible);
+        if access == Access::Write {
+            self.last_write = Some(event.clone());
+        }
+        let (failed, saw) = (&mut self.failed, &mut self.saw_failure);
         self.events.record(lane, access, event, had_wait_list, |e| {
-            Self::ended(e, failed, keep)
+            Self::ended(e, failed, saw)
         });
-        if !self.failed_events.is_empty() {
+        if self.saw_failure {
             self.tainted = true;
         }
         // Once every superseded command has ended, cover holds again (tracker rule 5).
         if self.events.shadow_len() == 0 {
             self.tainted = false;
+            self.saw_failure = false;
         }
+        self.prune_host();
     }
 
     /// Drops every event that has ended, keeping the failures for the report.
     fn prune_ended(&mut self) {
-        self.trust_queue_order(crate::event::failure_epoch() != 0);
-        let (failed, keep) = (&mut self.failed, &mut self.failed_events);
-        self.events.prune(|e| Self::ended(e, failed, keep));
+        self.trust_queue_order(crate::event::failures_possible());
+        let (failed, saw) = (&mut self.failed, &mut self.saw_failure);
+        self.events.prune(|e| Self::ended(e, failed, saw));
+        self.prune_host();
+    }
+
+    /// Rule 3: host memory goes as soon as the command that used it has ended.
+    fn prune_host(&mut self) {
+        if !self.host.is_empty() {
+            self.host.retain(|(e, _)| !e.is_terminal());
+        }
+    }
+
+    /// Rule 6: the failure of the buffer's last write, if it failed (asks the driver until
+    /// the write has ended, then remembers).
+    pub(crate) fn failed_write(&self) -> Option<FailedCommand> {
+        let write = self.last_write.as_ref()?;
+        failure_of(write)
+    }
+
+    /// The newest write, for a host read to check once it has ended (rule 6).
+    pub(crate) fn last_write(&self) -> Option<&Event> {
+        self.last_write.as_ref()
+    }
+
+    /// Whether every command recorded here, and every use of lent host memory, has ended
+    /// (asks the driver; never blocks).
+    pub(crate) fn all_ended(&mut self) -> bool {
+        self.prune_ended();
+        self.events.is_empty() && self.events.shadow_len() == 0 && self.host.is_empty()
     }
 
     fn keep_alive(&mut self, event: Event, payload: Box<dyn Any + Send>) {
-        if self.host.len() >= self.host_prune_at {
-            self.host.retain(|(e, _)| !e.is_terminal());
-            self.host_prune_at = (self.host.len() * 2).max(8);
-        }
+        self.prune_host();
         self.host.push((event, payload));
     }
 }
@@ -454,6 +525,8 @@ impl MemInner {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
         record.failed.clear();
+        record.saw_failure = false;
+        record.last_write = None;
         record.events.prune_each(true);
         record.events.prune(Event::state);
     }
@@ -470,7 +543,10 @@ impl MemInner {
                 .shift(self.bytes as u64, self.bucket, Bucket::Pending);
             self.bucket = Bucket::Pending;
         }
-        ctx.reaper.submit(Box::new(move || drop(self)));
+        ctx.reaper.submit(Box::new(DeferredRelease {
+            mem: self,
+            freeing: None,
+        }));
     }
 
     pub(crate) fn raw(&self) -> cl_mem {
@@ -496,8 +572,7 @@ impl MemInner {
             .record
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
-        record.prune_ended();
-        record.events.is_empty() && record.events.shadow_len() == 0
+        record.all_ended()
     }
 
     /// Notes that `kernel` now holds this buffer as an argument (program rule 5).
@@ -529,23 +604,47 @@ impl MemInner {
         self.lock_record().keep_alive(event, payload);
     }
 
-    /// Rules 1 to 5, or back to the pool. Idempotent: the second call finds nothing.
+    /// Rules 1 to 5, or back to the pool, blocking until the memory is freed or the grace
+    /// has passed. Idempotent: the second call finds nothing.
     fn retire(&mut self) -> Result<ReleaseReport> {
+        let (mut report, freed) = self.retire_then(true)?;
+        if let Some(freed) = freed {
+            let start = Instant::now();
+            report.freed = freed.wait(self.ctx.free_grace());
+            report.free_wait = start.elapsed();
+            if !report.freed {
+                log::warn!(
+                    target: "cl_lifetime::buffer",
+                    "buffer allocated at {} not freed {:?} after its release: \
+                     something outside the library still holds a reference",
+                    self.allocated_at,
+                    report.free_wait
+                );
+            }
+        }
+        Ok(report)
+    }
+
+    /// Rules 1 to 4, or back to the pool: waits for the recorded commands (`block`; the
+    /// reaper calls this only once they have all ended) and releases the memory. Returns
+    /// the destructor signal still to wait for (rule 5), if it has not fired yet.
+    fn retire_then(&mut self, block: bool) -> Result<(ReleaseReport, Option<Arc<Freed>>)> {
         if self.raw.is_null() {
-            return Ok(ReleaseReport {
+            let report = ReleaseReport {
                 freed: true,
                 ..ReleaseReport::default()
-            });
+            };
+            return Ok((report, None));
         }
         if let Some(Home::Pool(pool)) = &self.home {
             let pool = pool.clone();
             self.home = None;
             let recycled = pool.recycle(self.take_block());
-            return Ok(ReleaseReport {
+            let report = ReleaseReport {
                 recycled,
-                freed: false,
                 ..ReleaseReport::default()
-            });
+            };
+            return Ok((report, None));
         }
         let mut stages = Stages::start();
         let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
@@ -565,34 +664,27 @@ impl MemInner {
         events.dedup_by_key(|e| e.as_raw());
         let raws: Vec<cl_event> = events.iter().map(Event::as_raw).collect();
 
-        let waited = if raws.is_empty() {
+        let waited = if raws.is_empty() || !block {
             Duration::ZERO
         } else {
             let start = Instant::now();
-            wait_terminal(&raws);
+            wait_reporting_stalls(&raws, &self.ctx.gates, self.allocated_at);
             start.elapsed()
         };
 
         stages.mark("wait");
         let mut failed = std::mem::take(&mut record.failed);
-        for event in &events {
-            if let Ok(Status::Failed(status)) = event.status() {
-                failed.push(FailedCommand {
-                    command: event.command_kind().unwrap_or(CommandKind::Other(0)),
-                    status,
-                });
-            }
-        }
-        // Every command that used the host memory has ended (rule 3), and every command
-        // that waited on a failed one.
+        failed.extend(events.iter().filter_map(failure_of));
+        // Every command that used the host memory has ended (rule 3).
         record.host.clear();
-        record.failed_events.clear();
+        record.last_write = None;
 
         stages.mark("failures");
         self.unbind_kernels();
         stages.mark("kernel arguments reset");
         // SAFETY: `raw` came from clCreateBuffer and is released once, here (it was
-        // swapped out for null above); every event that used it has ended (wait above).
+        // swapped out for null above); every event that used it has ended (waited for
+        // above, or found ended by the reaper before it called this).
         let released = unsafe { cl::release_mem_object(raw) };
         log::debug!(
             target: "cl_lifetime::buffer",
@@ -608,27 +700,139 @@ impl MemInner {
         self.bucket = Bucket::Freed;
         stages.mark("clReleaseMemObject");
         released.map_err(|s| Error::cl("clReleaseMemObject", s))?;
-        // Rule 5.
-        let freed = self.freed.as_ref().is_none_or(|f| f.wait(FREE_GRACE));
-        stages.mark("destructor callback");
+        let freed = self.freed.take().filter(|f| !f.fired());
         drop(events);
         stages.mark("events released");
         stages.log(self.allocated_at);
-        if !freed {
-            log::warn!(
-                target: "cl_lifetime::buffer",
-                "buffer allocated at {} not freed {FREE_GRACE:?} after its release: \
-                 something outside the library still holds a reference",
-                self.allocated_at
-            );
-        }
-        Ok(ReleaseReport {
+        let report = ReleaseReport {
             waited_on: raws.len(),
             waited,
             failed,
-            freed,
+            freed: freed.is_none(),
+            free_wait: Duration::ZERO,
             recycled: false,
-        })
+        };
+        Ok((report, freed))
+    }
+
+    /// Rule 4: whether this block's release would wait behind a user event of its
+    /// context that has not been set. Answers `false` at once when every gate is set.
+    fn behind_open_gate(&mut self) -> bool {
+        self.ctx.gates.count() != 0
+            && !self
+                .record
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .all_ended()
+    }
+}
+
+/// Waits until every event in `raws` has ended. While user events of the context are
+/// not set, polls instead of blocking in `clWaitForEvents`, and after
+/// [`STALL_LOG_AFTER`] says in the log which unset user events the release may be behind
+/// (rule 4).
+fn wait_reporting_stalls(
+    raws: &[cl_event],
+    gates: &crate::event::OpenGates,
+    allocated_at: &Location<'_>,
+) {
+    if gates.count() == 0 {
+        wait_terminal(raws);
+        return;
+    }
+    let start = Instant::now();
+    let mut pause = Duration::from_micros(20);
+    let mut said = false;
+    let ended =
+        |raw: &cl_event| cl_event_status(*raw).is_none_or(|s| s <= opencl3::event::CL_COMPLETE);
+    while !raws.iter().all(ended) {
+        if !said && start.elapsed() >= STALL_LOG_AFTER {
+            said = true;
+            log::warn!(
+                target: "cl_lifetime::buffer",
+                "the release of the buffer allocated at {allocated_at} has waited {:?} for its \
+                 commands; user events of its context not set yet (created at {}) may hold them",
+                start.elapsed(),
+                crate::context::sites(&gates.sites())
+            );
+        }
+        if gates.count() == 0 {
+            wait_terminal(raws);
+            return;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(5));
+    }
+}
+
+/// The raw execution status of `raw`, or `None` when it cannot be read.
+fn cl_event_status(raw: cl_event) -> Option<i32> {
+    opencl3::event::get_event_info(raw, opencl3::event::CL_EVENT_COMMAND_EXECUTION_STATUS)
+        .ok()
+        .map(|s| s.to_int())
+}
+
+/// A deferred release, advanced by the reaper without blocking (reaper rule 4): first the
+/// recorded commands end, then the memory is released, then the driver frees it (or the
+/// grace passes).
+struct DeferredRelease {
+    mem: MemInner,
+    /// Released; waiting for the destructor callback until the deadline.
+    freeing: Option<(Arc<Freed>, Instant)>,
+}
+
+impl crate::reaper::Deferred for DeferredRelease {
+    fn poll(&mut self) -> bool {
+        if let Some((freed, deadline)) = &self.freeing {
+            if freed.fired() {
+                return true;
+            }
+            if Instant::now() < *deadline {
+                return false;
+            }
+            log::warn!(
+                target: "cl_lifetime::buffer",
+                "deferred release of the buffer allocated at {} not freed {:?} after \
+                 clReleaseMemObject: something outside the library still holds a reference",
+                self.mem.allocated_at,
+                self.mem.ctx.free_grace()
+            );
+            return true;
+        }
+        let mem = &mut self.mem;
+        if !mem.raw.is_null()
+            && !mem
+                .record
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .all_ended()
+        {
+            return false;
+        }
+        match mem.retire_then(false) {
+            Ok((report, freed)) => {
+                for failure in &report.failed {
+                    log::warn!(
+                        target: "cl_lifetime::buffer",
+                        "a {:?} command on a buffer released deferred failed: {}",
+                        failure.command,
+                        failure.status
+                    );
+                }
+                match freed {
+                    Some(freed) => {
+                        let deadline = Instant::now() + mem.ctx.free_grace();
+                        self.freeing = Some((freed, deadline));
+                        false
+                    }
+                    None => true,
+                }
+            }
+            Err(e) => {
+                log::error!(target: "cl_lifetime::buffer", "deferred release: {e}");
+                true
+            }
+        }
     }
 }
 
@@ -679,6 +883,23 @@ impl Stages {
 
 impl Drop for MemInner {
     fn drop(&mut self) {
+        let pooled = matches!(self.home, Some(Home::Pool(_)));
+        if !self.raw.is_null() && !pooled && self.behind_open_gate() {
+            // Rule 4: the caller may be about to set the gate (it drops after this
+            // buffer), or unwinding past it; waiting here could be forever.
+            log::info!(
+                target: "cl_lifetime::buffer",
+                "the buffer allocated at {} was dropped while user events of its context \
+                 are not set (created at {}); it is released on the library's thread",
+                self.allocated_at,
+                crate::context::sites(&self.ctx.gates.sites())
+            );
+            let mut block = self.take_block();
+            // An arena home stays with the sub-buffer until its release is done.
+            block.home = self.home.take();
+            block.release_deferred();
+            return;
+        }
         match self.retire() {
             Ok(report) => {
                 for failure in &report.failed {
@@ -863,6 +1084,8 @@ impl<T: Pod> ClBuffer<T> {
 /// writing into its memory.
 pub struct PendingRead<T: Pod> {
     event: Event,
+    /// The buffer's last write when the read was enqueued (buffer rule 6).
+    writer: Option<Event>,
     /// Capacity `len`; length 0 until the read has completed.
     data: Vec<T>,
     len: usize,
@@ -878,8 +1101,13 @@ impl<T: Pod> fmt::Debug for PendingRead<T> {
 }
 
 impl<T: Pod> PendingRead<T> {
-    pub(crate) fn new(event: Event, data: Vec<T>, len: usize) -> Self {
-        PendingRead { event, data, len }
+    pub(crate) fn new(event: Event, writer: Option<Event>, data: Vec<T>, len: usize) -> Self {
+        PendingRead {
+            event,
+            writer,
+            data,
+            len,
+        }
     }
 
     /// The read's event.
@@ -891,9 +1119,19 @@ impl<T: Pod> PendingRead<T> {
     ///
     /// # Errors
     ///
-    /// [`Error::CommandFailed`] when the read failed.
+    /// [`Error::DependencyFailed`] when the buffer's last write before the read failed
+    /// (rule 6), [`Error::CommandFailed`] when the read itself failed.
     pub fn wait(mut self) -> Result<Vec<T>> {
-        self.event.wait()?;
+        let ended = self.event.wait();
+        if crate::event::failures_possible() {
+            if let Some(failed) = self.writer.as_ref().and_then(failure_of) {
+                return Err(Error::DependencyFailed {
+                    command: failed.command,
+                    status: failed.status,
+                });
+            }
+        }
+        ended?;
         // SAFETY: the read completed, so the device wrote all `len` elements, and the
         // capacity is at least `len` (allocated with it).
         unsafe { self.data.set_len(self.len) };

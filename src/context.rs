@@ -16,7 +16,7 @@ use opencl3::types::cl_context;
 use crate::buffer::{ClBuffer, Pod};
 use crate::device::Device;
 use crate::error::{ClStatus, Error, Result};
-use crate::event::UserEvent;
+use crate::event::{OpenGates, UserEvent};
 use crate::program::{self, Program, ProgramInner};
 use crate::queue::{Queue, QueueInner};
 use crate::reaper::Reaper;
@@ -42,8 +42,19 @@ pub(crate) struct ContextInner {
     pub(crate) stats: Stats,
     pub(crate) ledger: Ledger,
     pub(crate) reaper: Reaper,
+    /// The context's user events that have not been set.
+    pub(crate) gates: Arc<OpenGates>,
+    /// How long a release waits for the driver to free the memory, in nanoseconds
+    /// ([`Context::set_free_grace`]).
+    free_grace: AtomicU64,
     programs: Mutex<HashMap<ProgramKey, Arc<ProgramInner>>>,
     builds: AtomicUsize,
+}
+
+impl ContextInner {
+    pub(crate) fn free_grace(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.free_grace.load(Ordering::Relaxed))
+    }
 }
 
 // SAFETY: a cl_context may be used from any thread (OpenCL 3.0 appendix A.2: every call
@@ -86,13 +97,32 @@ pub struct Context {
     _handle: Arc<UserHandle>,
 }
 
+/// `a, b` for a list of code locations.
+pub(crate) fn sites(sites: &[&std::panic::Location<'_>]) -> String {
+    let names: Vec<String> = sites.iter().map(ToString::to_string).collect();
+    names.join(", ")
+}
+
 /// Dropped with the last user handle of a context: finishes the deferred releases and
 /// reports buffers still alive.
 struct UserHandle(Arc<ContextInner>);
 
 impl Drop for UserHandle {
     fn drop(&mut self) {
-        self.0.reaper.wait_idle();
+        let gates = self.0.gates.count();
+        if gates == 0 {
+            self.0.reaper.wait_idle();
+        } else {
+            // A deferred release may be behind a gate the caller still holds: waiting here
+            // could be forever. The reaper goes on freeing on its own thread.
+            log::info!(
+                target: "cl_lifetime::context",
+                "context dropped with {gates} user events not set (created at {}): \
+                 deferred releases finish on the library's thread",
+                sites(&self.0.gates.sites())
+            );
+        }
+        crate::event::graveyard::sweep();
         let leaks = self.0.ledger.leaks();
         if !leaks.is_empty() {
             let total: u64 = leaks.iter().map(|l| l.0).sum();
@@ -168,6 +198,8 @@ impl Context {
             stats: Stats::default(),
             ledger: Ledger::default(),
             reaper: Reaper::default(),
+            gates: Arc::default(),
+            free_grace: AtomicU64::new(crate::buffer::FREE_GRACE.as_nanos() as u64),
             programs: Mutex::new(HashMap::new()),
             builds: AtomicUsize::new(0),
         });
@@ -262,8 +294,29 @@ impl Context {
     /// # Errors
     ///
     /// [`Error::Cl`] when `clCreateUserEvent` fails.
+    #[track_caller]
     pub fn user_event(&self) -> Result<UserEvent> {
-        UserEvent::new(self.inner.raw)
+        UserEvent::new(
+            self.inner.raw,
+            &self.inner.gates,
+            next_id(),
+            std::panic::Location::caller(),
+        )
+    }
+
+    /// How long a release waits, after `clReleaseMemObject`, for the driver to free the
+    /// memory (its destructor callback) before reporting `freed: false`
+    /// ([`FREE_GRACE`](crate::FREE_GRACE) unless set). The time spent is in
+    /// [`ReleaseReport::free_wait`](crate::ReleaseReport::free_wait); on the reaper thread
+    /// a buffer in its grace holds up no other release.
+    pub fn free_grace(&self) -> std::time::Duration {
+        self.inner.free_grace()
+    }
+
+    /// Sets [`Context::free_grace`] for every later release of the context's buffers.
+    pub fn set_free_grace(&self, grace: std::time::Duration) {
+        let nanos = u64::try_from(grace.as_nanos()).unwrap_or(u64::MAX);
+        self.inner.free_grace.store(nanos, Ordering::Relaxed);
     }
 
     /// The program in the `.cl` file `file`, built with `options`, once per context.

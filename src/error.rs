@@ -203,6 +203,16 @@ pub enum Error {
         /// The failing command's execution status.
         status: ClStatus,
     },
+    /// A command this one depends on failed, so this one was not run, or what it read
+    /// is not the data it asked for: a dependency given to
+    /// [`Queue::after`](crate::Queue::after) that had failed, or the last write of a
+    /// buffer this command reads.
+    DependencyFailed {
+        /// What kind of command failed.
+        command: crate::CommandKind,
+        /// Its execution status.
+        status: ClStatus,
+    },
 }
 
 impl Error {
@@ -222,7 +232,8 @@ impl Error {
             Error::Cl { status, .. }
             | Error::Build { status, .. }
             | Error::KernelArg { status, .. }
-            | Error::CommandFailed { status } => Some(*status),
+            | Error::CommandFailed { status }
+            | Error::DependencyFailed { status, .. } => Some(*status),
             _ => None,
         }
     }
@@ -338,6 +349,10 @@ impl fmt::Display for Error {
             Error::CommandFailed { status } => {
                 write!(f, "a command ended with execution status {status}")
             }
+            Error::DependencyFailed { command, status } => write!(
+                f,
+                "a {command:?} command this one depends on failed with execution status {status}"
+            ),
         }
     }
 }

@@ -5,8 +5,8 @@
 //! one dropped while still closed is failed, so no command waits on it forever.
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use opencl3::event as cl;
@@ -37,10 +37,7 @@ impl Status {
             cl::CL_RUNNING => Status::Running,
             cl::CL_SUBMITTED => Status::Submitted,
             cl::CL_QUEUED => Status::Queued,
-            failed => {
-                note_failure();
-                Status::Failed(ClStatus(failed))
-            }
+            failed => Status::Failed(ClStatus(failed)),
         }
     }
 
@@ -99,21 +96,159 @@ pub(crate) struct EventInner {
     /// The library's queue that produced it, if any: flushed before the event enters
     /// another queue's wait list (DESIGN.md trap 5).
     pub(crate) queue: Option<Arc<QueueInner>>,
+    /// The events in the command's wait list, kept until the command is seen complete
+    /// (see [`graveyard`]): a failed command must outlive its own dependencies.
+    deps: Mutex<Option<Box<[Event]>>>,
+    /// The terminal execution status once read ([`UNKNOWN`] until then): a terminal status
+    /// never changes, so it is read from the driver once.
+    seen: AtomicI32,
 }
+
+/// [`EventInner::seen`] before a terminal status has been read.
+const UNKNOWN: cl_int = i32::MAX;
 
 // SAFETY: OpenCL event handles may be used from any thread; every OpenCL call is
 // thread-safe except clSetKernelArg on a shared cl_kernel (OpenCL 3.0 appendix A.2).
 unsafe impl Send for EventInner {}
-// SAFETY: as above; the struct has no interior state besides the handle.
+// SAFETY: as above; the other fields are atomics and a Mutex.
 unsafe impl Sync for EventInner {}
+
+impl EventInner {
+    fn new(raw: cl_event, queue: Option<Arc<QueueInner>>, deps: Option<Box<[Event]>>) -> Self {
+        EventInner {
+            raw,
+            queue,
+            deps: Mutex::new(deps),
+            seen: AtomicI32::new(UNKNOWN),
+        }
+    }
+}
 
 impl Drop for EventInner {
     fn drop(&mut self) {
-        // SAFETY: `raw` holds one reference that this struct owns (taken in `from_raw`),
-        // released exactly once, here.
-        if let Err(status) = unsafe { cl::release_event(self.raw) } {
-            log::error!(target: "cl_lifetime::event", "clReleaseEvent failed: {}", ClStatus(status));
+        let deps = self
+            .deps
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(deps) = deps {
+            let failed = failures_possible()
+                && *self.seen.get_mut() != cl::CL_COMPLETE
+                && read_status(self.raw).is_ok_and(|s| s < 0);
+            if failed && deps.iter().any(|d| !d.is_terminal()) {
+                graveyard::bury(self.raw, deps);
+                return;
+            }
+            drop_iteratively(deps);
         }
+        release_raw(self.raw);
+    }
+}
+
+/// Releases one reference to `raw`, logging a failure.
+fn release_raw(raw: cl_event) {
+    // SAFETY: the caller owns one reference to `raw` (taken in `from_raw`,
+    // `from_enqueue` or `UserEvent::new`) and gives it up here, exactly once.
+    if let Err(status) = unsafe { cl::release_event(raw) } {
+        log::error!(target: "cl_lifetime::event", "clReleaseEvent failed: {}", ClStatus(status));
+    }
+}
+
+/// Drops a list of events without recursing through their own dependency lists, which
+/// can form long chains (each command waiting on the one before).
+fn drop_iteratively(deps: Box<[Event]>) {
+    let mut stack: Vec<Event> = deps.into_vec();
+    while let Some(event) = stack.pop() {
+        if let Some(mut inner) = Arc::into_inner(event.inner) {
+            if let Some(more) = inner
+                .deps
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+            {
+                // Put back, so that `inner`'s own drop decides as usual (it may bury).
+                let failed_pending = failures_possible()
+                    && *inner.seen.get_mut() != cl::CL_COMPLETE
+                    && read_status(inner.raw).is_ok_and(|s| s < 0)
+                    && more.iter().any(|d| !d.is_terminal());
+                if failed_pending {
+                    *inner.deps.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(more);
+                } else {
+                    stack.extend(more.into_vec());
+                }
+            }
+            drop(inner);
+        }
+    }
+}
+
+fn read_status(raw: cl_event) -> std::result::Result<cl_int, cl_int> {
+    cl::get_event_info(raw, cl::CL_EVENT_COMMAND_EXECUTION_STATUS).map(|s| s.to_int())
+}
+
+/// Failed events whose own dependencies have not all ended.
+///
+/// PoCL walks an event's notify list when a dependency of it ends: if the last
+/// reference to a failed event goes while another of its dependencies is still pending,
+/// PoCL reads freed memory and aborts (DESIGN.md trap 17). So an event dropped in that
+/// state is kept here, unreleased, with its dependencies, and released by a later
+/// [`sweep`](graveyard::sweep) once they have all ended. Nothing else is kept: a failed
+/// event whose dependencies have ended, and every event that did not fail, is released
+/// when its last handle goes.
+pub(crate) mod graveyard {
+    use super::*;
+
+    struct Grave {
+        raw: cl_event,
+        deps: Box<[Event]>,
+    }
+
+    // SAFETY: as for `EventInner`: the handle may be used from any thread.
+    unsafe impl Send for Grave {}
+
+    static GRAVES: Mutex<Vec<Grave>> = Mutex::new(Vec::new());
+    /// How many graves there are, read without the lock.
+    static COUNT: AtomicUsize = AtomicUsize::new(0);
+    /// Sweep when the graveyard has grown to this many (doubling, like a record's prune).
+    static SWEEP_AT: AtomicUsize = AtomicUsize::new(16);
+
+    pub(super) fn bury(raw: cl_event, deps: Box<[Event]>) {
+        let count = {
+            let mut graves = GRAVES.lock().unwrap_or_else(PoisonError::into_inner);
+            graves.push(Grave { raw, deps });
+            COUNT.store(graves.len(), Ordering::Release);
+            graves.len()
+        };
+        log::debug!(target: "cl_lifetime::event", "a failed event waits for its dependencies to end ({count} waiting)");
+        if count >= SWEEP_AT.load(Ordering::Acquire) {
+            let left = sweep();
+            SWEEP_AT.store((left * 2).max(16), Ordering::Release);
+        }
+    }
+
+    /// Releases every kept event whose dependencies have all ended; returns how many are
+    /// left. Cheap when there are none.
+    pub(crate) fn sweep() -> usize {
+        if COUNT.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
+        let (ready, left) = {
+            let Ok(mut graves) = GRAVES.try_lock() else {
+                return COUNT.load(Ordering::Acquire);
+            };
+            let (ready, waiting): (Vec<Grave>, Vec<Grave>) = std::mem::take(&mut *graves)
+                .into_iter()
+                .partition(|g| g.deps.iter().all(Event::is_terminal));
+            *graves = waiting;
+            COUNT.store(graves.len(), Ordering::Release);
+            (ready, graves.len())
+        };
+        // Outside the lock: dropping dependencies can bury more.
+        for grave in ready {
+            drop_iteratively(grave.deps);
+            release_raw(grave.raw);
+        }
+        left
     }
 }
 
@@ -130,12 +265,14 @@ impl fmt::Debug for Event {
 }
 
 impl Event {
-    pub(crate) fn from_enqueue(raw: cl_event, queue: &Arc<QueueInner>) -> Event {
+    /// The event of a command the library enqueued on `queue` after the events `deps`.
+    pub(crate) fn from_enqueue(
+        raw: cl_event,
+        queue: &Arc<QueueInner>,
+        deps: Option<Box<[Event]>>,
+    ) -> Event {
         Event {
-            inner: Arc::new(EventInner {
-                raw,
-                queue: Some(queue.clone()),
-            }),
+            inner: Arc::new(EventInner::new(raw, Some(queue.clone()), deps)),
         }
     }
 
@@ -147,8 +284,10 @@ impl Event {
     /// - the caller gives up one reference to it (from a `clEnqueue*` call,
     ///   `clCreateUserEvent` or `clRetainEvent`), which the `Event` will release.
     pub unsafe fn from_raw(raw: cl_event) -> Event {
+        // An event from outside may fail without the library seeing it.
+        FAILURES_POSSIBLE.store(true, Ordering::Release);
         Event {
-            inner: Arc::new(EventInner { raw, queue: None }),
+            inner: Arc::new(EventInner::new(raw, None, None)),
         }
     }
 
@@ -163,9 +302,32 @@ impl Event {
     ///
     /// [`Error::Cl`] when the status cannot be queried.
     pub fn status(&self) -> Result<Status> {
-        let raw = cl::get_event_info(self.inner.raw, cl::CL_EVENT_COMMAND_EXECUTION_STATUS)
-            .map_err(|s| Error::cl("clGetEventInfo", s))?;
-        Ok(Status::from_raw(raw.to_int()))
+        let seen = self.inner.seen.load(Ordering::Acquire);
+        if seen != UNKNOWN {
+            return Ok(Status::from_raw(seen));
+        }
+        let raw = read_status(self.inner.raw).map_err(|s| Error::cl("clGetEventInfo", s))?;
+        if raw <= cl::CL_COMPLETE && self.inner.seen.swap(raw, Ordering::AcqRel) == UNKNOWN {
+            if raw == cl::CL_COMPLETE {
+                // Complete, so every dependency completed before it: none is needed now,
+                // and letting them go breaks chains of commands that waited on each other.
+                let deps = self
+                    .inner
+                    .deps
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take();
+                if let Some(deps) = deps {
+                    drop_iteratively(deps);
+                }
+            } else {
+                match &self.inner.queue {
+                    Some(queue) => queue.ctx.gates.note_failure(),
+                    None => note_failure(),
+                }
+            }
+        }
+        Ok(Status::from_raw(raw))
     }
 
     /// Whether the command has completed or failed. An event whose status cannot be read
@@ -256,6 +418,19 @@ pub(crate) fn wait_terminal(raws: &[cl_event]) {
 /// look for failed events (tracker rule 5) only after one has happened.
 static FAILURE_EPOCH: AtomicU64 = AtomicU64::new(0);
 
+/// Whether a command may have failed without the library seeing it: set once a user
+/// event exists (it can be failed through its raw handle), an event from outside has
+/// been adopted, or a failure has been seen. Until then the enqueue path reads no status
+/// (it costs microseconds on some drivers); from then on it reads the status of every
+/// event it would put in a wait list, since a driver never runs a command whose wait
+/// list holds a failed event (PoCL leaves it queued forever).
+static FAILURES_POSSIBLE: AtomicBool = AtomicBool::new(false);
+
+/// See [`FAILURES_POSSIBLE`].
+pub(crate) fn failures_possible() -> bool {
+    FAILURES_POSSIBLE.load(Ordering::Acquire)
+}
+
 /// The number of failures seen so far.
 pub(crate) fn failure_epoch() -> u64 {
     FAILURE_EPOCH.load(Ordering::Acquire)
@@ -263,7 +438,55 @@ pub(crate) fn failure_epoch() -> u64 {
 
 /// Notes that a command failed.
 pub(crate) fn note_failure() {
+    FAILURES_POSSIBLE.store(true, Ordering::Release);
     FAILURE_EPOCH.fetch_add(1, Ordering::AcqRel);
+}
+
+/// The user events of one context that have not been set yet, with where each was
+/// created: a wait behind one of them lasts until the host sets it, so a buffer's Drop
+/// does not wait behind them (see [`ClBuffer`](crate::ClBuffer)'s Drop) and a stalled
+/// release names them in the log.
+#[derive(Default)]
+pub(crate) struct OpenGates {
+    open: Mutex<Vec<(u64, &'static std::panic::Location<'static>)>>,
+    count: AtomicUsize,
+    /// Failures seen in the context: a gate failed, or a failed status read.
+    failures: AtomicU64,
+}
+
+impl OpenGates {
+    /// Whether a command of the context has been seen to fail.
+    pub(crate) fn failure_seen(&self) -> bool {
+        self.failures.load(Ordering::Acquire) != 0
+    }
+
+    fn note_failure(&self) {
+        self.failures.fetch_add(1, Ordering::AcqRel);
+        note_failure();
+    }
+
+    /// How many gates of the context are still closed.
+    pub(crate) fn count(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// Where the closed gates were created.
+    pub(crate) fn sites(&self) -> Vec<&'static std::panic::Location<'static>> {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.iter().map(|&(_, site)| site).collect()
+    }
+
+    fn opened(&self, id: u64, site: &'static std::panic::Location<'static>) {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.push((id, site));
+        self.count.store(open.len(), Ordering::Release);
+    }
+
+    fn closed(&self, id: u64) {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.retain(|&(i, _)| i != id);
+        self.count.store(open.len(), Ordering::Release);
+    }
 }
 
 /// A gate the host opens ([`UserEvent::complete`]) or fails ([`UserEvent::fail`]).
@@ -272,6 +495,8 @@ pub(crate) fn note_failure() {
 pub struct UserEvent {
     event: Event,
     set: AtomicBool,
+    id: u64,
+    gates: Arc<OpenGates>,
 }
 
 impl fmt::Debug for UserEvent {
@@ -284,13 +509,21 @@ impl fmt::Debug for UserEvent {
 }
 
 impl UserEvent {
-    pub(crate) fn new(context: opencl3::types::cl_context) -> Result<UserEvent> {
+    pub(crate) fn new(
+        context: opencl3::types::cl_context,
+        gates: &Arc<OpenGates>,
+        id: u64,
+        site: &'static std::panic::Location<'static>,
+    ) -> Result<UserEvent> {
         let raw = cl::create_user_event(context).map_err(|s| Error::cl("clCreateUserEvent", s))?;
         // SAFETY: `raw` was just created and its one reference is handed over.
         let event = unsafe { Event::from_raw(raw) };
+        gates.opened(id, site);
         Ok(UserEvent {
             event,
             set: AtomicBool::new(false),
+            id,
+            gates: gates.clone(),
         })
     }
 
@@ -319,9 +552,7 @@ impl UserEvent {
         if status >= 0 {
             return Err(Error::cl("clSetUserEventStatus", cl::CL_INVALID_VALUE));
         }
-        let set = self.set_status(status);
-        note_failure();
-        set
+        self.set_status(status)
     }
 
     fn set_status(&self, status: cl_int) -> Result<()> {
@@ -331,8 +562,16 @@ impl UserEvent {
                 opencl3::error_codes::CL_INVALID_OPERATION,
             ));
         }
-        cl::set_user_event_status(self.event.as_raw(), status)
-            .map_err(|s| Error::cl("clSetUserEventStatus", s))
+        if status < 0 {
+            // Noted before the driver propagates it, so no enqueue that follows misses it.
+            self.gates.note_failure();
+        }
+        let set = cl::set_user_event_status(self.event.as_raw(), status)
+            .map_err(|s| Error::cl("clSetUserEventStatus", s));
+        self.gates.closed(self.id);
+        // Failed events that waited on this gate may be free to go now.
+        graveyard::sweep();
+        set
     }
 }
 

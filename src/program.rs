@@ -520,7 +520,7 @@ impl<'a> Arg<'a> {
 
     pub(crate) fn touch(&self) -> Option<Touch<'a>> {
         match self.0 {
-            ArgKind::Buffer(mem, access) => Some(Touch::new(mem, access)),
+            ArgKind::Buffer(mem, access) => Some(Touch::kernel_arg(mem, access)),
             _ => None,
         }
     }

@@ -13,12 +13,21 @@
 //!    the records is the order of the enqueues, whatever the threads do.
 //! 3. The wait list is the buffers' hazards ([`tracker`](crate::tracker) rules 1 and 2:
 //!    read after write, write after read or write, nothing from the command's own in-order
-//!    queue), plus the extra dependencies given to [`Queue::after`]. Once a failure has
-//!    been seen in the process (a gate failed, a failed status read), hazards that have
-//!    ended are left out: drivers fail or never run a command whose wait list holds a
-//!    failed event, and the failure is the earlier command's, reported by the buffer's
-//!    release. Before that, no status is read on the enqueue path (it costs microseconds
-//!    on NVIDIA).
+//!    queue), plus the extra dependencies given to [`Queue::after`]. Once a failure is
+//!    possible (a user event exists, an event was adopted from a raw handle, or a failure
+//!    was seen), the status of every event that would enter the wait list is read first:
+//!    ended hazards are left out, since drivers never run a command whose wait list holds
+//!    a failed event (PoCL leaves it queued forever, and its in-order queue with it); a
+//!    dependency given to `after` that has failed refuses the command with
+//!    [`Error::DependencyFailed`], and so does a command that reads a buffer whose last
+//!    write failed (buffer rule 6). Once a failure has been seen in the context, the command's own
+//!    in-order queue is not trusted either (PoCL stops ordering a queue's later commands
+//!    after its pending ones once one of them has failed): every unended hazard goes in
+//!    the wait list. Before any of that, no status is read on the enqueue path (it costs
+//!    microseconds on NVIDIA).
+//!    The new event keeps the events of its wait list until it is seen complete: a failed
+//!    command is not released while a dependency of it may still end (see
+//!    [`crate::event`]).
 //! 4. An event from another queue is flushed before it enters this queue's wait list
 //!    (DESIGN.md trap 5); each queue is flushed only if it has unflushed work.
 //! 5. A record that grows past [`FOLD_AT`](crate::tracker::FOLD_AT) live entries has its
@@ -41,7 +50,9 @@ use std::sync::{Arc, MutexGuard};
 use opencl3::command_queue as cl;
 use opencl3::types::{cl_command_queue, cl_event};
 
-use crate::buffer::{ClBuffer, MapStep, MemInner, PendingRead, Pod, Record};
+use crate::buffer::{
+    ClBuffer, FailedCommand, MapStep, MemInner, PendingRead, Pod, Record, failure_of,
+};
 use crate::context::{ContextInner, next_id};
 use crate::device::Device;
 use crate::error::{ClStatus, Error, Result, Transfer};
@@ -84,21 +95,22 @@ impl QueueInner {
         } else {
             0
         };
-        let properties = [u64::from(cl::CL_QUEUE_PROPERTIES), flags, 0];
-        // SAFETY: context and device are valid handles owned by `ctx`; `properties` is a
-        // zero-terminated list that outlives the call.
-        let created = unsafe {
-            cl::create_command_queue_with_properties(ctx.raw, device.id, properties.as_ptr())
-        };
-        let raw = match created {
-            Ok(raw) => raw,
-            // An OpenCL 1.x platform: the 1.x entry point takes the same flags.
-            Err(opencl3::error_codes::DLOPEN_FUNCTION_NOT_AVAILABLE) => {
-                // SAFETY: as above.
-                unsafe { cl::create_command_queue(ctx.raw, device.id, flags) }
-                    .map_err(|s| Error::cl("clCreateCommandQueue", s))?
+        let raw = if opencl_major(device.version()) >= 2 {
+            let properties = [u64::from(cl::CL_QUEUE_PROPERTIES), flags, 0];
+            // SAFETY: context and device are valid handles owned by `ctx`; `properties` is
+            // a zero-terminated list that outlives the call.
+            unsafe {
+                cl::create_command_queue_with_properties(ctx.raw, device.id, properties.as_ptr())
             }
-            Err(s) => return Err(Error::cl("clCreateCommandQueueWithProperties", s)),
+            .map_err(|s| Error::cl("clCreateCommandQueueWithProperties", s))?
+        } else {
+            // An OpenCL 1.x device: calling the 2.0 entry point there is undefined (with
+            // Oclgrind behind ocl-icd it spins forever, DESIGN.md trap 20), so the 1.x one,
+            // which takes the same flags.
+            // SAFETY: as above.
+            #[allow(deprecated)]
+            unsafe { cl::create_command_queue(ctx.raw, device.id, flags) }
+                .map_err(|s| Error::cl("clCreateCommandQueue", s))?
         };
         Ok(Queue {
             inner: Arc::new(QueueInner {
@@ -121,6 +133,16 @@ impl QueueInner {
     }
 }
 
+/// The major version in a `CL_DEVICE_VERSION` string (`OpenCL <major>.<minor> <vendor>`);
+/// 1 when it cannot be read, the version whose entry points every platform has.
+pub(crate) fn opencl_major(version: &str) -> u32 {
+    version
+        .strip_prefix("OpenCL ")
+        .and_then(|v| v.split('.').next())
+        .and_then(|major| major.trim().parse().ok())
+        .unwrap_or(1)
+}
+
 /// A command queue. Cheap to clone; all clones are the same queue.
 #[derive(Clone)]
 pub struct Queue {
@@ -141,14 +163,29 @@ pub(crate) struct Touch<'a> {
     pub(crate) mem: &'a MemInner,
     pub(crate) access: Access,
     pub(crate) map: MapStep,
+    /// Whether the command may read the buffer's contents (buffer rule 6): every read, a
+    /// kernel's writable argument (it may read too) and a map; not a write, fill or copy
+    /// into it, nor an unmap.
+    pub(crate) reads: bool,
 }
 
 impl<'a> Touch<'a> {
+    /// A command that reads the buffer when `access` is `Read`, and only writes it
+    /// otherwise.
     pub(crate) fn new(mem: &'a MemInner, access: Access) -> Self {
         Touch {
             mem,
             access,
             map: MapStep::None,
+            reads: access == Access::Read,
+        }
+    }
+
+    /// A kernel argument: a writable one may be read too.
+    pub(crate) fn kernel_arg(mem: &'a MemInner, access: Access) -> Self {
+        Touch {
+            reads: true,
+            ..Touch::new(mem, access)
         }
     }
 }
@@ -209,6 +246,17 @@ impl After<'_> {
         touches: impl IntoIterator<Item = &'t Touch<'t>>,
         enqueue: impl FnOnce(&[cl_event]) -> Result<cl_event>,
     ) -> Result<Event> {
+        self.submit_reading(touches, enqueue, None)
+    }
+
+    /// [`After::submit`], also handing back in `writer` the last write of the (one)
+    /// buffer touched, for a host read to check once it has ended (buffer rule 6).
+    fn submit_reading<'t>(
+        &self,
+        touches: impl IntoIterator<Item = &'t Touch<'t>>,
+        enqueue: impl FnOnce(&[cl_event]) -> Result<cl_event>,
+        mut writer: Option<&mut Option<Event>>,
+    ) -> Result<Event> {
         let queue = &self.queue.inner;
         let mut order: inline::List<&Touch<'_>> = inline::List::new();
         for touch in touches {
@@ -218,46 +266,73 @@ impl After<'_> {
             order.push(touch);
         }
         order.sort_by_key(|t| t.mem.id);
-        let mut locked: inline::List<(&MemInner, Access, MapStep, MutexGuard<'_, Record>)> =
+        let mut locked: inline::List<(&MemInner, Access, MapStep, bool, MutexGuard<'_, Record>)> =
             inline::List::new();
         for touch in order.iter() {
             match locked.last_mut() {
-                Some((mem, access, _, _)) if mem.id == touch.mem.id => {
+                Some((mem, access, _, reads, _)) if mem.id == touch.mem.id => {
                     if touch.access == Access::Write {
                         *access = Access::Write;
                     }
+                    *reads |= touch.reads;
                 }
-                _ => locked.push((touch.mem, touch.access, touch.map, touch.mem.lock_record())),
+                _ => locked.push((
+                    touch.mem,
+                    touch.access,
+                    touch.map,
+                    touch.reads,
+                    touch.mem.lock_record(),
+                )),
             }
         }
-        for (_, access, map, record) in locked.iter() {
+        // Reading an event's status costs microseconds on some drivers (NVIDIA), so the
+        // statuses of dependencies and hazards are read only once a failure is possible.
+        let failures_possible = crate::event::failures_possible();
+        for (_, access, map, reads, record) in locked.iter() {
             record.check_map(*access, *map)?;
+            // Buffer rule 6: nothing reads data whose write failed.
+            if failures_possible && *reads {
+                if let Some(failed) = record.failed_write() {
+                    return Err(dependency_failed(failed));
+                }
+            }
+        }
+        if failures_possible {
+            crate::event::graveyard::sweep();
+            // A driver never runs a command whose wait list holds a failed event.
+            if let Some(failed) = self.deps.iter().find_map(|d| failure_of(d)) {
+                return Err(dependency_failed(failed));
+            }
         }
 
-        // Rules 1 to 3: the wait list.
+        // Rules 1 to 3: the wait list, and the events it holds (kept by the new event).
         let mut wait = inline::WaitList::new();
+        let mut holds: inline::List<Event> = inline::List::new();
         let mut unelided = self.deps.len();
         for dep in self.deps {
             if !dep.same_queue(queue) {
                 dep.flush_producer()?;
             }
             wait.push(dep.as_raw());
+            holds.push((*dep).clone());
         }
-        // Reading an event's status costs microseconds on some drivers (NVIDIA), so ended
-        // hazards are looked for only once a failure has been seen in this process.
-        let failures_seen = crate::event::failure_epoch() != 0;
-        for (_, access, _, record) in locked.iter_mut() {
+        // PoCL stops ordering an in-order queue's later commands after earlier pending ones
+        // once a command on it has failed, so after a failure in the context the queue's
+        // order is not trusted: every unended hazard goes in the wait list.
+        let failure_seen = queue.ctx.gates.failure_seen();
+        for (_, access, _, _, record) in locked.iter_mut() {
             unelided += record.events().hazards_without_elision(*access);
-            let after_failure = record.after_failure();
+            let after_failure = record.after_failure() || failure_seen;
             let events = record.events();
             let mut add = |entry: &Entry<Event>| -> Result<()> {
                 // A finished command needs no wait, and a failed one must not be waited on:
                 // drivers fail (or never run) a command whose wait list holds a failed event.
-                if !(failures_seen && entry.event.is_terminal()) {
+                if !(failures_possible && entry.event.is_terminal()) {
                     if !entry.event.same_queue(queue) {
                         entry.event.flush_producer()?;
                     }
                     wait.push(entry.event.as_raw());
+                    holds.push(entry.event.clone());
                 }
                 Ok(())
             };
@@ -277,17 +352,29 @@ impl After<'_> {
 
         let raw = enqueue(wait)?;
         queue.dirty.store(true, Ordering::Release);
-        let event = Event::from_enqueue(raw, queue);
-        for (_, access, map, record) in locked.iter_mut() {
+        let deps = (holds.len() != 0).then(|| holds.into_boxed_slice());
+        let event = Event::from_enqueue(raw, queue, deps);
+        // The commit: nothing from here on can fail, so every buffer touched records the
+        // command (a buffer that did not could be released while it runs).
+        for (_, access, map, _, record) in locked.iter_mut() {
+            if let Some(writer) = writer.as_deref_mut() {
+                *writer = record.last_write().cloned();
+            }
             record.record(
                 queue.lane,
                 *access,
                 event.clone(),
                 !wait.is_empty(),
-                failures_seen,
+                failures_possible,
             );
             record.apply_map(*map);
-            self.fold(record)?;
+        }
+        // Rule 5, after the commit: a fold that cannot be enqueued leaves the record as it
+        // is (longer, still complete).
+        for (_, _, _, _, record) in locked.iter_mut() {
+            if let Err(e) = self.fold(record) {
+                log::warn!(target: "cl_lifetime::queue", "folding a record's reads: {e}");
+            }
         }
         Ok(event)
     }
@@ -295,27 +382,44 @@ impl After<'_> {
     /// Rule 5: folds a record's oldest reads into one marker on this queue when it has
     /// grown past its bound.
     fn fold(&self, record: &mut Record) -> Result<()> {
+        #[cfg(test)]
+        if tests::FAIL_FOLDS.get() && !record.events().reads_to_fold().is_empty() {
+            return Err(Error::cl(
+                "clEnqueueMarkerWithWaitList",
+                opencl3::error_codes::CL_OUT_OF_HOST_MEMORY,
+            ));
+        }
         let queue = &self.queue.inner;
-        let folded: Vec<cl_event> = {
+        let failures_possible = crate::event::failures_possible();
+        let (count, holds): (usize, Vec<Event>) = {
             let reads = record.events().reads_to_fold();
             if reads.is_empty() {
                 return Ok(());
             }
-            for event in &reads {
+            // The marker stands for every read folded; those that have ended need no
+            // wait, and a failed one must not be waited on (see `submit`).
+            let live: Vec<Event> = reads
+                .iter()
+                .filter(|e| !(failures_possible && e.is_terminal()))
+                .map(|&e| e.clone())
+                .collect();
+            for event in &live {
                 if !event.same_queue(queue) {
                     event.flush_producer()?;
                 }
             }
-            reads.iter().map(|e| e.as_raw()).collect()
+            (reads.len(), live)
         };
-        // SAFETY: the wait list holds live events (retained by the record) and outlives the
-        // call.
+        let folded: Vec<cl_event> = holds.iter().map(Event::as_raw).collect();
+        // SAFETY: the wait list holds live events (retained by `holds`) and outlives the
+        // call; an empty one is passed as null.
         let raw = unsafe {
-            cl::enqueue_marker_with_wait_list(queue.raw, folded.len() as u32, folded.as_ptr())
+            cl::enqueue_marker_with_wait_list(queue.raw, folded.len() as u32, wait_ptr(&folded))
         }
         .map_err(|s| Error::cl("clEnqueueMarkerWithWaitList", s))?;
         queue.dirty.store(true, Ordering::Release);
-        record.fold(folded.len(), queue.lane, Event::from_enqueue(raw, queue));
+        let deps = (!holds.is_empty()).then(|| holds.into_boxed_slice());
+        record.fold(count, queue.lane, Event::from_enqueue(raw, queue, deps));
         Ok(())
     }
 
@@ -355,27 +459,33 @@ impl After<'_> {
         offset: usize,
         out: *mut T,
         len: usize,
+        writer: &mut Option<Event>,
     ) -> Result<Event> {
         check_range(Transfer::Read, offset, len, buffer.len())?;
         let mem = buffer.mem();
         let queue = self.queue.inner.raw;
-        self.submit(&[Touch::new(mem, Access::Read)], |wait| {
-            // SAFETY: the range was checked; the callers keep `out` alive and unaliased
-            // until the command ends (rule 4); every bit pattern is a valid `T: Pod`.
-            unsafe {
-                cl::enqueue_read_buffer(
-                    queue,
-                    mem.raw(),
-                    cl::CL_NON_BLOCKING,
-                    offset * size_of::<T>(),
-                    len * size_of::<T>(),
-                    out.cast(),
-                    wait.len() as u32,
-                    wait_ptr(wait),
-                )
-            }
-            .map_err(|s| Error::cl("clEnqueueReadBuffer", s))
-        })
+        let touch = [Touch::new(mem, Access::Read)];
+        self.submit_reading(
+            &touch,
+            |wait| {
+                // SAFETY: the range was checked; the callers keep `out` alive and unaliased
+                // until the command ends (rule 4); every bit pattern is a valid `T: Pod`.
+                unsafe {
+                    cl::enqueue_read_buffer(
+                        queue,
+                        mem.raw(),
+                        cl::CL_NON_BLOCKING,
+                        offset * size_of::<T>(),
+                        len * size_of::<T>(),
+                        out.cast(),
+                        wait.len() as u32,
+                        wait_ptr(wait),
+                    )
+                }
+                .map_err(|s| Error::cl("clEnqueueReadBuffer", s))
+            },
+            Some(writer),
+        )
     }
 
     /// Writes `data` to the start of `buffer` and blocks until that write is done.
@@ -447,9 +557,10 @@ impl After<'_> {
         offset: usize,
         out: &mut [T],
     ) -> Result<()> {
-        let event = self.enqueue_read(buffer, offset, out.as_mut_ptr(), out.len())?;
-        // Rule 4: `out` is borrowed, so this returns only when the command has ended.
-        event.wait()
+        let mut writer = None;
+        let event = self.enqueue_read(buffer, offset, out.as_mut_ptr(), out.len(), &mut writer)?;
+        // Rule 6: `out` is borrowed, so this returns only when the command has ended.
+        settle(&event, writer.as_ref())
     }
 
     /// Reads the whole buffer into a new `Vec` without blocking.
@@ -476,8 +587,9 @@ impl After<'_> {
         let mut data: Vec<T> = Vec::with_capacity(len);
         // The device fills the spare capacity; `PendingRead` sets the length only after
         // the read has completed, and owns the allocation until then (rule 4).
-        let event = self.enqueue_read(buffer, range.start, data.as_mut_ptr(), len)?;
-        Ok(PendingRead::new(event, data, len))
+        let mut writer = None;
+        let event = self.enqueue_read(buffer, range.start, data.as_mut_ptr(), len, &mut writer)?;
+        Ok(PendingRead::new(event, writer, data, len))
     }
 
     /// Copies all of `src` to the start of `dst`.
@@ -621,24 +733,30 @@ impl After<'_> {
             mem,
             access,
             map: MapStep::Map(access),
+            reads: true,
         };
-        let event = self.submit(&[touch], |wait| {
-            // SAFETY: the range was checked; `ptr` receives the mapped address.
-            unsafe {
-                cl::enqueue_map_buffer(
-                    queue,
-                    mem.raw(),
-                    cl::CL_NON_BLOCKING,
-                    flags,
-                    range.start * size_of::<T>(),
-                    len * size_of::<T>(),
-                    &mut ptr,
-                    wait.len() as u32,
-                    wait_ptr(wait),
-                )
-            }
-            .map_err(|s| Error::cl("clEnqueueMapBuffer", s))
-        })?;
+        let mut writer = None;
+        let event = self.submit_reading(
+            &[touch],
+            |wait| {
+                // SAFETY: the range was checked; `ptr` receives the mapped address.
+                unsafe {
+                    cl::enqueue_map_buffer(
+                        queue,
+                        mem.raw(),
+                        cl::CL_NON_BLOCKING,
+                        flags,
+                        range.start * size_of::<T>(),
+                        len * size_of::<T>(),
+                        &mut ptr,
+                        wait.len() as u32,
+                        wait_ptr(wait),
+                    )
+                }
+                .map_err(|s| Error::cl("clEnqueueMapBuffer", s))
+            },
+            Some(&mut writer),
+        )?;
         // From here on the guard unmaps, whatever happens.
         let mapping = Mapping {
             queue: self.queue.clone(),
@@ -648,7 +766,7 @@ impl After<'_> {
             access,
             _elements: PhantomData,
         };
-        event.wait()?;
+        settle(&event, writer.as_ref())?;
         Ok(mapping)
     }
 
@@ -706,6 +824,7 @@ impl<T: Pod> Drop for Mapping<'_, T> {
             mem,
             access: self.access,
             map: MapStep::Unmap(self.access),
+            reads: false,
         };
         let unmapped = self.queue.after(&[]).submit(&[touch], |wait| {
             // SAFETY: `ptr` came from clEnqueueMapBuffer on this buffer and is unmapped
@@ -773,6 +892,26 @@ impl<T: Pod> fmt::Debug for MappedMut<'_, T> {
             .field("len", &self.0.len)
             .finish()
     }
+}
+
+fn dependency_failed(failed: FailedCommand) -> Error {
+    Error::DependencyFailed {
+        command: failed.command,
+        status: failed.status,
+    }
+}
+
+/// Waits for a host command that reads a buffer (a read or a map), then applies buffer
+/// rule 6: if `writer`, the buffer's last write when the command was enqueued, failed,
+/// the data is not what was asked for.
+fn settle(event: &Event, writer: Option<&Event>) -> Result<()> {
+    let ended = event.wait();
+    if crate::event::failures_possible() {
+        if let Some(failed) = writer.and_then(failure_of) {
+            return Err(dependency_failed(failed));
+        }
+    }
+    ended
 }
 
 pub(crate) fn wait_ptr(wait: &[cl_event]) -> *const cl_event {
@@ -939,6 +1078,14 @@ mod inline {
             }
         }
 
+        /// The items, in order, on the heap.
+        pub(super) fn into_boxed_slice(self) -> Box<[T]> {
+            match self {
+                List::Inline(items, len) => items.into_iter().take(len).flatten().collect(),
+                List::Heap(heap) => heap.into_boxed_slice(),
+            }
+        }
+
         pub(super) fn last_mut(&mut self) -> Option<&mut T> {
             match self {
                 List::Inline(items, len) => items[..*len].last_mut().and_then(Option::as_mut),
@@ -1076,5 +1223,55 @@ mod inline {
                 assert_eq!(wait.as_slice(), &expected[..]);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Makes every fold on this thread fail, as an enqueue the driver refuses would.
+        pub(super) static FAIL_FOLDS: Cell<bool> = const { Cell::new(false) };
+    }
+
+    #[test]
+    fn the_queue_entry_point_follows_the_device_version() {
+        assert_eq!(opencl_major("OpenCL 1.2 Oclgrind 21.10"), 1);
+        assert_eq!(opencl_major("OpenCL 3.0 CUDA"), 3);
+        assert_eq!(opencl_major("OpenCL 3.0 PoCL HSTR: pthread-x86_64"), 3);
+        assert_eq!(opencl_major("OpenCL 2.1 AMD-APP"), 2);
+        assert_eq!(opencl_major("garbage"), 1);
+        assert_eq!(opencl_major(""), 1);
+    }
+
+    /// A fold that fails after the enqueue must not leave the other buffers of the
+    /// command without its event (they could be released while it runs).
+    #[test]
+    fn a_command_is_recorded_on_every_buffer_even_when_a_fold_fails() {
+        let Ok(ctx) = crate::Context::from_env() else {
+            return;
+        };
+        let Ok(ooo) = ctx.out_of_order_queue() else {
+            return;
+        };
+        let a = ctx.buffer::<u32>(16).unwrap();
+        let b = ctx.buffer::<u32>(16).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let reads: Vec<_> = (0..crate::tracker::FOLD_AT)
+            .map(|_| ooo.after(&[gate.event()]).read_owned(&a).unwrap())
+            .collect();
+        FAIL_FOLDS.set(true);
+        let copied = ooo.after(&[gate.event()]).copy(&a, &b);
+        FAIL_FOLDS.set(false);
+        let on_b = b.mem().lock_record().events().len();
+        gate.complete().unwrap();
+        for read in reads {
+            read.wait().unwrap();
+        }
+        let copy = copied.expect("the copy was enqueued, so it is reported");
+        copy.wait().unwrap();
+        assert_eq!(on_b, 1, "the copy is missing from its destination's record");
     }
 }

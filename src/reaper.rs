@@ -3,111 +3,159 @@
 //! # Rules
 //!
 //! 1. [`ClBuffer::release_deferred`](crate::ClBuffer::release_deferred) returns at once:
-//!    the buffer and its event record go to the context's reaper thread, which waits on the
-//!    events and releases the memory (the OpenCL `cudaFreeAsync`).
+//!    the buffer and its event record go to the context's reaper thread, which frees the
+//!    memory once the events have ended (the OpenCL `cudaFreeAsync`).
 //! 2. Nothing blocking runs in an event callback, and `clReleaseMemObject` never runs in one
-//!    (DESIGN.md trap 6): the reaper is an ordinary thread that blocks in
-//!    `clWaitForEvents`. NVIDIA's `clReleaseMemObject`, which can block for a whole kernel
-//!    (trap 7), blocks the reaper, never the caller.
+//!    (DESIGN.md trap 6): the reaper is an ordinary thread. NVIDIA's `clReleaseMemObject`,
+//!    which can block for a whole kernel (trap 7), blocks the reaper, never the caller.
 //! 3. [`Context::wait_deferred`](crate::Context::wait_deferred) waits until every deferred
 //!    release submitted before the call is done; dropping the last handle of a context
-//!    does the same.
-//! 4. Jobs run in submission order. The thread starts with the first job and ends when the
-//!    context is gone.
+//!    does the same, unless a user event of the context is still unset (then a release
+//!    may be behind it, and the reaper finishes on its own).
+//! 4. Whatever has finished is freed first: the reaper never blocks on one release. It
+//!    asks each pending release to advance ([`Deferred::poll`]: its commands ended? then
+//!    release; the driver freed it, or its grace passed? then done), and between rounds
+//!    with nothing done it sleeps, from 20 µs doubling up to 1 ms, waking at once for a
+//!    new release. So a busy buffer, or one whose free is held up by a reference outside
+//!    the library, holds up no other.
+//! 5. The thread starts with the first release and ends when the context is gone.
 
-use std::sync::mpsc::{self, Sender};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::{self, JoinHandle, ThreadId};
+use std::time::Duration;
 
-/// A deferred release, or any other work that must leave the caller's thread.
-pub(crate) type Job = Box<dyn FnOnce() + Send>;
+/// A deferred release, advanced step by step without blocking (rule 4).
+pub(crate) trait Deferred: Send {
+    /// Advances the release as far as it can without blocking; `true` once it is done.
+    fn poll(&mut self) -> bool;
+}
+
+/// The first pause between rounds that finished nothing (rule 4).
+const FIRST_PAUSE: Duration = Duration::from_micros(20);
+/// The longest pause between rounds that finished nothing (rule 4).
+const LONGEST_PAUSE: Duration = Duration::from_millis(1);
 
 #[derive(Default)]
-struct Progress {
+struct State {
+    /// Submitted and not yet taken by the thread.
+    new: Vec<Box<dyn Deferred>>,
     submitted: u64,
     done: u64,
+    /// The context is gone: the thread ends once nothing is pending.
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    /// Signals the thread: a new release, or closing.
+    wake: Condvar,
+    /// Signals waiters: a release is done.
+    progress: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 #[derive(Default)]
 pub(crate) struct Reaper {
-    sender: Mutex<Option<Sender<Job>>>,
+    shared: Arc<Shared>,
     thread: Mutex<Option<(JoinHandle<()>, ThreadId)>>,
-    progress: std::sync::Arc<(Mutex<Progress>, Condvar)>,
 }
 
 impl Reaper {
     /// Rule 1: hands `job` to the reaper thread, starting it if needed. If the thread cannot
-    /// be started, the job runs here instead: late is better than leaked.
-    pub(crate) fn submit(&self, job: Job) {
-        let mut sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
-        if sender.is_none() {
+    /// be started, the job runs here instead, to the end: late is better than leaked.
+    pub(crate) fn submit(&self, mut job: Box<dyn Deferred>) {
+        let mut thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner);
+        if thread.is_none() {
             match self.start() {
-                Ok(started) => *sender = Some(started),
+                Ok(started) => *thread = Some(started),
                 Err(e) => {
+                    drop(thread);
                     log::error!(target: "cl_lifetime::reaper", "no reaper thread ({e}); releasing on the caller's thread");
-                    job();
+                    while !job.poll() {
+                        thread::sleep(LONGEST_PAUSE);
+                    }
                     return;
                 }
             }
         }
-        self.progress
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .submitted += 1;
-        if let Some(tx) = sender.as_ref() {
-            if let Err(mpsc::SendError(job)) = tx.send(job) {
-                // The thread is gone (it cannot be, while `sender` lives): run it here.
-                job();
-                self.finished();
-            }
-        }
+        drop(thread);
+        let mut state = self.shared.lock();
+        state.submitted += 1;
+        state.new.push(job);
+        drop(state);
+        self.shared.wake.notify_one();
     }
 
-    fn start(&self) -> std::io::Result<Sender<Job>> {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let progress = self.progress.clone();
+    fn start(&self) -> std::io::Result<(JoinHandle<()>, ThreadId)> {
+        let shared = self.shared.clone();
         let handle = thread::Builder::new()
             .name("cl-lifetime-reaper".to_string())
-            .spawn(move || {
-                for job in rx {
-                    job();
-                    let (lock, signal) = &*progress;
-                    lock.lock().unwrap_or_else(PoisonError::into_inner).done += 1;
-                    signal.notify_all();
-                }
-            })?;
+            .spawn(move || run(&shared))?;
         let id = handle.thread().id();
-        *self.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some((handle, id));
-        Ok(tx)
+        Ok((handle, id))
     }
 
-    fn finished(&self) {
-        let (lock, signal) = &*self.progress;
-        lock.lock().unwrap_or_else(PoisonError::into_inner).done += 1;
-        signal.notify_all();
-    }
-
-    /// Rule 3: blocks until every job submitted before this call has run.
+    /// Rule 3: blocks until every job submitted before this call is done.
     pub(crate) fn wait_idle(&self) {
-        let (lock, signal) = &*self.progress;
-        let progress = lock.lock().unwrap_or_else(PoisonError::into_inner);
-        let target = progress.submitted;
-        let _done = signal
-            .wait_while(progress, |p| p.done < target)
+        let state = self.shared.lock();
+        let target = state.submitted;
+        let _done = self
+            .shared
+            .progress
+            .wait_while(state, |s| s.done < target)
             .unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+/// The reaper thread (rule 4).
+fn run(shared: &Shared) {
+    let mut pending: Vec<Box<dyn Deferred>> = Vec::new();
+    let mut pause = FIRST_PAUSE;
+    loop {
+        {
+            let mut state = shared.lock();
+            if pending.is_empty() && state.new.is_empty() {
+                if state.closed {
+                    return;
+                }
+                state = shared
+                    .wake
+                    .wait_while(state, |s| s.new.is_empty() && !s.closed)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            pending.append(&mut state.new);
+        }
+        let before = pending.len();
+        // A finished job drops here, outside the lock: its drop may drop the context,
+        // and with it this reaper.
+        pending.retain_mut(|job| !job.poll());
+        crate::event::graveyard::sweep();
+        let finished = (before - pending.len()) as u64;
+        let mut state = shared.lock();
+        if finished > 0 {
+            state.done += finished;
+            shared.progress.notify_all();
+            pause = FIRST_PAUSE;
+        } else if !pending.is_empty() && state.new.is_empty() {
+            let (_state, _) = shared
+                .wake
+                .wait_timeout_while(state, pause, |s| s.new.is_empty() && !s.closed)
+                .unwrap_or_else(PoisonError::into_inner);
+            pause = (pause * 2).min(LONGEST_PAUSE);
+        }
     }
 }
 
 impl Drop for Reaper {
     fn drop(&mut self) {
-        // Closing the channel ends the thread once its queue is empty.
-        drop(
-            self.sender
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(),
-        );
+        self.shared.lock().closed = true;
+        self.shared.wake.notify_all();
         let thread = self
             .thread
             .get_mut()
@@ -120,5 +168,80 @@ impl Drop for Reaper {
                 log::error!(target: "cl_lifetime::reaper", "the reaper thread panicked");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A job done after `polls` polls, counting its polls in `seen`.
+    struct Countdown {
+        polls: usize,
+        done_order: Arc<Mutex<Vec<usize>>>,
+        name: usize,
+        seen: Arc<AtomicUsize>,
+    }
+
+    impl Deferred for Countdown {
+        fn poll(&mut self) -> bool {
+            self.seen.fetch_add(1, Ordering::Relaxed);
+            if self.polls == 0 {
+                self.done_order.lock().unwrap().push(self.name);
+                return true;
+            }
+            self.polls -= 1;
+            false
+        }
+    }
+
+    #[test]
+    fn a_job_that_finishes_first_is_done_first_whatever_the_submission_order() {
+        let reaper = Reaper::default();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::new(AtomicUsize::new(0));
+        let slow = Countdown {
+            polls: 50,
+            done_order: order.clone(),
+            name: 1,
+            seen: seen.clone(),
+        };
+        let quick = Countdown {
+            polls: 0,
+            done_order: order.clone(),
+            name: 2,
+            seen: seen.clone(),
+        };
+        reaper.submit(Box::new(slow));
+        reaper.submit(Box::new(quick));
+        reaper.wait_idle();
+        assert_eq!(*order.lock().unwrap(), [2, 1]);
+        assert!(seen.load(Ordering::Relaxed) >= 52);
+    }
+
+    /// A job blocked until the test opens it.
+    struct Blocked(Arc<(Mutex<bool>, Condvar)>);
+
+    impl Deferred for Blocked {
+        fn poll(&mut self) -> bool {
+            *self.0.0.lock().unwrap()
+        }
+    }
+
+    #[test]
+    fn wait_idle_waits_for_every_job_submitted_before_it() {
+        let reaper = Reaper::default();
+        let open = Arc::new((Mutex::new(false), Condvar::new()));
+        reaper.submit(Box::new(Blocked(open.clone())));
+        let waited = std::thread::scope(|s| {
+            let waiter = s.spawn(|| reaper.wait_idle());
+            // The job cannot be done before it is opened, however often it is polled.
+            assert_eq!(reaper.shared.lock().done, 0);
+            *open.0.lock().unwrap() = true;
+            waiter.join().is_ok()
+        });
+        assert!(waited);
+        assert_eq!(reaper.shared.lock().done, 1);
     }
 }

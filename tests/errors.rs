@@ -6,7 +6,7 @@ mod common;
 
 use std::error::Error as _;
 use std::fmt::Debug;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use cl_lifetime::{Arg, ClBuffer, Context, Error, Kernel, Pod, Queue, Transfer};
 
@@ -14,30 +14,7 @@ use cl_lifetime::{Arg, ClBuffer, Context, Error, Kernel, Pod, Queue, Transfer};
 const BROKEN_SOURCE: &str = "__kernel void broken(__global int *out) {\n    \
                              out[get_global_id(0)] = undeclared_thing_xyz;\n}\n";
 
-/// A temp folder unique to this process and test, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(test: &str) -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("cl-lifetime-errors-{}-{test}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-
-    fn write(&self, name: &str, contents: &[u8]) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, contents).expect("write temp file");
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::TempDir;
 
 /// A buffer of 16 `u32`s with an empty record, so that any command wrongly recorded on
 /// it shows. (On an in-order queue a new write replaces the older write in the record, so
@@ -553,7 +530,7 @@ fn kernel_file_name_without_extension_is_also_looked_for_with_cl() {
 fn directory_named_like_a_kernel_file_is_not_found() {
     let ctx = device!();
     let tmp = TempDir::new("directory_named_like_a_kernel_file");
-    let dir = tmp.0.join("x.cl");
+    let dir = tmp.path().join("x.cl");
     std::fs::create_dir(&dir).unwrap();
     let err = ctx.program(dir.to_str().unwrap(), "").unwrap_err();
     let Error::KernelFileNotFound { searched, .. } = &err else {

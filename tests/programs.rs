@@ -3,9 +3,8 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use cl_lifetime::{Arg, Context, Error, KERNELS_VAR};
 
@@ -109,30 +108,7 @@ fn cached_programs_from_another_context_are_not_used() {
     );
 }
 
-/// Removes a temporary folder when dropped, whatever the test's outcome.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let dir =
-            std::env::temp_dir().join(format!("cl-lifetime-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create a temporary folder");
-        TempDir(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::TempDir;
 
 /// `CL_LIFETIME_KERNELS` is process-global and tests run in parallel, so the lookup runs
 /// in a child process: this test executable again, running only

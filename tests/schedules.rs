@@ -11,6 +11,30 @@
 //! really enqueued before they ran. A blocking command whose inputs depend on a closed
 //! gate opens it first (the plan says so), so no schedule can deadlock.
 //!
+//! The failure-mode test also fails gates (`UserEvent::fail`) or drops them while closed,
+//! and gives some commands a gate that has failed already. Which commands then fail is
+//! not predicted (drivers propagate failures differently); instead every command's
+//! outcome is observed (refused at enqueue, or its event's final status) and the model is
+//! replayed in program order with a command changing the buffers only if it completed. A
+//! buffer's last write is the latest earlier command not refused at enqueue that writes
+//! it, and the failure rule must hold:
+//!
+//! - R1: a host read or map that returned data read a buffer whose last write did not
+//!   fail, and the data is the model's;
+//! - R2: a host read whose buffer's last write failed returned an error
+//!   (`DependencyFailed`, or `CommandFailed` when the read itself failed);
+//! - R3: a copy or kernel that completed read no buffer whose last write failed;
+//! - R4: a command given a gate that had failed was refused at enqueue, and every refusal
+//!   was one of those or of a command reading a buffer whose last write failed;
+//! - R5: nothing hangs (a watchdog aborts with the schedule after 30 s), and once the
+//!   buffers are dropped the context accounts for no live or pending bytes.
+//!
+//! A gate that will fail never gates a blocking command: like one that will open, it is
+//! set before. And before the host fails a gate it waits for every command that cannot be
+//! waiting on a closed gate: PoCL 3.1 aborts (`pocl_util.c` assertions
+//! `event->status == CL_SUBMITTED`, `cq->command_count > 0`) or crashes now and then when
+//! a command's dependency completes on the device while the host fails another of them.
+//!
 //! The threaded test gives each host thread its own queue and buffers, plus buffers all
 //! threads only read; their one write is gated until every thread has enqueued all it can
 //! without blocking. Threads never map the shared buffers: PoCL 3.1 crashes, or maps
@@ -22,7 +46,8 @@
 //! A failure prints the seed of the failing schedule (or round) with its command list.
 //!
 //! - `CL_LIFETIME_SCHEDULE_SEED=<u64>` runs only that one schedule (in
-//!   `random_schedules_match_a_sequential_model`) or that one round (in
+//!   `random_schedules_match_a_sequential_model` and
+//!   `random_schedules_with_failures_keep_the_failure_rule`) or that one round (in
 //!   `threads_with_their_own_queues_match_a_sequential_model`); name the test on the
 //!   command line to run just one of them. The lowest bit of a seed picks the context:
 //!   0 for one device, 1 for two devices of one platform (`common::two_device_context`;
@@ -30,6 +55,8 @@
 //! - `CL_LIFETIME_SCHEDULES=<n>` sets how many schedules the first test runs (default
 //!   2,000, half of them on two devices when there are two).
 //! - `CL_LIFETIME_ROUNDS=<n>` sets how many rounds the threaded test runs (default 300).
+//! - `CL_LIFETIME_FAILURE_SCHEDULES=<n>` sets how many schedules the failure-mode test
+//!   runs (default 300, half of them on two devices when there are two).
 //!
 //! ```text
 //! POCL_DEVICES="pthread pthread" CL_LIFETIME_SCHEDULE_SEED=1234 \
@@ -40,20 +67,28 @@ mod common;
 
 use std::cell::Cell;
 use std::fmt;
+use std::io::Write as _;
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cl_lifetime::{
-    Arg, ClBuffer, Context, Event, HazardStats, Kernel, PendingRead, Queue, UserEvent, wait_all,
+    After, Arg, ClBuffer, Context, Event, HazardStats, Kernel, PendingRead, Queue, UserEvent,
+    wait_all,
 };
 
 const SEED_VAR: &str = "CL_LIFETIME_SCHEDULE_SEED";
 const SCHEDULES_VAR: &str = "CL_LIFETIME_SCHEDULES";
 const ROUNDS_VAR: &str = "CL_LIFETIME_ROUNDS";
+const FAILURE_SCHEDULES_VAR: &str = "CL_LIFETIME_FAILURE_SCHEDULES";
 const DEFAULT_SCHEDULES: usize = 2000;
 const DEFAULT_ROUNDS: usize = 300;
+const DEFAULT_FAILURE_SCHEDULES: usize = 300;
+/// The status failure-mode plans fail gates with.
+const GATE_FAILURE: i32 = -1234;
+/// How long one failure-mode schedule may run before the test calls it a hang.
+const HANG_LIMIT: Duration = Duration::from_secs(30);
 /// Queues of each kind per device in a context's pool: the most a schedule uses.
 const MAX_QUEUES: usize = 4;
 /// User-event gates per plan, at most (one bit each in a `u32` mask).
@@ -265,6 +300,93 @@ impl Kind {
             Kind::Write { .. } | Kind::Read { .. } | Kind::Map { .. }
         )
     }
+
+    /// The buffers whose contents the command may read (buffer rule 6): a host read's or
+    /// map's, a copy's source, and every buffer argument of a kernel, writable ones too.
+    fn reads(&self) -> Vec<usize> {
+        match *self {
+            Kind::Write { .. }
+            | Kind::WriteOwned { .. }
+            | Kind::Fill { .. }
+            | Kind::FillRange { .. } => vec![],
+            Kind::Copy { src, .. } | Kind::CopyRange { src, .. } => vec![src],
+            Kind::AddConst { b, .. }
+            | Kind::Read { b, .. }
+            | Kind::ReadOwned { b, .. }
+            | Kind::Map { b, .. } => vec![b],
+            Kind::Axpy { x, y, .. } => vec![x, y],
+        }
+    }
+
+    /// The buffers the command writes: it becomes their last write.
+    fn writes(&self) -> Vec<usize> {
+        match *self {
+            Kind::Write { b, .. }
+            | Kind::WriteOwned { b, .. }
+            | Kind::Fill { b, .. }
+            | Kind::FillRange { b, .. }
+            | Kind::AddConst { b, .. } => vec![b],
+            Kind::Copy { dst, .. } | Kind::CopyRange { dst, .. } => vec![dst],
+            Kind::Axpy { y, .. } => vec![y],
+            Kind::Read { .. } | Kind::ReadOwned { .. } | Kind::Map { .. } => vec![],
+        }
+    }
+
+    /// Whether the host reads the data back (a read or a map).
+    fn is_host_read(&self) -> bool {
+        matches!(
+            self,
+            Kind::Read { .. } | Kind::ReadOwned { .. } | Kind::Map { .. }
+        )
+    }
+
+    /// The buffer and elements a host read or map returns.
+    fn read_span(&self) -> Option<(usize, Range<usize>)> {
+        match self {
+            Kind::Read { b, range } | Kind::ReadOwned { b, range, .. } | Kind::Map { b, range } => {
+                Some((*b, range.clone()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Applies the command to the sequential model (a read changes nothing).
+    fn apply(&self, model: &mut [Vec<i32>]) {
+        match *self {
+            Kind::Write { b, at, len, data } | Kind::WriteOwned { b, at, len, data } => {
+                model[b][at..at + len].copy_from_slice(&data.values(len));
+            }
+            Kind::Fill { b, value } => model[b].fill(value),
+            Kind::FillRange {
+                b,
+                value,
+                ref range,
+            } => model[b][range.clone()].fill(value),
+            Kind::Copy { src, dst } => model[dst] = model[src].clone(),
+            Kind::CopyRange {
+                src,
+                src_at,
+                dst,
+                dst_at,
+                len,
+            } => {
+                let moved = model[src][src_at..src_at + len].to_vec();
+                model[dst][dst_at..dst_at + len].copy_from_slice(&moved);
+            }
+            Kind::AddConst { b, c } => {
+                for v in &mut model[b] {
+                    *v = v.wrapping_add(c);
+                }
+            }
+            Kind::Axpy { x, y, a } => {
+                let xs = model[x].clone();
+                for (v, x) in model[y].iter_mut().zip(xs) {
+                    *v = a.wrapping_mul(x).wrapping_add(*v);
+                }
+            }
+            Kind::Read { .. } | Kind::ReadOwned { .. } | Kind::Map { .. } => {}
+        }
+    }
 }
 
 impl fmt::Display for Kind {
@@ -315,6 +437,16 @@ enum Step {
     },
     /// Open the gates whose bits are set.
     Open(u32),
+    /// Fail the gates whose bits are set, with [`GATE_FAILURE`] (failure mode only).
+    Fail(u32),
+    /// Drop the gates whose bits are set while still closed, which fails them (failure
+    /// mode only).
+    Drop(u32),
+}
+
+/// The gates whose bits are set in `mask`, lowest first.
+fn gates_in(mask: u32) -> impl Iterator<Item = usize> {
+    (0..32).filter(move |g| mask & (1 << g) != 0)
 }
 
 impl fmt::Display for Step {
@@ -328,8 +460,16 @@ impl fmt::Display for Step {
                 write!(f, "{kind}")
             }
             Step::Open(mask) => {
-                let gates: Vec<usize> = (0..32).filter(|g| mask & (1 << g) != 0).collect();
+                let gates: Vec<usize> = gates_in(*mask).collect();
                 write!(f, "open gates {gates:?}")
+            }
+            Step::Fail(mask) => {
+                let gates: Vec<usize> = gates_in(*mask).collect();
+                write!(f, "fail gates {gates:?} with {GATE_FAILURE}")
+            }
+            Step::Drop(mask) => {
+                let gates: Vec<usize> = gates_in(*mask).collect();
+                write!(f, "drop gates {gates:?} while closed (fails them)")
             }
         }
     }
@@ -350,6 +490,10 @@ struct Plan {
     gates: usize,
     /// Per buffer: the queue of its final read.
     final_reads: Vec<usize>,
+    /// Per step: the gates a command may be waiting on when enqueued, as a bit mask (a
+    /// conservative over-approximation; 0 for a gate step, or a command refused at
+    /// enqueue).
+    waits: Vec<u32>,
 }
 
 impl fmt::Display for Plan {
@@ -387,8 +531,73 @@ impl fmt::Display for Plan {
     }
 }
 
+/// What a plan does with a gate when the time comes to set it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    Open,
+    /// `UserEvent::fail(GATE_FAILURE)`.
+    Fail,
+    /// Dropped while closed, which fails it.
+    Drop,
+}
+
+/// The gates of a plan being made.
+struct GateBook {
+    /// Per gate: what becomes of it.
+    fates: Vec<Fate>,
+    /// Per gate: the command before which it is set, at the latest.
+    open_at: Vec<usize>,
+    closed: u32,
+    /// Gates failed or dropped so far.
+    failed: u32,
+    /// Which closed gates each buffer and queue may be waiting on, as bit masks: a
+    /// conservative over-approximation of what the device will make them wait on.
+    buffer_gates: Vec<u32>,
+    queue_gates: Vec<u32>,
+}
+
+impl GateBook {
+    /// Sets the closed gates of `mask`, each as its fate says.
+    fn set(&mut self, mask: u32, steps: &mut Vec<Step>) {
+        if mask == 0 {
+            return;
+        }
+        self.closed &= !mask;
+        for m in self
+            .buffer_gates
+            .iter_mut()
+            .chain(self.queue_gates.iter_mut())
+        {
+            *m &= !mask;
+        }
+        let fates = &self.fates;
+        let with = |fate: Fate| {
+            gates_in(mask)
+                .filter(|&g| fates[g] == fate)
+                .fold(0u32, |m, g| m | (1 << g))
+        };
+        let (open, fail, drop) = (with(Fate::Open), with(Fate::Fail), with(Fate::Drop));
+        self.failed |= fail | drop;
+        for (m, step) in [
+            (open, Step::Open(open)),
+            (fail, Step::Fail(fail)),
+            (drop, Step::Drop(drop)),
+        ] {
+            if m != 0 {
+                steps.push(step);
+            }
+        }
+    }
+}
+
 /// Picks `count` commands over `writable.len()` buffers and `queues`, and decides where
 /// gates go. `initial` is the buffers' contents before the first command.
+///
+/// With `failures`, some gates are failed or dropped instead of opened (never one a
+/// blocking command may wait on: those are set before it, as opened ones are), and some
+/// commands are given a gate that has already failed, which must make the library refuse
+/// them. Without, the plan is what it always was for a seed.
+#[allow(clippy::too_many_arguments)]
 fn plan_steps(
     rng: &mut Rng,
     seed: u64,
@@ -397,93 +606,85 @@ fn plan_steps(
     initial: Vec<Pattern>,
     writable: Vec<bool>,
     count: usize,
+    failures: bool,
 ) -> Plan {
     let buffers = initial.len();
     let targets: Vec<usize> = (0..buffers).filter(|&b| writable[b]).collect();
-    // Which closed gates each buffer and queue may be waiting on, as bit masks: a
-    // conservative over-approximation of what the device will make them wait on.
-    let mut buffer_gates = vec![0u32; buffers];
-    let mut queue_gates = vec![0u32; queues.len()];
-    let mut closed = 0u32;
-    let mut open_at: Vec<usize> = Vec::new();
-    let mut steps = Vec::new();
-
-    let open = |mask: u32,
-                closed: &mut u32,
-                buffer_gates: &mut [u32],
-                queue_gates: &mut [u32],
-                steps: &mut Vec<Step>| {
-        if mask == 0 {
-            return;
-        }
-        *closed &= !mask;
-        for m in buffer_gates.iter_mut().chain(queue_gates.iter_mut()) {
-            *m &= !mask;
-        }
-        steps.push(Step::Open(mask));
+    let mut book = GateBook {
+        fates: Vec::new(),
+        open_at: Vec::new(),
+        closed: 0,
+        failed: 0,
+        buffer_gates: vec![0; buffers],
+        queue_gates: vec![0; queues.len()],
     };
+    let mut steps = Vec::new();
+    let mut waits = Vec::new();
 
     for i in 0..count {
-        let due = (0..open_at.len())
-            .filter(|&g| closed & (1 << g) != 0 && open_at[g] <= i)
+        let due = gates_in(book.closed)
+            .filter(|&g| book.open_at[g] <= i)
             .fold(0u32, |m, g| m | (1 << g));
-        open(
-            due,
-            &mut closed,
-            &mut buffer_gates,
-            &mut queue_gates,
-            &mut steps,
-        );
+        book.set(due, &mut steps);
 
         let mut kind = random_kind(rng, len, buffers, &targets);
         let queue = rng.below(queues.len());
+        // A gate that has failed already: the library must refuse the command.
+        let dead = if failures && book.failed != 0 && rng.chance(10) {
+            let choices: Vec<usize> = gates_in(book.failed).collect();
+            Some(choices[rng.below(choices.len())])
+        } else {
+            None
+        };
         let touched = kind.buffers();
         let mut waits_on = touched
             .iter()
-            .fold(queue_gates[queue], |m, &b| m | buffer_gates[b]);
+            .fold(book.queue_gates[queue], |m, &b| m | book.buffer_gates[b]);
         let mut gate = None;
         if kind.blocks() {
-            // The host would wait for a closed gate that only it can open.
-            open(
-                waits_on,
-                &mut closed,
-                &mut buffer_gates,
-                &mut queue_gates,
-                &mut steps,
-            );
+            // The host would wait for a closed gate that only it can set.
+            book.set(waits_on, &mut steps);
             waits_on = 0;
-        } else if rng.chance(15) {
-            if closed != 0 && rng.chance(40) {
-                let choices: Vec<usize> = (0..32).filter(|g| closed & (1 << g) != 0).collect();
+        } else if dead.is_none() && rng.chance(if failures { 25 } else { 15 }) {
+            if book.closed != 0 && rng.chance(40) {
+                let choices: Vec<usize> = gates_in(book.closed).collect();
                 gate = Some(choices[rng.below(choices.len())]);
-            } else if open_at.len() < MAX_GATES {
-                let g = open_at.len();
-                open_at.push(i + rng.between(1, 8));
-                closed |= 1 << g;
+            } else if book.open_at.len() < MAX_GATES {
+                let g = book.open_at.len();
+                book.open_at.push(i + rng.between(1, 8));
+                let fate = match failures && rng.chance(45) {
+                    false => Fate::Open,
+                    true if rng.chance(50) => Fate::Fail,
+                    true => Fate::Drop,
+                };
+                book.fates.push(fate);
+                book.closed |= 1 << g;
                 gate = Some(g);
             }
         }
         if let Some(g) = gate {
             waits_on |= 1 << g;
         }
+        if dead.is_some() {
+            // Refused at enqueue, so it waits on nothing.
+            gate = dead;
+            waits_on = 0;
+        }
         if let Kind::ReadOwned { wait_now, .. } = &mut kind {
             *wait_now = waits_on == 0 && rng.chance(50);
         }
         if waits_on != 0 {
-            queue_gates[queue] |= waits_on;
+            book.queue_gates[queue] |= waits_on;
             for &b in &touched {
-                buffer_gates[b] |= waits_on;
+                book.buffer_gates[b] |= waits_on;
             }
         }
+        waits.resize(steps.len(), 0);
+        waits.push(waits_on);
         steps.push(Step::Enqueue { queue, gate, kind });
     }
-    open(
-        closed,
-        &mut closed,
-        &mut buffer_gates,
-        &mut queue_gates,
-        &mut steps,
-    );
+    book.set(book.closed, &mut steps);
+    waits.resize(steps.len(), 0);
     let final_reads = (0..buffers).map(|_| rng.below(queues.len())).collect();
     Plan {
         seed,
@@ -492,8 +693,9 @@ fn plan_steps(
         initial,
         writable,
         steps,
-        gates: open_at.len(),
+        gates: book.open_at.len(),
         final_reads,
+        waits,
     }
 }
 
@@ -596,8 +798,9 @@ fn random_kind(rng: &mut Rng, len: usize, buffers: usize, targets: &[usize]) -> 
     }
 }
 
-/// The plan of one schedule of the first test.
-fn plan_schedule(seed: u64) -> Plan {
+/// The plan of one schedule of the first test, or with `failures` of the failure-mode
+/// test.
+fn plan_schedule(seed: u64, failures: bool) -> Plan {
     let mut rng = Rng(seed);
     let devices = devices_of(seed);
     let count = rng.between(2, MAX_QUEUES);
@@ -627,6 +830,7 @@ fn plan_schedule(seed: u64) -> Plan {
         initial,
         vec![true; buffers],
         steps,
+        failures,
     )
 }
 
@@ -776,6 +980,11 @@ fn execute(
                 gates.open(*mask).map_err(failed)?;
                 continue;
             }
+            Step::Fail(_) | Step::Drop(_) => {
+                return Err(format!(
+                    "step #{i} ({step}): a failure in a plan without them"
+                ));
+            }
             Step::Enqueue { queue, gate, kind } => (&queues[*queue], *gate, kind),
         };
         let deps: Vec<&Event> = gate.iter().map(|&g| gates.0[g].event()).collect();
@@ -794,7 +1003,6 @@ fn execute(
                 } else {
                     queue.write_at(buffers[*b], *at, &values).map_err(failed)?;
                 }
-                model[*b][*at..at + n].copy_from_slice(&values);
             }
             Kind::WriteOwned {
                 b,
@@ -803,7 +1011,6 @@ fn execute(
                 data,
             } => {
                 let values = data.values(*n);
-                model[*b][*at..at + n].copy_from_slice(&values);
                 if *at == 0 && *n == len {
                     after.write_owned(buffers[*b], values).map_err(failed)?;
                 } else {
@@ -814,17 +1021,14 @@ fn execute(
             }
             Kind::Fill { b, value } => {
                 after.fill(buffers[*b], *value).map_err(failed)?;
-                model[*b].fill(*value);
             }
             Kind::FillRange { b, value, range } => {
                 after
                     .fill_range(buffers[*b], *value, range.clone())
                     .map_err(failed)?;
-                model[*b][range.clone()].fill(*value);
             }
             Kind::Copy { src, dst } => {
                 after.copy(buffers[*src], buffers[*dst]).map_err(failed)?;
-                model[*dst] = model[*src].clone();
             }
             Kind::CopyRange {
                 src,
@@ -836,8 +1040,6 @@ fn execute(
                 after
                     .copy_range(buffers[*src], *src_at, buffers[*dst], *dst_at, *n)
                     .map_err(failed)?;
-                let moved = model[*src][*src_at..src_at + n].to_vec();
-                model[*dst][*dst_at..dst_at + n].copy_from_slice(&moved);
             }
             Kind::AddConst { b, c } => {
                 let args = [
@@ -848,9 +1050,6 @@ fn execute(
                 after
                     .launch(&env.add_const, &[len], &args)
                     .map_err(failed)?;
-                for v in &mut model[*b] {
-                    *v = v.wrapping_add(*c);
-                }
             }
             Kind::Axpy { x, y, a } => {
                 let args = [
@@ -860,10 +1059,6 @@ fn execute(
                     Arg::scalar(len as u32),
                 ];
                 after.launch(&env.axpy, &[len], &args).map_err(failed)?;
-                let xs = model[*x].clone();
-                for (v, x) in model[*y].iter_mut().zip(xs) {
-                    *v = a.wrapping_mul(x).wrapping_add(*v);
-                }
             }
             Kind::Read { b, range } => {
                 before_blocking();
@@ -914,6 +1109,7 @@ fn execute(
                 );
             }
         }
+        kind.apply(&mut model);
     }
 
     // The plan has opened every gate by now.
@@ -959,7 +1155,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 // ---------------------------------------------------------------------------------------
 
 fn run_schedule(env: &Env, seed: u64) -> Result<(), String> {
-    let plan = plan_schedule(seed);
+    let plan = plan_schedule(seed, false);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let queues = env.queues(&plan.queues);
         let buffers: Vec<ClBuffer<i32>> = plan
@@ -1096,6 +1292,7 @@ fn plan_round(seed: u64) -> Round {
                 initial,
                 writable,
                 steps,
+                false,
             )
         })
         .collect();
@@ -1315,4 +1512,705 @@ fn threads_with_their_own_queues_match_a_sequential_model() {
          threads_with_their_own_queues_match_a_sequential_model -- --nocapture\n\n{}",
         failures.join("\n\n")
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Test 3: gates that fail, checked against the model replayed with observed outcomes
+// ---------------------------------------------------------------------------------------
+
+/// How one command of a failure-mode schedule went, as the host saw it.
+enum Issue {
+    /// Refused at enqueue with this error: nothing was enqueued.
+    Refused(cl_lifetime::Error),
+    /// Enqueued; its event says how it ended.
+    Enqueued(Event),
+    /// A blocking write that was enqueued: what it returned.
+    Wrote(cl_lifetime::Result<()>),
+    /// A host read or map: what it returned, and its event when it has one to show (a
+    /// `read_owned`'s; a blocking read or map may also have been refused at enqueue).
+    Read {
+        event: Option<Event>,
+        got: cl_lifetime::Result<Vec<i32>>,
+    },
+}
+
+impl Issue {
+    fn event(&self) -> Option<&Event> {
+        match self {
+            Issue::Enqueued(event) => Some(event),
+            Issue::Read { event, .. } => event.as_ref(),
+            Issue::Refused(_) | Issue::Wrote(_) => None,
+        }
+    }
+}
+
+/// What came of issuing a command: its issue, or a `read_owned` to wait for at the end.
+enum Issued {
+    Now(Issue),
+    Later(PendingRead<i32>),
+}
+
+/// Issues `kind` through `after`. Every command goes through `after`, so that a blocking
+/// one may be given a gate that has already failed (and must then be refused).
+fn issue(
+    env: &Env,
+    after: After<'_>,
+    buffers: &[&ClBuffer<i32>],
+    kind: &Kind,
+    len: usize,
+) -> Issued {
+    let enqueued = |result: cl_lifetime::Result<Event>| {
+        Issued::Now(match result {
+            Ok(event) => Issue::Enqueued(event),
+            Err(e) => Issue::Refused(e),
+        })
+    };
+    match kind {
+        Kind::Write {
+            b,
+            at,
+            len: n,
+            data,
+        } => {
+            let values = data.values(*n);
+            let wrote = if *at == 0 && *n == len {
+                after.write(buffers[*b], &values)
+            } else {
+                after.write_at(buffers[*b], *at, &values)
+            };
+            // The write's own failure shows as `CommandFailed`; `DependencyFailed` is
+            // the refusal at enqueue.
+            Issued::Now(match wrote {
+                Err(e @ cl_lifetime::Error::DependencyFailed { .. }) => Issue::Refused(e),
+                wrote => Issue::Wrote(wrote),
+            })
+        }
+        Kind::WriteOwned {
+            b,
+            at,
+            len: n,
+            data,
+        } => {
+            let values = data.values(*n);
+            enqueued(if *at == 0 && *n == len {
+                after.write_owned(buffers[*b], values)
+            } else {
+                after.write_owned_at(buffers[*b], *at, values)
+            })
+        }
+        Kind::Fill { b, value } => enqueued(after.fill(buffers[*b], *value)),
+        Kind::FillRange { b, value, range } => {
+            enqueued(after.fill_range(buffers[*b], *value, range.clone()))
+        }
+        Kind::Copy { src, dst } => enqueued(after.copy(buffers[*src], buffers[*dst])),
+        Kind::CopyRange {
+            src,
+            src_at,
+            dst,
+            dst_at,
+            len: n,
+        } => enqueued(after.copy_range(buffers[*src], *src_at, buffers[*dst], *dst_at, *n)),
+        Kind::AddConst { b, c } => {
+            let args = [
+                Arg::read_write(buffers[*b]),
+                Arg::scalar(*c),
+                Arg::scalar(len as u32),
+            ];
+            enqueued(after.launch(&env.add_const, &[len], &args))
+        }
+        Kind::Axpy { x, y, a } => {
+            let args = [
+                Arg::read(buffers[*x]),
+                Arg::read_write(buffers[*y]),
+                Arg::scalar(*a),
+                Arg::scalar(len as u32),
+            ];
+            enqueued(after.launch(&env.axpy, &[len], &args))
+        }
+        Kind::Read { b, range } => {
+            let mut out = vec![0i32; range.len()];
+            let read = if range.len() == len {
+                after.read(buffers[*b], &mut out)
+            } else {
+                after.read_at(buffers[*b], range.start, &mut out)
+            };
+            Issued::Now(Issue::Read {
+                event: None,
+                got: read.map(|()| out),
+            })
+        }
+        Kind::ReadOwned { b, range, wait_now } => {
+            let read = if range.len() == len {
+                after.read_owned(buffers[*b])
+            } else {
+                after.read_owned_range(buffers[*b], range.clone())
+            };
+            match read {
+                Err(e) => Issued::Now(Issue::Refused(e)),
+                Ok(read) if *wait_now => Issued::Now(Issue::Read {
+                    event: Some(read.event().clone()),
+                    got: read.wait(),
+                }),
+                Ok(read) => Issued::Later(read),
+            }
+        }
+        Kind::Map { b, range } => Issued::Now(Issue::Read {
+            event: None,
+            got: after
+                .map(buffers[*b], range.clone())
+                .map(|mapped| mapped.to_vec()),
+        }),
+    }
+}
+
+/// The gates of a failure-mode plan, each opened, failed or dropped as the plan says.
+/// Their events stay, for commands given a gate that has already failed (a dropped one
+/// included). Dropping this opens any still closed, so that nothing waits forever,
+/// whatever went wrong.
+struct FailingGates {
+    gates: Vec<Option<UserEvent>>,
+    events: Vec<Event>,
+}
+
+impl FailingGates {
+    fn new(ctx: &Context, count: usize) -> cl_lifetime::Result<FailingGates> {
+        let gates: Vec<UserEvent> = (0..count)
+            .map(|_| ctx.user_event())
+            .collect::<cl_lifetime::Result<_>>()?;
+        let events = gates.iter().map(|g| g.event().clone()).collect();
+        Ok(FailingGates {
+            gates: gates.into_iter().map(Some).collect(),
+            events,
+        })
+    }
+
+    /// Carries out an `Open`, `Fail` or `Drop` step.
+    fn set(&mut self, step: &Step) -> Result<(), String> {
+        let (mask, fate) = match *step {
+            Step::Open(mask) => (mask, Fate::Open),
+            Step::Fail(mask) => (mask, Fate::Fail),
+            Step::Drop(mask) => (mask, Fate::Drop),
+            Step::Enqueue { .. } => unreachable!("not a gate step"),
+        };
+        for g in gates_in(mask) {
+            let gate = self.gates[g]
+                .take()
+                .ok_or_else(|| format!("gate {g} was set before"))?;
+            match fate {
+                Fate::Open => gate.complete(),
+                Fate::Fail => gate.fail(GATE_FAILURE),
+                // Dropping it fails it.
+                Fate::Drop => Ok(()),
+            }
+            .map_err(|e| format!("setting gate {g}: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for FailingGates {
+    fn drop(&mut self) {
+        for gate in self.gates.iter().flatten() {
+            // An error only says it was set already.
+            let _ = gate.complete();
+        }
+    }
+}
+
+/// What the commands of failure-mode schedules came to.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    /// Commands (host reads included) that completed.
+    completed: usize,
+    /// Commands enqueued that failed (never run).
+    failed: usize,
+    /// Commands refused at enqueue (a `read_owned` included; a blocking read or map that
+    /// returned an error counts among the read errors only, as it may have been either).
+    refused: usize,
+    /// Host reads and maps that returned an error, refused or failed.
+    read_errors: usize,
+}
+
+/// Runs a failure-mode `plan` on `queues` over `buffers` (whose device contents must be
+/// `plan.initial`), waits for everything, and checks what it observed against the model
+/// replayed with the observed outcomes (see [`replay`]).
+fn execute_with_failures(
+    env: &Env,
+    plan: &Plan,
+    queues: &[Queue],
+    buffers: &[&ClBuffer<i32>],
+    tally: &mut Tally,
+) -> Result<(), String> {
+    let len = plan.len;
+    let mut issues: Vec<Option<Issue>> = (0..plan.steps.len()).map(|_| None).collect();
+    // Declared before the gates: dropped after them, so never while a gate they may wait
+    // on is closed.
+    let mut pending: Vec<(usize, PendingRead<i32>)> = Vec::new();
+    let mut gates =
+        FailingGates::new(&env.ctx, plan.gates).map_err(|e| format!("user event: {e}"))?;
+
+    // Gates not set yet.
+    let mut unset: u32 = (0..plan.gates).fold(0, |m, g| m | (1 << g));
+    for (i, step) in plan.steps.iter().enumerate() {
+        let (queue, gate, kind) = match step {
+            Step::Enqueue { queue, gate, kind } => (&queues[*queue], *gate, kind),
+            setting => {
+                if let Step::Fail(_) | Step::Drop(_) = setting {
+                    // PoCL 3.1 trap: see the module's documentation.
+                    let free: Vec<&Event> = issues[..i]
+                        .iter()
+                        .zip(&plan.waits)
+                        .filter(|(_, waits)| **waits & unset == 0)
+                        .filter_map(|(issue, _)| issue.as_ref()?.event())
+                        .chain(
+                            pending
+                                .iter()
+                                .filter(|(at, _)| plan.waits[*at] & unset == 0)
+                                .map(|(_, read)| read.event()),
+                        )
+                        .collect();
+                    let _ = wait_all(&free);
+                }
+                if let Step::Open(mask) | Step::Fail(mask) | Step::Drop(mask) = setting {
+                    unset &= !mask;
+                }
+                gates
+                    .set(setting)
+                    .map_err(|e| format!("step #{i} ({step}) failed: {e}"))?;
+                continue;
+            }
+        };
+        let deps: Vec<&Event> = gate.iter().map(|&g| &gates.events[g]).collect();
+        match issue(env, queue.after(&deps), buffers, kind, len) {
+            Issued::Now(done) => issues[i] = Some(done),
+            Issued::Later(read) => pending.push((i, read)),
+        }
+    }
+
+    // The plan has set every gate by now.
+    for (i, read) in pending.drain(..) {
+        let event = Some(read.event().clone());
+        issues[i] = Some(Issue::Read {
+            event,
+            got: read.wait(),
+        });
+    }
+    let finals: Vec<Issue> = plan
+        .final_reads
+        .iter()
+        .enumerate()
+        .map(|(b, &q)| queues[q].read_owned(buffers[b]))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|read| match read {
+            Ok(read) => Issue::Read {
+                event: Some(read.event().clone()),
+                got: read.wait(),
+            },
+            Err(e) => Issue::Refused(e),
+        })
+        .collect();
+    // Every command has ended before its outcome is read; a failed one is an outcome
+    // here, not an error.
+    let events: Vec<&Event> = issues
+        .iter()
+        .flatten()
+        .chain(&finals)
+        .filter_map(Issue::event)
+        .collect();
+    let _ = wait_all(&events);
+    env.ctx.wait_deferred();
+
+    let failures = replay(plan, &issues, &finals, tally);
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n"))
+    }
+}
+
+/// Per buffer in [`replay`]: the step of its last write (not refused at enqueue), and
+/// whether that write failed.
+type LastWrite = Option<(String, bool)>;
+
+/// Walks `plan` in program order with a sequential model in which a command changes the
+/// buffers only if it completed, and checks every observed outcome against the failure
+/// rule (the rule names are the module's, R1 to R4).
+fn replay(
+    plan: &Plan,
+    issues: &[Option<Issue>],
+    finals: &[Issue],
+    tally: &mut Tally,
+) -> Vec<String> {
+    let len = plan.len;
+    let mut model: Vec<Vec<i32>> = plan.initial.iter().map(|p| p.values(len)).collect();
+    let mut last_write: Vec<LastWrite> = vec![None; model.len()];
+    let mut failed_gates = 0u32;
+    let mut failures = Vec::new();
+    for (i, step) in plan.steps.iter().enumerate() {
+        let (gate, kind) = match step {
+            Step::Enqueue { gate, kind, .. } => (*gate, kind),
+            Step::Fail(mask) | Step::Drop(mask) => {
+                failed_gates |= mask;
+                continue;
+            }
+            Step::Open(_) => continue,
+        };
+        let what = format!("step #{i} ({step})");
+        // Given a gate that had already failed.
+        let dead = gate.filter(|g| failed_gates & (1 << g) != 0);
+        match &issues[i] {
+            Some(issue) => check_outcome(
+                &what,
+                kind,
+                dead,
+                issue,
+                &mut model,
+                &mut last_write,
+                tally,
+                &mut failures,
+            ),
+            None => failures.push(format!("{what}: never issued")),
+        }
+    }
+    for (b, issue) in finals.iter().enumerate() {
+        let what = format!("final read of b{b} on q{}", plan.final_reads[b]);
+        let kind = Kind::ReadOwned {
+            b,
+            range: 0..len,
+            wait_now: true,
+        };
+        check_outcome(
+            &what,
+            &kind,
+            None,
+            issue,
+            &mut model,
+            &mut last_write,
+            tally,
+            &mut failures,
+        );
+    }
+    failures
+}
+
+/// Checks one command's outcome against the failure rule and applies it to the model:
+/// `dead` is the gate it was given if that had failed already, `last_write` what the
+/// replay has seen of each buffer's last write so far.
+#[allow(clippy::too_many_arguments)]
+fn check_outcome(
+    what: &str,
+    kind: &Kind,
+    dead: Option<usize>,
+    issue: &Issue,
+    model: &mut [Vec<i32>],
+    last_write: &mut [LastWrite],
+    tally: &mut Tally,
+    failures: &mut Vec<String>,
+) {
+    use cl_lifetime::Error::{CommandFailed, DependencyFailed};
+    use cl_lifetime::Status;
+
+    // The buffers it reads whose last write failed, described.
+    let poisoned: Vec<String> = kind
+        .reads()
+        .into_iter()
+        .filter_map(|b| match &last_write[b] {
+            Some((writer, true)) => Some(format!("b{b}, last written by {writer}, which failed")),
+            _ => None,
+        })
+        .collect();
+    let reason = match (dead, poisoned.is_empty()) {
+        (Some(g), _) => format!("gate {g} had failed already"),
+        (None, false) => poisoned.join("; "),
+        (None, true) => "it had no failed gate and reads no buffer whose last write failed".into(),
+    };
+    // How its event ended, once everything was waited for.
+    let ended = |event: &Event, failures: &mut Vec<String>| -> Option<bool> {
+        match event.status() {
+            Ok(Status::Complete) => Some(true),
+            Ok(Status::Failed(_)) => Some(false),
+            Ok(status) => {
+                failures.push(format!(
+                    "{what}: still {status:?} after everything was waited for"
+                ));
+                None
+            }
+            Err(e) => {
+                failures.push(format!("{what}: reading its status: {e}"));
+                None
+            }
+        }
+    };
+    if dead.is_some() {
+        let refused = match issue {
+            Issue::Refused(_) => true,
+            // A blocking read or map may have been refused: it says so by its error.
+            Issue::Read { event: None, got } => matches!(got, Err(DependencyFailed { .. })),
+            _ => false,
+        };
+        if !refused {
+            failures.push(format!(
+                "{what} (R4): given gate {}, which had failed already, yet not refused at \
+                 enqueue",
+                dead.unwrap_or_default()
+            ));
+        }
+    }
+
+    match issue {
+        Issue::Refused(e) => {
+            tally.refused += 1;
+            if kind.is_host_read() {
+                tally.read_errors += 1;
+            }
+            if !matches!(e, DependencyFailed { .. }) {
+                failures.push(format!("{what}: refused with {e}, not DependencyFailed"));
+            } else if dead.is_none() && poisoned.is_empty() {
+                failures.push(format!("{what} (R4): refused with {e}, but {reason}"));
+            }
+            // Nothing was enqueued: nothing changes, not even the last write.
+        }
+        Issue::Enqueued(_) | Issue::Wrote(_) => {
+            let completed = match issue {
+                Issue::Enqueued(event) => ended(event, failures),
+                Issue::Wrote(Ok(())) => Some(true),
+                Issue::Wrote(Err(CommandFailed { .. })) => Some(false),
+                Issue::Wrote(Err(e)) => {
+                    failures.push(format!("{what}: the blocking write returned {e}"));
+                    None
+                }
+                _ => unreachable!(),
+            };
+            // A command whose outcome is unknown counts as failed from here on: the
+            // failures above already say what went wrong.
+            let completed = completed.unwrap_or(false);
+            if completed {
+                tally.completed += 1;
+                if !poisoned.is_empty() {
+                    failures.push(format!(
+                        "{what} (R3): completed although it reads {}",
+                        poisoned.join("; ")
+                    ));
+                }
+                kind.apply(model);
+            } else {
+                tally.failed += 1;
+            }
+            for b in kind.writes() {
+                last_write[b] = Some((what.to_string(), !completed));
+            }
+        }
+        Issue::Read { event, got } => {
+            let ran = event.as_ref().and_then(|e| ended(e, failures));
+            match ran {
+                Some(true) => tally.completed += 1,
+                Some(false) => tally.failed += 1,
+                None if event.is_none() && got.is_ok() => tally.completed += 1,
+                None => {}
+            }
+            let Some((b, range)) = kind.read_span() else {
+                unreachable!("a read of no buffer")
+            };
+            match got {
+                Ok(values) => {
+                    if !poisoned.is_empty() {
+                        failures.push(format!(
+                            "{what} (R1): returned data although it reads {}",
+                            poisoned.join("; ")
+                        ));
+                    }
+                    if ran == Some(false) {
+                        failures.push(format!(
+                            "{what} (R1): returned data although the read itself failed"
+                        ));
+                    }
+                    compare(failures, format!("{what} (R1)"), &model[b][range], values);
+                }
+                Err(e) => {
+                    tally.read_errors += 1;
+                    match e {
+                        DependencyFailed { .. } if dead.is_some() || !poisoned.is_empty() => {}
+                        // The read itself failed (behind a gate that failed, or a failed
+                        // command ahead of it on its queue): tolerated.
+                        CommandFailed { .. } => {}
+                        DependencyFailed { .. } => {
+                            failures.push(format!("{what} (R2): returned {e}, but {reason}"))
+                        }
+                        e => failures.push(format!("{what}: returned {e}")),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Aborts the process when one schedule runs past [`HANG_LIMIT`], after printing which
+/// (and its plan): a command left waiting on a failed event would otherwise hang the test
+/// without a word. Written straight to stderr, which the test harness does not capture.
+struct Watchdog(mpsc::Sender<Option<String>>);
+
+impl Watchdog {
+    fn new() -> Watchdog {
+        let (tx, rx) = mpsc::channel::<Option<String>>();
+        std::thread::spawn(move || {
+            let mut watched: Option<String> = None;
+            loop {
+                let next = match &watched {
+                    None => rx.recv().ok(),
+                    Some(what) => match rx.recv_timeout(HANG_LIMIT) {
+                        Ok(next) => Some(next),
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            let _ = writeln!(
+                                std::io::stderr().lock(),
+                                "\n{what}\nstill running after {HANG_LIMIT:?}: it hangs (R5)"
+                            );
+                            std::process::abort();
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => None,
+                    },
+                };
+                match next {
+                    Some(next) => watched = next,
+                    // The test has ended.
+                    None => return,
+                }
+            }
+        });
+        Watchdog(tx)
+    }
+
+    /// Starts watching: `what` says what runs.
+    fn watch(&self, what: String) {
+        let _ = self.0.send(Some(what));
+    }
+
+    fn done(&self) {
+        let _ = self.0.send(None);
+    }
+}
+
+/// Runs one failure-mode schedule on fresh buffers, then drops them and checks that the
+/// context accounts for no memory (R5).
+fn run_failure_schedule(env: &Env, plan: &Plan, tally: &mut Tally) -> Result<(), String> {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let queues = env.queues(&plan.queues);
+        let buffers: Vec<ClBuffer<i32>> = plan
+            .initial
+            .iter()
+            .map(|p| env.ctx.buffer_from(&p.values(plan.len)))
+            .collect::<cl_lifetime::Result<_>>()
+            .map_err(|e| format!("creating the buffers: {e}"))?;
+        let refs: Vec<&ClBuffer<i32>> = buffers.iter().collect();
+        let checked = execute_with_failures(env, plan, &queues, &refs, tally);
+        drop(refs);
+        drop(buffers);
+        env.ctx.wait_deferred();
+        let stats = env.ctx.memory_stats();
+        let leaked = (stats.live_bytes != 0 || stats.pending_release_bytes != 0).then(|| {
+            format!(
+                "(R5) after the buffers were dropped and the deferred releases waited for, \
+                 {} bytes are live and {} pending release",
+                stats.live_bytes, stats.pending_release_bytes
+            )
+        });
+        match (checked, leaked) {
+            (Ok(()), None) => Ok(()),
+            (Ok(()), Some(leak)) => Err(leak),
+            (Err(e), None) => Err(e),
+            (Err(e), Some(leak)) => Err(format!("{e}\n{leak}")),
+        }
+    }));
+    let failure = match outcome {
+        Ok(result) => result,
+        Err(payload) => Err(format!("panicked: {}", panic_message(&*payload))),
+    };
+    failure.map_err(|e| format!("{e}\n{plan}"))
+}
+
+#[test]
+fn random_schedules_with_failures_keep_the_failure_rule() {
+    let one = device!();
+    let replay = env_number(SEED_VAR);
+    let two = match replay {
+        Some(seed) if devices_of(seed) == 1 => None,
+        _ => common::two_device_context(),
+    };
+    if replay.is_some_and(|s| devices_of(s) == 2) && two.is_none() {
+        eprintln!("skipped: seed {replay:?} needs two devices");
+        return;
+    }
+    let envs = [
+        Some(Env::new(one, "1 device")),
+        two.map(|ctx| Env::new(ctx, "2 devices")),
+    ];
+    let seeds: Vec<u64> = match replay {
+        Some(seed) => vec![seed],
+        None => {
+            let count =
+                env_number(FAILURE_SCHEDULES_VAR).map_or(DEFAULT_FAILURE_SCHEDULES, |n| n as usize);
+            (0..count)
+                .map(|i| {
+                    let devices = if envs[1].is_some() { 1 + i % 2 } else { 1 };
+                    nth_seed(0xFA11_5C4E_D000_0003, i, devices)
+                })
+                .collect()
+        }
+    };
+
+    let start = Instant::now();
+    let watchdog = Watchdog::new();
+    let mut counts = [0usize; 2];
+    let mut tally = Tally::default();
+    let mut failures: Vec<String> = Vec::new();
+    let mut failed = 0;
+    for &seed in &seeds {
+        let devices = devices_of(seed);
+        let Some(env) = &envs[devices - 1] else {
+            unreachable!("a seed for a context that is not there")
+        };
+        counts[devices - 1] += 1;
+        let plan = plan_schedule(seed, true);
+        watchdog.watch(format!(
+            "failure schedule seed {seed} ({}); replay with {SEED_VAR}={seed}:\n{plan}",
+            env.label
+        ));
+        let outcome = run_failure_schedule(env, &plan, &mut tally);
+        watchdog.done();
+        if let Err(e) = outcome {
+            failed += 1;
+            failures.push(format!(
+                "failure schedule seed {seed} ({}) failed; replay with {SEED_VAR}={seed}:\n{e}",
+                env.label
+            ));
+            if failures.len() >= MAX_REPORTED {
+                break;
+            }
+        }
+    }
+    println!(
+        "{} failure schedules ({} on 1 device, {} on 2 devices) in {:.1?}: {} commands \
+         completed, {} failed, {} refused at enqueue; {} host reads returned errors",
+        counts[0] + counts[1],
+        counts[0],
+        counts[1],
+        start.elapsed(),
+        tally.completed,
+        tally.failed,
+        tally.refused,
+        tally.read_errors,
+    );
+    assert!(
+        failures.is_empty(),
+        "{failed} failure schedule(s) failed (stopped after {MAX_REPORTED}); replay one with \
+         {SEED_VAR}=<seed> cargo test --test schedules \
+         random_schedules_with_failures_keep_the_failure_rule -- --nocapture\n\n{}",
+        failures.join("\n\n")
+    );
+    if replay.is_none() && seeds.len() >= 50 {
+        assert!(
+            tally.failed > 0 && tally.refused > 0 && tally.read_errors > 0,
+            "the failure mode did not exercise failures: {tally:?}"
+        );
+    }
 }

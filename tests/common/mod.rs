@@ -203,3 +203,133 @@ pub fn two_device_context() -> Option<Context> {
          PoCL exposes two with POCL_DEVICES=\"pthread pthread\""
     ))
 }
+
+/// The environment this process started with, read before anything opened OpenCL:
+/// NVIDIA's driver changes the environment of a process that opens it, and a child that
+/// inherits the changed one sees no NVIDIA device (DESIGN.md trap 15).
+static START_ENV: std::sync::OnceLock<Vec<(std::ffi::OsString, std::ffi::OsString)>> =
+    std::sync::OnceLock::new();
+
+extern "C" fn capture_start_env() {
+    let _ = START_ENV.set(std::env::vars_os().collect());
+}
+
+// Runs before `main`, so before any test opens OpenCL.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static CAPTURE_START_ENV: extern "C" fn() = capture_start_env;
+
+/// The variable that tells a child process which isolated test body to run.
+const ISOLATED_VAR: &str = "CL_LIFETIME_ISOLATED";
+
+/// Runs `body` in a child process (this test binary again, running only the test `name`),
+/// failing the test if the child crashes, fails, or has not ended after `limit`. A test
+/// of a crash or a hang calls this, so that the suite reports the crash or the hang
+/// instead of dying or stalling. `env` adds variables to the child's environment.
+///
+/// In the child, `body` runs; in the parent, `body` is not called.
+pub fn isolated(name: &str, limit: std::time::Duration, env: &[(&str, &str)], body: impl FnOnce()) {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    if std::env::var(ISOLATED_VAR).as_deref() == Ok(name) {
+        body();
+        println!("isolated body finished: {name}");
+        return;
+    }
+    let start_env = START_ENV
+        .get()
+        .cloned()
+        .unwrap_or_else(|| std::env::vars_os().collect());
+    let mut child = Command::new(std::env::current_exe().expect("the test binary's path"))
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env_clear()
+        .envs(start_env)
+        .env(ISOLATED_VAR, name)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the child test process starts");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the child can be waited for") {
+            break Some(status);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        // Polls the child for its end; nothing is ordered by this pause.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let output = format!(
+        "--- child stdout ---\n{}\n--- child stderr ---\n{}",
+        stdout.join().unwrap_or_default(),
+        stderr.join().unwrap_or_default()
+    );
+    // Shown with the test's own output (`--nocapture`, or when it fails).
+    println!("{output}");
+    match status {
+        None => panic!("`{name}` hung: still running after {limit:?}\n{output}"),
+        Some(status) if !status.success() => {
+            panic!("`{name}` crashed or failed in its child process ({status})\n{output}")
+        }
+        Some(_) => assert!(
+            output.contains(&format!("isolated body finished: {name}")),
+            "`{name}`: the child did not run the body\n{output}"
+        ),
+    }
+}
+
+/// This process's resident set size in bytes (Linux), or `None` elsewhere.
+pub fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// A temporary folder unique to this process, tag and moment, removed when dropped
+/// whatever the test's outcome.
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// Creates `cl-lifetime-<tag>-<pid>-<nanos>` in the system's temporary folder.
+    pub fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir =
+            std::env::temp_dir().join(format!("cl-lifetime-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create a temporary folder");
+        TempDir(dir)
+    }
+
+    /// The folder.
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    /// Writes `contents` to the file `name` in the folder; returns its path.
+    pub fn write(&self, name: &str, contents: &[u8]) -> std::path::PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, contents).expect("write a temporary file");
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
