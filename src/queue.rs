@@ -56,7 +56,7 @@ use crate::buffer::{
 use crate::context::{ContextInner, next_id};
 use crate::device::Device;
 use crate::error::{ClStatus, Error, Result, Transfer};
-use crate::event::Event;
+use crate::event::{Event, Status};
 use crate::program::{Arg, Kernel};
 use crate::tracker::{Access, Entry, Lane};
 
@@ -244,7 +244,7 @@ impl After<'_> {
     fn submit<'t>(
         &self,
         touches: impl IntoIterator<Item = &'t Touch<'t>>,
-        enqueue: impl FnOnce(&[cl_event]) -> Result<cl_event>,
+        enqueue: impl FnMut(&[cl_event]) -> Result<cl_event>,
     ) -> Result<Event> {
         self.submit_reading(touches, enqueue, None)
     }
@@ -254,7 +254,7 @@ impl After<'_> {
     fn submit_reading<'t>(
         &self,
         touches: impl IntoIterator<Item = &'t Touch<'t>>,
-        enqueue: impl FnOnce(&[cl_event]) -> Result<cl_event>,
+        mut enqueue: impl FnMut(&[cl_event]) -> Result<cl_event>,
         mut writer: Option<&mut Option<Event>>,
     ) -> Result<Event> {
         let queue = &self.queue.inner;
@@ -288,69 +288,102 @@ impl After<'_> {
         // Reading an event's status costs microseconds on some drivers (NVIDIA), so the
         // statuses of dependencies and hazards are read only once a failure is possible.
         let failures_possible = crate::event::failures_possible();
-        for (_, access, map, reads, record) in locked.iter() {
-            record.check_map(*access, *map)?;
-            // Buffer rule 6: nothing reads data whose write failed.
-            if failures_possible && *reads {
-                if let Some(failed) = record.failed_write() {
-                    return Err(dependency_failed(failed));
-                }
-            }
-        }
-        if failures_possible {
-            crate::event::graveyard::sweep();
-            // A driver never runs a command whose wait list holds a failed event.
-            if let Some(failed) = self.deps.iter().find_map(|d| failure_of(d)) {
-                return Err(dependency_failed(failed));
-            }
-        }
-
-        // Rules 1 to 3: the wait list, and the events it holds (kept by the new event).
-        let mut wait = inline::WaitList::new();
-        let mut holds: inline::List<Event> = inline::List::new();
-        let mut unelided = self.deps.len();
-        for dep in self.deps {
-            if !dep.same_queue(queue) {
-                dep.flush_producer()?;
-            }
-            wait.push(dep.as_raw());
-            holds.push((*dep).clone());
-        }
         // PoCL stops ordering an in-order queue's later commands after earlier pending ones
         // once a command on it has failed, so after a failure in the context the queue's
         // order is not trusted: every unended hazard goes in the wait list.
         let failure_seen = queue.ctx.gates.failure_seen();
-        for (_, access, _, _, record) in locked.iter_mut() {
-            unelided += record.events().hazards_without_elision(*access);
-            let after_failure = record.after_failure() || failure_seen;
-            let events = record.events();
-            let mut add = |entry: &Entry<Event>| -> Result<()> {
-                // A finished command needs no wait, and a failed one must not be waited on:
-                // drivers fail (or never run) a command whose wait list holds a failed event.
-                if !(failures_possible && entry.event.is_terminal()) {
-                    if !entry.event.same_queue(queue) {
-                        entry.event.flush_producer()?;
+        // Gathers the checks and the wait list, with the events it holds (kept by the new
+        // event).
+        let gather = |locked: &mut inline::List<(
+            &MemInner,
+            Access,
+            MapStep,
+            bool,
+            MutexGuard<'_, Record>,
+        )>|
+         -> Result<(inline::WaitList, inline::List<Event>, usize)> {
+            for (_, access, map, reads, record) in locked.iter() {
+                record.check_map(*access, *map)?;
+                // Buffer rule 6: nothing reads data whose write failed.
+                if failures_possible && *reads {
+                    if let Some(failed) = record.failed_write() {
+                        return Err(dependency_failed(failed));
                     }
-                    wait.push(entry.event.as_raw());
-                    holds.push(entry.event.clone());
                 }
-                Ok(())
-            };
-            if after_failure {
-                events
-                    .hazards_after_failure(*access)
-                    .try_for_each(&mut add)?;
-            } else {
-                events.hazards(queue.lane, *access).try_for_each(&mut add)?;
             }
-        }
-        if locked.len() > 1 || !self.deps.is_empty() {
-            wait.sort_dedup();
-        }
-        let wait = wait.as_slice();
-        queue.ctx.stats.count_enqueue(wait.len(), unelided);
+            if failures_possible {
+                crate::event::graveyard::sweep();
+                // A driver never runs a command whose wait list holds a failed event.
+                if let Some(failed) = self.deps.iter().find_map(|d| failure_of(d)) {
+                    return Err(dependency_failed(failed));
+                }
+            }
+            // Rules 1 to 3.
+            let mut wait = inline::WaitList::new();
+            let mut holds: inline::List<Event> = inline::List::new();
+            let mut unelided = self.deps.len();
+            for dep in self.deps {
+                if !dep.same_queue(queue) {
+                    dep.flush_producer()?;
+                }
+                wait.push(dep.as_raw());
+                holds.push((*dep).clone());
+            }
+            for (_, access, _, _, record) in locked.iter_mut() {
+                unelided += record.events().hazards_without_elision(*access);
+                let after_failure = record.after_failure() || failure_seen;
+                let events = record.events();
+                let mut add = |entry: &Entry<Event>| -> Result<()> {
+                    // A finished command needs no wait, and a failed one must not be waited
+                    // on: drivers fail (or never run) a command whose wait list holds one.
+                    if !(failures_possible && entry.event.is_terminal()) {
+                        if !entry.event.same_queue(queue) {
+                            entry.event.flush_producer()?;
+                        }
+                        wait.push(entry.event.as_raw());
+                        holds.push(entry.event.clone());
+                    }
+                    Ok(())
+                };
+                if after_failure {
+                    events
+                        .hazards_after_failure(*access)
+                        .try_for_each(&mut add)?;
+                } else {
+                    events.hazards(queue.lane, *access).try_for_each(&mut add)?;
+                }
+            }
+            if locked.len() > 1 || !self.deps.is_empty() {
+                wait.sort_dedup();
+            }
+            Ok((wait, holds, unelided))
+        };
 
-        let raw = enqueue(wait)?;
+        // An event of the wait list can fail between the gathering and the enqueue, and
+        // NVIDIA then refuses the enqueue with the failed status: gather again (the failed
+        // event is left out, or refuses the command) a few times.
+        let mut attempts = 0;
+        let (raw, holds, had_wait_list) = loop {
+            let (wait, holds, unelided) = gather(&mut locked)?;
+            let wait = wait.as_slice();
+            match enqueue(wait) {
+                Ok(raw) => {
+                    queue.ctx.stats.count_enqueue(wait.len(), unelided);
+                    break (raw, holds, !wait.is_empty());
+                }
+                Err(e)
+                    if failures_possible
+                        && attempts < 3
+                        && holds
+                            .iter()
+                            .any(|h| matches!(h.status(), Ok(Status::Failed(_)))) =>
+                {
+                    log::debug!(target: "cl_lifetime::queue", "enqueue refused after a dependency failed ({e}); gathering again");
+                    attempts += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         queue.dirty.store(true, Ordering::Release);
         let deps = (holds.len() != 0).then(|| holds.into_boxed_slice());
         let event = Event::from_enqueue(raw, queue, deps);
@@ -364,7 +397,7 @@ impl After<'_> {
                 queue.lane,
                 *access,
                 event.clone(),
-                !wait.is_empty(),
+                had_wait_list,
                 failures_possible,
             );
             record.apply_map(*map);
