@@ -306,7 +306,14 @@ impl Event {
         if seen != UNKNOWN {
             return Ok(Status::from_raw(seen));
         }
-        let raw = read_status(self.inner.raw).map_err(|s| Error::cl("clGetEventInfo", s))?;
+        let mut raw = read_status(self.inner.raw).map_err(|s| Error::cl("clGetEventInfo", s))?;
+        if raw == cl::CL_COMPLETE && failures_possible() {
+            // NVIDIA reports some commands whose wait list held a failed event as complete
+            // without having run them: such a command failed.
+            if let Some(failed) = self.failed_dependency() {
+                raw = failed;
+            }
+        }
         if raw <= cl::CL_COMPLETE && self.inner.seen.swap(raw, Ordering::AcqRel) == UNKNOWN {
             if raw == cl::CL_COMPLETE {
                 // Complete, so every dependency completed before it: none is needed now,
@@ -328,6 +335,19 @@ impl Event {
             }
         }
         Ok(Status::from_raw(raw))
+    }
+
+    /// The status of a failed event of this command's wait list, if one failed.
+    fn failed_dependency(&self) -> Option<cl_int> {
+        let deps = self
+            .inner
+            .deps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        deps.as_deref()?.iter().find_map(|d| match d.status() {
+            Ok(Status::Failed(status)) => Some(status.0),
+            _ => None,
+        })
     }
 
     /// Whether the command has completed or failed. An event whose status cannot be read
