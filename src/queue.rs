@@ -329,14 +329,27 @@ impl After<'_> {
                 wait.push(dep.as_raw());
                 holds.push((*dep).clone());
             }
-            for (_, access, _, _, record) in locked.iter_mut() {
+            for (_, access, _, reads, record) in locked.iter_mut() {
                 unelided += record.events().hazards_without_elision(*access);
                 let after_failure = record.after_failure() || failure_seen;
+                let record: &Record = record;
                 let events = record.events();
+                let reads = *reads;
                 let mut add = |entry: &Entry<Event>| -> Result<()> {
                     // A finished command needs no wait, and a failed one must not be waited
                     // on: drivers fail (or never run) a command whose wait list holds one.
-                    if !(failures_possible && entry.event.is_terminal()) {
+                    // The status is read once here: the last write may have failed since
+                    // the check above, and then a reader is refused (buffer rule 6).
+                    let ended = failures_possible && entry.event.is_terminal();
+                    if ended && reads && entry.access == Access::Write {
+                        let last = record.last_write().map(Event::as_raw);
+                        if last == Some(entry.event.as_raw()) {
+                            if let Some(failed) = failure_of(&entry.event) {
+                                return Err(dependency_failed(failed));
+                            }
+                        }
+                    }
+                    if !ended {
                         if !entry.event.same_queue(queue) {
                             entry.event.flush_producer()?;
                         }
