@@ -113,8 +113,21 @@ unsafe impl Send for EventInner {}
 // SAFETY: as above; the other fields are atomics and a Mutex.
 unsafe impl Sync for EventInner {}
 
+/// Events the library holds a reference to (see [`events_held`]).
+static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// How many OpenCL events the library holds a reference to right now, across every
+/// context: the events of buffers' records, of the wait lists those keep, and of failed
+/// commands kept until their dependencies end. However long a program runs, this stays
+/// in proportion to the commands that may still run, not to the commands ever enqueued;
+/// a number that only grows is a leak.
+pub fn events_held() -> usize {
+    HELD.load(Ordering::Relaxed)
+}
+
 impl EventInner {
     fn new(raw: cl_event, queue: Option<Arc<QueueInner>>, deps: Option<Box<[Event]>>) -> Self {
+        HELD.fetch_add(1, Ordering::Relaxed);
         EventInner {
             raw,
             queue,
@@ -152,6 +165,7 @@ fn release_raw(raw: cl_event) {
     if let Err(status) = unsafe { cl::release_event(raw) } {
         log::error!(target: "cl_lifetime::event", "clReleaseEvent failed: {}", ClStatus(status));
     }
+    HELD.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// Drops a list of events without recursing through their own dependency lists, which

@@ -65,7 +65,7 @@ pub use buffer::{ClBuffer, FREE_GRACE, FailedCommand, PendingRead, Pod, ReleaseR
 pub use context::Context;
 pub use device::{DEVICE_VAR, Device};
 pub use error::{ClStatus, Error, Result, Transfer};
-pub use event::{CommandKind, Event, Status, UserEvent, wait_all};
+pub use event::{CommandKind, Event, Status, UserEvent, events_held, wait_all};
 pub use pool::{Arena, POISON, Pool, PoolOptions, PoolStats};
 pub use program::{Arg, KERNELS_VAR, Kernel, Program};
 pub use queue::{After, Mapped, MappedMut, Queue};

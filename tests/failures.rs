@@ -344,11 +344,13 @@ fn a_context_dropped_with_a_deferred_release_behind_a_held_closed_gate_does_not_
 // 5. Failed events are let go.
 
 /// Cancels `n` commands on one buffer, as a user cancelling work would: each waits on a
-/// gate that is then failed. Returns the resident set size after each tenth.
-fn cancel_commands(ctx: &Context, n: usize) -> Vec<u64> {
+/// gate that is then failed. Returns the resident set size after each tenth, and the most
+/// events the library held then.
+fn cancel_commands(ctx: &Context, n: usize) -> (Vec<u64>, usize) {
     let queue = ctx.queue().expect("a queue");
     let buf = ctx.buffer::<u32>(256).expect("a buffer");
     let mut rss = Vec::new();
+    let mut held = 0;
     for i in 0..n {
         let gate = ctx.user_event().expect("a gate");
         let cancelled = queue
@@ -365,14 +367,17 @@ fn cancel_commands(ctx: &Context, n: usize) -> Vec<u64> {
                 .and_then(|e| e.wait())
                 .expect("a fill after the cancelled ones");
             rss.push(common::rss_bytes().unwrap_or(0));
+            held = held.max(cl_lifetime::events_held());
         }
     }
     assert!(buf.record_len() <= 4, "record holds {}", buf.record_len());
-    rss
+    (rss, held)
 }
 
-/// The soak: `CL_LIFETIME_SOAK` cancelled commands (default 30,000; `make soak` runs
-/// 300,000) keep the process's memory flat after the first tenth.
+/// The soak: `CL_LIFETIME_SOAK` cancelled commands (default 30,000) leave the library
+/// holding a handful of events, however many were cancelled. `make soak` runs 300,000 and
+/// also checks the process's memory: flat over the second half (drivers grow their own
+/// pools during the first: NVIDIA's rises by about 100 MiB, then stays).
 #[test]
 fn cancelled_commands_keep_the_process_memory_flat() {
     common::isolated(
@@ -381,25 +386,32 @@ fn cancelled_commands_keep_the_process_memory_flat() {
         &[],
         || {
             let ctx = device!();
-            let n: usize = std::env::var("CL_LIFETIME_SOAK")
-                .ok()
+            let soak = std::env::var("CL_LIFETIME_SOAK").ok();
+            let n: usize = soak
+                .as_deref()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(30_000);
             let start = common::rss_bytes().unwrap_or(0);
-            let rss = cancel_commands(&ctx, n);
+            let held_before = cl_lifetime::events_held();
+            let (rss, held) = cancel_commands(&ctx, n);
             let mib = |b: u64| b as f64 / (1 << 20) as f64;
             let curve: Vec<String> = rss.iter().map(|&b| format!("{:.1}", mib(b))).collect();
             println!(
-                "soak: {n} cancelled commands; RSS MiB at start {:.1}, after each tenth: {}",
+                "soak: {n} cancelled commands; events held {held_before} before, at most {held} during; \
+                 RSS MiB at start {:.1}, after each tenth: {}",
                 mib(start),
                 curve.join(" ")
             );
-            let grown = rss.last().unwrap() - rss.first().unwrap();
-            assert!(
-                grown < 4 << 20,
-                "the process grew {:.1} MiB after warm-up: {curve:?}",
-                mib(grown)
-            );
+            // A record keeps up to twice its live entries between prunes (tracker rule 6).
+            assert!(held <= held_before + 64, "the library held {held} events");
+            if soak.is_some() {
+                let grown = rss[rss.len() - 1].saturating_sub(rss[rss.len() / 2 - 1]);
+                assert!(
+                    grown < 4 << 20,
+                    "the process grew {:.1} MiB over the second half: {curve:?}",
+                    mib(grown)
+                );
+            }
         },
     );
 }
