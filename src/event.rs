@@ -148,7 +148,7 @@ impl Drop for EventInner {
             let failed = failures_possible()
                 && *self.seen.get_mut() != cl::CL_COMPLETE
                 && read_status(self.raw).is_ok_and(|s| s < 0);
-            if failed && deps.iter().any(|d| !d.is_terminal()) {
+            if failed && deps.iter().any(|d| !d.has_ended()) {
                 graveyard::bury(self.raw, deps);
                 return;
             }
@@ -184,7 +184,7 @@ fn drop_iteratively(deps: Box<[Event]>) {
                 let failed_pending = failures_possible()
                     && *inner.seen.get_mut() != cl::CL_COMPLETE
                     && read_status(inner.raw).is_ok_and(|s| s < 0)
-                    && more.iter().any(|d| !d.is_terminal());
+                    && more.iter().any(|d| !d.has_ended());
                 if failed_pending {
                     *inner.deps.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(more);
                 } else {
@@ -252,7 +252,7 @@ pub(crate) mod graveyard {
             };
             let (ready, waiting): (Vec<Grave>, Vec<Grave>) = std::mem::take(&mut *graves)
                 .into_iter()
-                .partition(|g| g.deps.iter().all(Event::is_terminal));
+                .partition(|g| g.deps.iter().all(Event::has_ended));
             *graves = waiting;
             COUNT.store(graves.len(), Ordering::Release);
             (ready, graves.len())
@@ -318,6 +318,9 @@ impl Event {
     pub fn status(&self) -> Result<Status> {
         let seen = self.inner.seen.load(Ordering::Acquire);
         if seen != UNKNOWN {
+            if seen < 0 {
+                self.let_go_of_ended_deps();
+            }
             return Ok(Status::from_raw(seen));
         }
         let mut raw = read_status(self.inner.raw).map_err(|s| Error::cl("clGetEventInfo", s))?;
@@ -346,9 +349,46 @@ impl Event {
                     Some(queue) => queue.ctx.gates.note_failure(),
                     None => note_failure(),
                 }
+                self.let_go_of_ended_deps();
             }
         }
         Ok(Status::from_raw(raw))
+    }
+
+    /// The terminal status if known, else the driver's status, without looking at
+    /// dependencies (no recursion through chains of commands).
+    fn raw_status_now(&self) -> cl_int {
+        let seen = self.inner.seen.load(Ordering::Acquire);
+        if seen != UNKNOWN {
+            return seen;
+        }
+        read_status(self.inner.raw).unwrap_or(-1)
+    }
+
+    /// Whether the command has ended, asked without recursion.
+    fn has_ended(&self) -> bool {
+        self.raw_status_now() <= cl::CL_COMPLETE
+    }
+
+    /// A failed command keeps its dependencies only while one of them may still end
+    /// (and notify it); once all have ended they go, so that commands that failed one
+    /// after another do not keep each other in a chain.
+    fn let_go_of_ended_deps(&self) {
+        let mut deps = self
+            .inner
+            .deps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if deps
+            .as_deref()
+            .is_some_and(|d| d.iter().all(Event::has_ended))
+        {
+            let ended = deps.take();
+            drop(deps);
+            if let Some(ended) = ended {
+                drop_iteratively(ended);
+            }
+        }
     }
 
     /// The status of a failed event of this command's wait list, if one failed.
@@ -358,10 +398,10 @@ impl Event {
             .deps
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        deps.as_deref()?.iter().find_map(|d| match d.status() {
-            Ok(Status::Failed(status)) => Some(status.0),
-            _ => None,
-        })
+        deps.as_deref()?
+            .iter()
+            .map(Event::raw_status_now)
+            .find(|&status| status < 0)
     }
 
     /// Whether the command has completed or failed. An event whose status cannot be read
