@@ -402,8 +402,11 @@ fn cancelled_commands_keep_the_process_memory_flat() {
                 mib(start),
                 curve.join(" ")
             );
-            // A record keeps up to twice its live entries between prunes (tracker rule 6).
-            assert!(held <= held_before + 64, "the library held {held} events");
+            // In proportion to what may still run, not to `n`: a record keeps up to twice
+            // its live entries between prunes (tracker rule 6), and a driver that fails
+            // dependent commands a moment after their gate (NVIDIA) has a few hundred in
+            // flight.
+            assert!(held <= held_before + 1000, "the library held {held} events");
             if soak.is_some() {
                 let grown = rss[rss.len() - 1].saturating_sub(rss[rss.len() / 2 - 1]);
                 assert!(
