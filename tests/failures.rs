@@ -341,6 +341,61 @@ fn a_context_dropped_with_a_deferred_release_behind_a_held_closed_gate_does_not_
     );
 }
 
+/// Keeps every warning logged, for a test to read.
+struct Captured(std::sync::Mutex<Vec<String>>);
+
+impl log::Log for Captured {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Warn
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            if let Ok(mut lines) = self.0.lock() {
+                lines.push(record.args().to_string());
+            }
+        }
+    }
+    fn flush(&self) {}
+}
+
+static CAPTURED: Captured = Captured(std::sync::Mutex::new(Vec::new()));
+
+#[test]
+fn an_explicit_release_behind_a_closed_gate_says_which_gate_it_waits_behind() {
+    common::isolated(
+        "an_explicit_release_behind_a_closed_gate_says_which_gate_it_waits_behind",
+        2 * LIMIT,
+        &[],
+        || {
+            log::set_logger(&CAPTURED).unwrap();
+            log::set_max_level(log::LevelFilter::Warn);
+            let ctx = device!();
+            let queue = ctx.queue().unwrap();
+            let gate = ctx.user_event().unwrap();
+            let gate_line = line!() - 1;
+            let buf = ctx.buffer::<u32>(1024).unwrap();
+            queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
+            let site = format!("tests/failures.rs:{gate_line}");
+            std::thread::scope(|s| {
+                let release = s.spawn(|| buf.release().unwrap());
+                let said = eventually(|| {
+                    let lines = CAPTURED.0.lock().unwrap();
+                    lines
+                        .iter()
+                        .any(|l| l.contains("not set yet") && l.contains(&site))
+                });
+                gate.complete().unwrap();
+                release.join().unwrap();
+                assert!(
+                    said,
+                    "no log line named the gate at {site}: {:?}",
+                    CAPTURED.0.lock().unwrap()
+                );
+            });
+        },
+    );
+}
+
 // 5. Failed events are let go.
 
 /// Cancels `n` commands on one buffer, as a user cancelling work would: each waits on a
