@@ -173,6 +173,29 @@ pub(crate) fn failure_of(event: &Event) -> Option<FailedCommand> {
     }
 }
 
+impl From<FailedCommand> for Error {
+    /// The error of a command that depends on the failed one (rule 6).
+    fn from(failed: FailedCommand) -> Error {
+        Error::DependencyFailed {
+            command: failed.command,
+            status: failed.status,
+        }
+    }
+}
+
+/// Waits for a host command that reads a buffer (a read or a map), then applies rule 6:
+/// if `writer`, the buffer's last write when the command was enqueued, failed, the data
+/// is not what was asked for.
+pub(crate) fn settle(event: &Event, writer: Option<&Event>) -> Result<()> {
+    let ended = event.wait();
+    if crate::event::failures_possible() {
+        if let Some(failed) = writer.and_then(failure_of) {
+            return Err(failed.into());
+        }
+    }
+    ended
+}
+
 /// At most this many failures are kept for the report.
 const MAX_FAILURES: usize = 64;
 
@@ -279,10 +302,9 @@ impl Record {
     fn ended(e: &Event, failed: &mut Vec<FailedCommand>, saw: &mut bool) -> State {
         match e.status() {
             Ok(Status::Complete) => State::Complete,
-            Ok(Status::Failed(status)) => {
+            Ok(Status::Failed(_)) => {
                 if failed.len() < MAX_FAILURES {
-                    let command = e.command_kind().unwrap_or(CommandKind::Other(0));
-                    failed.push(FailedCommand { command, status });
+                    failed.extend(failure_of(e));
                 }
                 *saw = true;
                 State::Failed
@@ -743,8 +765,9 @@ fn wait_reporting_stalls(
     let start = Instant::now();
     let mut pause = Duration::from_micros(20);
     let mut said = false;
-    let ended =
-        |raw: &cl_event| cl_event_status(*raw).is_none_or(|s| s <= opencl3::event::CL_COMPLETE);
+    let ended = |raw: &cl_event| {
+        crate::event::read_status(*raw).map_or(true, |s| s <= opencl3::event::CL_COMPLETE)
+    };
     while !raws.iter().all(ended) {
         if !said && start.elapsed() >= STALL_LOG_AFTER {
             said = true;
@@ -765,13 +788,6 @@ fn wait_reporting_stalls(
     }
 }
 
-/// The raw execution status of `raw`, or `None` when it cannot be read.
-fn cl_event_status(raw: cl_event) -> Option<i32> {
-    opencl3::event::get_event_info(raw, opencl3::event::CL_EVENT_COMMAND_EXECUTION_STATUS)
-        .ok()
-        .map(|s| s.to_int())
-}
-
 /// A deferred release, advanced by the reaper without blocking (reaper rule 4): first the
 /// recorded commands end, then the memory is released, then the driver frees it (or the
 /// grace passes).
@@ -783,6 +799,9 @@ struct DeferredRelease {
 
 impl crate::reaper::Deferred for DeferredRelease {
     fn poll(&mut self) -> bool {
+        // Failed events kept for their dependencies go as those end, also while the
+        // program enqueues nothing more.
+        crate::event::graveyard::sweep();
         if let Some((freed, deadline)) = &self.freeing {
             if freed.fired() {
                 return true;
@@ -1122,16 +1141,7 @@ impl<T: Pod> PendingRead<T> {
     /// [`Error::DependencyFailed`] when the buffer's last write before the read failed
     /// (rule 6), [`Error::CommandFailed`] when the read itself failed.
     pub fn wait(mut self) -> Result<Vec<T>> {
-        let ended = self.event.wait();
-        if crate::event::failures_possible() {
-            if let Some(failed) = self.writer.as_ref().and_then(failure_of) {
-                return Err(Error::DependencyFailed {
-                    command: failed.command,
-                    status: failed.status,
-                });
-            }
-        }
-        ended?;
+        settle(&self.event, self.writer.as_ref())?;
         // SAFETY: the read completed, so the device wrote all `len` elements, and the
         // capacity is at least `len` (allocated with it).
         unsafe { self.data.set_len(self.len) };

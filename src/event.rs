@@ -96,8 +96,9 @@ pub(crate) struct EventInner {
     /// The library's queue that produced it, if any: flushed before the event enters
     /// another queue's wait list (DESIGN.md trap 5).
     pub(crate) queue: Option<Arc<QueueInner>>,
-    /// The events in the command's wait list, kept until the command is seen complete
-    /// (see [`graveyard`]): a failed command must outlive its own dependencies.
+    /// The events in the command's wait list (once a failure is possible), kept until the
+    /// command is seen complete (see [`graveyard`]): a failed command must outlive its own
+    /// dependencies.
     deps: Mutex<Option<Box<[Event]>>>,
     /// The terminal execution status once read ([`UNKNOWN`] until then): a terminal status
     /// never changes, so it is read from the driver once.
@@ -137,6 +138,17 @@ impl EventInner {
     }
 }
 
+impl EventInner {
+    /// Whether this event, dropped with its dependency list `deps`, must outlive the
+    /// drop: it failed while one of its dependencies may still end and notify it.
+    fn failed_before_its_deps(&mut self, deps: &[Event]) -> bool {
+        failures_possible()
+            && *self.seen.get_mut() != cl::CL_COMPLETE
+            && read_status(self.raw).is_ok_and(|s| s < 0)
+            && deps.iter().any(|d| !d.has_ended())
+    }
+}
+
 impl Drop for EventInner {
     fn drop(&mut self) {
         let deps = self
@@ -145,10 +157,7 @@ impl Drop for EventInner {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(deps) = deps {
-            let failed = failures_possible()
-                && *self.seen.get_mut() != cl::CL_COMPLETE
-                && read_status(self.raw).is_ok_and(|s| s < 0);
-            if failed && deps.iter().any(|d| !d.has_ended()) {
+            if self.failed_before_its_deps(&deps) {
                 graveyard::bury(self.raw, deps);
                 return;
             }
@@ -180,12 +189,8 @@ fn drop_iteratively(deps: Box<[Event]>) {
                 .unwrap_or_else(PoisonError::into_inner)
                 .take()
             {
-                // Put back, so that `inner`'s own drop decides as usual (it may bury).
-                let failed_pending = failures_possible()
-                    && *inner.seen.get_mut() != cl::CL_COMPLETE
-                    && read_status(inner.raw).is_ok_and(|s| s < 0)
-                    && more.iter().any(|d| !d.has_ended());
-                if failed_pending {
+                // Put back, so that `inner`'s own drop buries it with them.
+                if inner.failed_before_its_deps(&more) {
                     *inner.deps.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(more);
                 } else {
                     stack.extend(more.into_vec());
@@ -196,7 +201,8 @@ fn drop_iteratively(deps: Box<[Event]>) {
     }
 }
 
-fn read_status(raw: cl_event) -> std::result::Result<cl_int, cl_int> {
+/// The raw execution status of `raw`, or the error of the query.
+pub(crate) fn read_status(raw: cl_event) -> std::result::Result<cl_int, cl_int> {
     cl::get_event_info(raw, cl::CL_EVENT_COMMAND_EXECUTION_STATUS).map(|s| s.to_int())
 }
 

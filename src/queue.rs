@@ -25,9 +25,9 @@
 //!    after its pending ones once one of them has failed): every unended hazard goes in
 //!    the wait list. Before any of that, no status is read on the enqueue path (it costs
 //!    microseconds on NVIDIA).
-//!    The new event keeps the events of its wait list until it is seen complete: a failed
-//!    command is not released while a dependency of it may still end (see
-//!    [`crate::event`]).
+//!    Once a failure is possible, the new event keeps the events of its wait list until it
+//!    is seen complete: a failed command is not released while a dependency of it may
+//!    still end (see [`crate::event`]).
 //! 4. An event from another queue is flushed before it enters this queue's wait list
 //!    (DESIGN.md trap 5); each queue is flushed only if it has unflushed work.
 //! 5. A record that grows past [`FOLD_AT`](crate::tracker::FOLD_AT) live entries has its
@@ -50,9 +50,7 @@ use std::sync::{Arc, MutexGuard};
 use opencl3::command_queue as cl;
 use opencl3::types::{cl_command_queue, cl_event};
 
-use crate::buffer::{
-    ClBuffer, FailedCommand, MapStep, MemInner, PendingRead, Pod, Record, failure_of,
-};
+use crate::buffer::{ClBuffer, MapStep, MemInner, PendingRead, Pod, Record, failure_of, settle};
 use crate::context::{ContextInner, next_id};
 use crate::device::Device;
 use crate::error::{ClStatus, Error, Result, Transfer};
@@ -293,7 +291,9 @@ impl After<'_> {
         // order is not trusted: every unended hazard goes in the wait list.
         let failure_seen = queue.ctx.gates.failure_seen();
         // Gathers the checks and the wait list, with the events it holds (kept by the new
-        // event).
+        // event). Those are needed only once a failure is possible (a failed command must
+        // outlive its dependencies), so until then the enqueue path clones and allocates
+        // nothing for them.
         let gather = |locked: &mut inline::List<(
             &MemInner,
             Access,
@@ -307,7 +307,7 @@ impl After<'_> {
                 // Buffer rule 6: nothing reads data whose write failed.
                 if failures_possible && *reads {
                     if let Some(failed) = record.failed_write() {
-                        return Err(dependency_failed(failed));
+                        return Err(failed.into());
                     }
                 }
             }
@@ -315,7 +315,7 @@ impl After<'_> {
                 crate::event::graveyard::sweep();
                 // A driver never runs a command whose wait list holds a failed event.
                 if let Some(failed) = self.deps.iter().find_map(|d| failure_of(d)) {
-                    return Err(dependency_failed(failed));
+                    return Err(failed.into());
                 }
             }
             // Rules 1 to 3.
@@ -327,7 +327,9 @@ impl After<'_> {
                     dep.flush_producer()?;
                 }
                 wait.push(dep.as_raw());
-                holds.push((*dep).clone());
+                if failures_possible {
+                    holds.push((*dep).clone());
+                }
             }
             for (_, access, _, reads, record) in locked.iter_mut() {
                 unelided += record.events().hazards_without_elision(*access);
@@ -345,7 +347,7 @@ impl After<'_> {
                         let last = record.last_write().map(Event::as_raw);
                         if last == Some(entry.event.as_raw()) {
                             if let Some(failed) = failure_of(&entry.event) {
-                                return Err(dependency_failed(failed));
+                                return Err(failed.into());
                             }
                         }
                     }
@@ -354,7 +356,9 @@ impl After<'_> {
                             entry.event.flush_producer()?;
                         }
                         wait.push(entry.event.as_raw());
-                        holds.push(entry.event.clone());
+                        if failures_possible {
+                            holds.push(entry.event.clone());
+                        }
                     }
                     Ok(())
                 };
@@ -938,26 +942,6 @@ impl<T: Pod> fmt::Debug for MappedMut<'_, T> {
             .field("len", &self.0.len)
             .finish()
     }
-}
-
-fn dependency_failed(failed: FailedCommand) -> Error {
-    Error::DependencyFailed {
-        command: failed.command,
-        status: failed.status,
-    }
-}
-
-/// Waits for a host command that reads a buffer (a read or a map), then applies buffer
-/// rule 6: if `writer`, the buffer's last write when the command was enqueued, failed,
-/// the data is not what was asked for.
-fn settle(event: &Event, writer: Option<&Event>) -> Result<()> {
-    let ended = event.wait();
-    if crate::event::failures_possible() {
-        if let Some(failed) = writer.and_then(failure_of) {
-            return Err(dependency_failed(failed));
-        }
-    }
-    ended
 }
 
 pub(crate) fn wait_ptr(wait: &[cl_event]) -> *const cl_event {

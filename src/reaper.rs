@@ -135,7 +135,6 @@ fn run(shared: &Shared) {
         // A finished job drops here, outside the lock: its drop may drop the context,
         // and with it this reaper.
         pending.retain_mut(|job| !job.poll());
-        crate::event::graveyard::sweep();
         let finished = (before - pending.len()) as u64;
         let mut state = shared.lock();
         if finished > 0 {
