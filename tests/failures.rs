@@ -18,6 +18,17 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// The execution status the tests fail their gates with.
 const CANCELLED: i32 = -1234;
 
+/// A test whose body runs in a child process with the time limit [`LIMIT`]
+/// ([`common::isolated`]), so that a crash or a hang fails it instead of the suite.
+macro_rules! isolated_test {
+    (fn $name:ident() $body:block) => {
+        #[test]
+        fn $name() {
+            common::isolated(stringify!($name), LIMIT, &[], || $body);
+        }
+    };
+}
+
 fn queues(ctx: &Context) -> (Queue, Queue) {
     (
         ctx.queue().expect("a queue"),
@@ -39,6 +50,26 @@ fn eventually(mut done: impl FnMut() -> bool) -> bool {
 }
 
 // 1. A failed command must outlive its own closed dependencies (PoCL walks its notify list).
+
+/// Fills `buf` on `queue` behind two gates: returns them (`later`, `cancel`) and the
+/// fill's raw handle, which the buffer's record keeps alive.
+fn fill_behind_two_gates(
+    ctx: &Context,
+    queue: &Queue,
+    buf: &cl_lifetime::ClBuffer<u32>,
+) -> (
+    cl_lifetime::UserEvent,
+    cl_lifetime::UserEvent,
+    cl_sys::cl_event,
+) {
+    let later = ctx.user_event().expect("a gate");
+    let cancel = ctx.user_event().expect("a second gate");
+    let fill = queue
+        .after(&[cancel.event(), later.event()])
+        .fill(buf, 1)
+        .expect("a fill behind both");
+    (later, cancel, fill.as_raw() as cl_sys::cl_event)
+}
 
 /// Releases `buf`, whose command `fill` (a raw handle the buffer's record keeps alive)
 /// waits on a failed gate and on `later`, and completes `later`. Where the driver ended
@@ -63,282 +94,205 @@ fn release_then_complete(
     }
 }
 
-#[test]
-fn a_failed_command_whose_other_dependency_is_closed_survives_its_buffers_release() {
-    common::isolated(
-        "a_failed_command_whose_other_dependency_is_closed_survives_its_buffers_release",
-        LIMIT,
-        &[],
-        || {
-            let ctx = device!();
-            let queue = ctx.queue().unwrap();
-            let buf = ctx.buffer::<u32>(1024).unwrap();
-            let later = ctx.user_event().unwrap();
-            let cancel = ctx.user_event().unwrap();
-            let fill = queue
-                .after(&[cancel.event(), later.event()])
-                .fill(&buf, 1)
-                .unwrap()
-                .as_raw() as cl_sys::cl_event;
-            cancel.fail(CANCELLED).unwrap();
-            let report = release_then_complete(buf, fill, &later);
-            assert_eq!(report.failed.len(), 1, "{report:?}");
-            // Something after the dependency ended, to let the driver walk its lists.
-            let other = ctx.buffer::<u32>(16).unwrap();
-            queue.fill(&other, 2).unwrap().wait().unwrap();
-        },
-    );
+isolated_test! {
+    fn a_failed_command_whose_other_dependency_is_closed_survives_its_buffers_release() {
+        let ctx = device!();
+        let queue = ctx.queue().unwrap();
+        let buf = ctx.buffer::<u32>(1024).unwrap();
+        let (later, cancel, fill) = fill_behind_two_gates(&ctx, &queue, &buf);
+        cancel.fail(CANCELLED).unwrap();
+        let report = release_then_complete(buf, fill, &later);
+        assert_eq!(report.failed.len(), 1, "{report:?}");
+        // Something after the dependency ended, to let the driver walk its lists.
+        let other = ctx.buffer::<u32>(16).unwrap();
+        queue.fill(&other, 2).unwrap().wait().unwrap();
+    }
 }
 
-#[test]
-fn a_failed_command_whose_other_dependency_is_closed_survives_being_superseded() {
-    common::isolated(
-        "a_failed_command_whose_other_dependency_is_closed_survives_being_superseded",
-        LIMIT,
-        &[],
-        || {
-            let ctx = device!();
-            let (queue, other_queue) = queues(&ctx);
-            let buf = ctx.buffer::<u32>(1024).unwrap();
-            let later = ctx.user_event().unwrap();
-            let cancel = ctx.user_event().unwrap();
-            queue
-                .after(&[cancel.event(), later.event()])
-                .fill(&buf, 1)
-                .unwrap();
-            cancel.fail(CANCELLED).unwrap();
-            // Supersedes the failed fill (waits on it where it has not ended: NVIDIA).
-            let other = other_queue.fill(&buf, 2).unwrap();
-            // The same queue too: a command with no wait list drops what it covers.
-            let mut last = None;
-            for _ in 0..40 {
-                last = Some(queue.fill(&buf, 3).unwrap());
-            }
-            later.complete().unwrap();
-            // Where they waited on the failed fill they fail too (NVIDIA, a moment later).
-            let _ = other.wait();
-            let _ = last.map(|e| e.wait());
-            queue.fill(&buf, 5).unwrap().wait().unwrap();
-            assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap()[0], 5);
-        },
-    );
+isolated_test! {
+    fn a_failed_command_whose_other_dependency_is_closed_survives_being_superseded() {
+        let ctx = device!();
+        let (queue, other_queue) = queues(&ctx);
+        let buf = ctx.buffer::<u32>(1024).unwrap();
+        let (later, cancel, _) = fill_behind_two_gates(&ctx, &queue, &buf);
+        cancel.fail(CANCELLED).unwrap();
+        // Supersedes the failed fill (waits on it where it has not ended: NVIDIA).
+        let other = other_queue.fill(&buf, 2).unwrap();
+        // The same queue too: a command with no wait list drops what it covers.
+        let mut last = None;
+        for _ in 0..40 {
+            last = Some(queue.fill(&buf, 3).unwrap());
+        }
+        later.complete().unwrap();
+        // Where they waited on the failed fill they fail too (NVIDIA, a moment later).
+        let _ = other.wait();
+        let _ = last.map(|e| e.wait());
+        queue.fill(&buf, 5).unwrap().wait().unwrap();
+        assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap()[0], 5);
+    }
 }
 
-#[test]
-fn a_failed_command_whose_failing_gate_was_dropped_survives_its_buffers_release() {
-    common::isolated(
-        "a_failed_command_whose_failing_gate_was_dropped_survives_its_buffers_release",
-        LIMIT,
-        &[],
-        || {
-            let ctx = device!();
-            let queue = ctx.queue().unwrap();
-            let buf = ctx.buffer::<u32>(1024).unwrap();
-            let later = ctx.user_event().unwrap();
-            let cancel = ctx.user_event().unwrap();
-            let fill = queue
-                .after(&[cancel.event(), later.event()])
-                .fill(&buf, 1)
-                .unwrap()
-                .as_raw() as cl_sys::cl_event;
-            drop(cancel);
-            let report = release_then_complete(buf, fill, &later);
-            assert_eq!(report.failed.len(), 1, "{report:?}");
-            let other = ctx.buffer::<u32>(16).unwrap();
-            queue.fill(&other, 2).unwrap().wait().unwrap();
-        },
-    );
+isolated_test! {
+    fn a_failed_command_whose_failing_gate_was_dropped_survives_its_buffers_release() {
+        let ctx = device!();
+        let queue = ctx.queue().unwrap();
+        let buf = ctx.buffer::<u32>(1024).unwrap();
+        let (later, cancel, fill) = fill_behind_two_gates(&ctx, &queue, &buf);
+        drop(cancel);
+        let report = release_then_complete(buf, fill, &later);
+        assert_eq!(report.failed.len(), 1, "{report:?}");
+        let other = ctx.buffer::<u32>(16).unwrap();
+        queue.fill(&other, 2).unwrap().wait().unwrap();
+    }
 }
 
 // 2. An already-failed dependency: the command would never run.
 
-#[test]
-fn an_already_failed_dependency_is_refused_instead_of_hanging() {
-    common::isolated(
-        "an_already_failed_dependency_is_refused_instead_of_hanging",
-        LIMIT,
-        &[],
-        || {
-            let ctx = device!();
-            let queue = ctx.queue().unwrap();
-            let buf = ctx.buffer::<u32>(64).unwrap();
-            let gate = ctx.user_event().unwrap();
-            gate.fail(CANCELLED).unwrap();
-            let err = queue.after(&[gate.event()]).fill(&buf, 1).unwrap_err();
-            assert!(
-                matches!(
-                    err,
-                    Error::DependencyFailed {
-                        command: CommandKind::User,
-                        status
-                    } if status.0 == CANCELLED
-                ),
-                "{err:?}"
-            );
-            // Nothing was enqueued: the queue, the buffer and the context all go on.
-            queue.fill(&buf, 7).unwrap().wait().unwrap();
-            assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap()[0], 7);
-            buf.release().unwrap();
-            ctx.wait_deferred();
-        },
-    );
+isolated_test! {
+    fn an_already_failed_dependency_is_refused_instead_of_hanging() {
+        let ctx = device!();
+        let queue = ctx.queue().unwrap();
+        let buf = ctx.buffer::<u32>(64).unwrap();
+        let gate = ctx.user_event().unwrap();
+        gate.fail(CANCELLED).unwrap();
+        let err = queue.after(&[gate.event()]).fill(&buf, 1).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::DependencyFailed {
+                    command: CommandKind::User,
+                    status
+                } if status.0 == CANCELLED
+            ),
+            "{err:?}"
+        );
+        // Nothing was enqueued: the queue, the buffer and the context all go on.
+        queue.fill(&buf, 7).unwrap().wait().unwrap();
+        assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap()[0], 7);
+        buf.release().unwrap();
+        ctx.wait_deferred();
+    }
 }
 
-#[test]
-fn an_already_failed_command_as_a_dependency_is_refused_instead_of_hanging() {
-    common::isolated(
-        "an_already_failed_command_as_a_dependency_is_refused_instead_of_hanging",
-        LIMIT,
-        &[],
-        || {
-            let ctx = device!();
-            let (queue, other_queue) = queues(&ctx);
-            let (a, b) = (
-                ctx.buffer::<u32>(64).unwrap(),
-                ctx.buffer::<u32>(64).unwrap(),
-            );
-            let gate = ctx.user_event().unwrap();
-            let failed = queue.after(&[gate.event()]).fill(&a, 1).unwrap();
-            gate.fail(CANCELLED).unwrap();
-            assert!(failed.wait().is_err());
-            let err = other_queue.after(&[&failed]).fill(&b, 2).unwrap_err();
-            assert!(
-                matches!(
-                    err,
-                    Error::DependencyFailed {
-                        command: CommandKind::Fill,
-                        ..
-                    }
-                ),
-                "{err:?}"
-            );
-            other_queue.fill(&b, 3).unwrap().wait().unwrap();
-            drop((a, b));
-        },
-    );
+isolated_test! {
+    fn an_already_failed_command_as_a_dependency_is_refused_instead_of_hanging() {
+        let ctx = device!();
+        let (queue, other_queue) = queues(&ctx);
+        let (a, b) = (
+            ctx.buffer::<u32>(64).unwrap(),
+            ctx.buffer::<u32>(64).unwrap(),
+        );
+        let gate = ctx.user_event().unwrap();
+        let failed = queue.after(&[gate.event()]).fill(&a, 1).unwrap();
+        gate.fail(CANCELLED).unwrap();
+        assert!(failed.wait().is_err());
+        let err = other_queue.after(&[&failed]).fill(&b, 2).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::DependencyFailed {
+                    command: CommandKind::Fill,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        other_queue.fill(&b, 3).unwrap().wait().unwrap();
+        drop((a, b));
+    }
 }
 
 // 3. Failures the library did not cause itself are seen all the same.
 
-#[test]
-fn a_gate_failed_by_its_drop_does_not_stall_the_next_command_on_another_queue() {
-    common::isolated(
-        "a_gate_failed_by_its_drop_does_not_stall_the_next_command_on_another_queue",
-        LIMIT,
-        &[],
-        || {
-            let ctx = device!();
-            let (queue, other_queue) = queues(&ctx);
-            let buf = ctx.buffer::<u32>(64).unwrap();
-            let gate = ctx.user_event().unwrap();
-            let gated = queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
-            drop(gate);
-            // Some drivers (NVIDIA) fail a dependent command a moment after its gate.
-            assert!(gated.wait().is_err());
-            drop(gated);
-            other_queue.fill(&buf, 2).unwrap().wait().unwrap();
-            assert_eq!(other_queue.read_owned(&buf).unwrap().wait().unwrap()[0], 2);
-        },
-    );
+isolated_test! {
+    fn a_gate_failed_by_its_drop_does_not_stall_the_next_command_on_another_queue() {
+        let ctx = device!();
+        let (queue, other_queue) = queues(&ctx);
+        let buf = ctx.buffer::<u32>(64).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let gated = queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
+        drop(gate);
+        // Some drivers (NVIDIA) fail a dependent command a moment after its gate.
+        assert!(gated.wait().is_err());
+        drop(gated);
+        other_queue.fill(&buf, 2).unwrap().wait().unwrap();
+        assert_eq!(other_queue.read_owned(&buf).unwrap().wait().unwrap()[0], 2);
+    }
 }
 
-#[test]
-fn a_gate_failed_through_its_raw_handle_does_not_stall_the_next_command_on_another_queue() {
-    common::isolated(
-        "a_gate_failed_through_its_raw_handle_does_not_stall_the_next_command_on_another_queue",
-        LIMIT,
-        &[],
-        || {
-            let ctx = device!();
-            let (queue, other_queue) = queues(&ctx);
-            let buf = ctx.buffer::<u32>(64).unwrap();
-            let gate = ctx.user_event().unwrap();
-            let gated = queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
-            // SAFETY: a live user event of this context, set once.
-            let rc = unsafe {
-                cl_sys::clSetUserEventStatus(gate.as_raw() as cl_sys::cl_event, CANCELLED)
-            };
-            assert_eq!(rc, 0);
-            // Some drivers (NVIDIA) fail a dependent command a moment after its gate.
-            assert!(gated.wait().is_err());
-            drop(gated);
-            other_queue.fill(&buf, 2).unwrap().wait().unwrap();
-            assert_eq!(other_queue.read_owned(&buf).unwrap().wait().unwrap()[0], 2);
-            std::mem::forget(gate); // set through the raw handle; its Drop would set it again
-        },
-    );
+isolated_test! {
+    fn a_gate_failed_through_its_raw_handle_does_not_stall_the_next_command_on_another_queue() {
+        let ctx = device!();
+        let (queue, other_queue) = queues(&ctx);
+        let buf = ctx.buffer::<u32>(64).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let gated = queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
+        // SAFETY: a live user event of this context, set once.
+        let rc = unsafe {
+            cl_sys::clSetUserEventStatus(gate.as_raw() as cl_sys::cl_event, CANCELLED)
+        };
+        assert_eq!(rc, 0);
+        // Some drivers (NVIDIA) fail a dependent command a moment after its gate.
+        assert!(gated.wait().is_err());
+        drop(gated);
+        other_queue.fill(&buf, 2).unwrap().wait().unwrap();
+        assert_eq!(other_queue.read_owned(&buf).unwrap().wait().unwrap()[0], 2);
+        std::mem::forget(gate); // set through the raw handle; its Drop would set it again
+    }
 }
 
 // 4. Drops in natural order, on unwind, and a context dropped with a held closed gate.
 
-#[test]
-fn a_buffer_dropped_before_its_closed_gate_in_natural_order_does_not_hang() {
-    common::isolated(
-        "a_buffer_dropped_before_its_closed_gate_in_natural_order_does_not_hang",
-        LIMIT,
-        &[],
-        || {
-            let ctx = device!();
-            let queue = ctx.queue().unwrap();
-            {
-                let gate = ctx.user_event().unwrap();
-                let buf = ctx.buffer::<u32>(1 << 16).unwrap();
-                queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
-                // The scope ends: `buf` drops first, then `gate`.
-            }
-            ctx.wait_deferred();
-            assert_eq!(ctx.memory_stats().live_bytes, 0);
-            assert_eq!(ctx.memory_stats().pending_release_bytes, 0);
-        },
-    );
-}
-
-#[test]
-fn a_buffer_dropped_before_its_closed_gate_on_unwind_does_not_hang() {
-    common::isolated(
-        "a_buffer_dropped_before_its_closed_gate_on_unwind_does_not_hang",
-        LIMIT,
-        &[],
-        || {
-            let ctx = device!();
-            let queue = ctx.queue().unwrap();
-            let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let gate = ctx.user_event().unwrap();
-                let buf = ctx.buffer::<u32>(1 << 16).unwrap();
-                queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
-                panic!("the caller's code fails here");
-            }));
-            assert!(unwound.is_err());
-            ctx.wait_deferred();
-            assert_eq!(ctx.memory_stats().live_bytes, 0);
-        },
-    );
-}
-
-#[test]
-fn a_context_dropped_with_a_deferred_release_behind_a_held_closed_gate_does_not_hang() {
-    common::isolated(
-        "a_context_dropped_with_a_deferred_release_behind_a_held_closed_gate_does_not_hang",
-        LIMIT,
-        &[],
-        || {
-            let ctx = device!();
-            let queue = ctx.queue().unwrap();
+isolated_test! {
+    fn a_buffer_dropped_before_its_closed_gate_in_natural_order_does_not_hang() {
+        let ctx = device!();
+        let queue = ctx.queue().unwrap();
+        {
             let gate = ctx.user_event().unwrap();
             let buf = ctx.buffer::<u32>(1 << 16).unwrap();
-            let watch = common::watch(&buf, &[]);
             queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
-            buf.release_deferred();
-            drop(queue);
-            drop(ctx); // must not wait for the gate the caller still holds
-            assert!(!watch.fired(), "freed before its command could run");
-            gate.complete().unwrap();
-            assert!(
-                eventually(|| watch.fired()),
-                "never freed after the gate opened"
-            );
-        },
-    );
+            // The scope ends: `buf` drops first, then `gate`.
+        }
+        ctx.wait_deferred();
+        assert_eq!(ctx.memory_stats().live_bytes, 0);
+        assert_eq!(ctx.memory_stats().pending_release_bytes, 0);
+    }
+}
+
+isolated_test! {
+    fn a_buffer_dropped_before_its_closed_gate_on_unwind_does_not_hang() {
+        let ctx = device!();
+        let queue = ctx.queue().unwrap();
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let gate = ctx.user_event().unwrap();
+            let buf = ctx.buffer::<u32>(1 << 16).unwrap();
+            queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
+            panic!("the caller's code fails here");
+        }));
+        assert!(unwound.is_err());
+        ctx.wait_deferred();
+        assert_eq!(ctx.memory_stats().live_bytes, 0);
+    }
+}
+
+isolated_test! {
+    fn a_context_dropped_with_a_deferred_release_behind_a_held_closed_gate_does_not_hang() {
+        let ctx = device!();
+        let queue = ctx.queue().unwrap();
+        let gate = ctx.user_event().unwrap();
+        let buf = ctx.buffer::<u32>(1 << 16).unwrap();
+        let watch = common::watch(&buf, &[]);
+        queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
+        buf.release_deferred();
+        drop(queue);
+        drop(ctx); // must not wait for the gate the caller still holds
+        assert!(!watch.fired(), "freed before its command could run");
+        gate.complete().unwrap();
+        assert!(
+            eventually(|| watch.fired()),
+            "never freed after the gate opened"
+        );
+    }
 }
 
 /// Keeps every warning logged, for a test to read.
@@ -476,33 +430,27 @@ fn cancelled_commands_keep_the_process_memory_flat() {
 
 // 6. Host memory lent to a write goes when the write has ended.
 
-#[test]
-fn write_owned_host_memory_goes_once_its_write_has_ended() {
-    common::isolated(
-        "write_owned_host_memory_goes_once_its_write_has_ended",
-        LIMIT,
-        &[],
-        || {
-            let ctx = device!();
-            let queue = ctx.queue().unwrap();
-            let len = 16 << 20; // 64 MiB of u32
-            let buf = ctx.buffer::<u32>(len).unwrap();
-            queue.fill(&buf, 0).unwrap().wait().unwrap();
-            let before = common::rss_bytes().unwrap();
-            for i in 0..6 {
-                queue
-                    .write_owned(&buf, vec![i; len])
-                    .unwrap()
-                    .wait()
-                    .unwrap();
-            }
-            queue.fill_range(&buf, 9, 0..1).unwrap().wait().unwrap();
-            let after = common::rss_bytes().unwrap();
-            let held = after.saturating_sub(before) >> 20;
-            assert!(held < 70, "{held} MiB of host memory still held");
-            drop(buf);
-        },
-    );
+isolated_test! {
+    fn write_owned_host_memory_goes_once_its_write_has_ended() {
+        let ctx = device!();
+        let queue = ctx.queue().unwrap();
+        let len = 16 << 20; // 64 MiB of u32
+        let buf = ctx.buffer::<u32>(len).unwrap();
+        queue.fill(&buf, 0).unwrap().wait().unwrap();
+        let before = common::rss_bytes().unwrap();
+        for i in 0..6 {
+            queue
+                .write_owned(&buf, vec![i; len])
+                .unwrap()
+                .wait()
+                .unwrap();
+        }
+        queue.fill_range(&buf, 9, 0..1).unwrap().wait().unwrap();
+        let after = common::rss_bytes().unwrap();
+        let held = after.saturating_sub(before) >> 20;
+        assert!(held < 70, "{held} MiB of host memory still held");
+        drop(buf);
+    }
 }
 
 // 7. Data that depends on a failed command is an error naming that command.
@@ -529,116 +477,92 @@ fn names_the_failed_fill(result: Result<impl std::fmt::Debug, Error>) {
     }
 }
 
-#[test]
-fn a_read_after_a_failed_write_is_an_error_naming_that_write() {
-    common::isolated(
-        "a_read_after_a_failed_write_is_an_error_naming_that_write",
-        LIMIT,
-        &[],
-        || {
-            let ctx = device!();
-            let (queue, other_queue) = queues(&ctx);
-            let buf = failed_fill(&ctx, &queue);
-            let mut out = [0u32; 64];
-            names_the_failed_fill(queue.read(&buf, &mut out));
-            names_the_failed_fill(other_queue.read(&buf, &mut out));
-            names_the_failed_fill(queue.read_owned(&buf).and_then(|r| r.wait()));
-            names_the_failed_fill(queue.map(&buf, 0..64).map(|m| m[0]));
-            // A copy from it is refused too; a write that replaces it clears it.
-            let dst = ctx.buffer::<u32>(64).unwrap();
-            names_the_failed_fill(queue.copy(&buf, &dst));
-            queue.write(&buf, &[8; 64]).unwrap();
-            assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), [8; 64]);
-        },
-    );
+isolated_test! {
+    fn a_read_after_a_failed_write_is_an_error_naming_that_write() {
+        let ctx = device!();
+        let (queue, other_queue) = queues(&ctx);
+        let buf = failed_fill(&ctx, &queue);
+        let mut out = [0u32; 64];
+        names_the_failed_fill(queue.read(&buf, &mut out));
+        names_the_failed_fill(other_queue.read(&buf, &mut out));
+        names_the_failed_fill(queue.read_owned(&buf).and_then(|r| r.wait()));
+        names_the_failed_fill(queue.map(&buf, 0..64).map(|m| m[0]));
+        // A copy from it is refused too; a write that replaces it clears it.
+        let dst = ctx.buffer::<u32>(64).unwrap();
+        names_the_failed_fill(queue.copy(&buf, &dst));
+        queue.write(&buf, &[8; 64]).unwrap();
+        assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), [8; 64]);
+    }
 }
 
-#[test]
-fn a_read_enqueued_before_its_write_failed_is_an_error_naming_that_write() {
-    common::isolated(
-        "a_read_enqueued_before_its_write_failed_is_an_error_naming_that_write",
-        LIMIT,
-        &[],
-        || {
-            let ctx = device!();
-            let (queue, other_queue) = queues(&ctx);
-            for reader in [&queue, &other_queue] {
-                let buf = ctx.buffer_from(&[5u32; 64]).unwrap();
-                let gate = ctx.user_event().unwrap();
-                queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
-                let pending = reader.read_owned(&buf).unwrap();
-                gate.fail(CANCELLED).unwrap();
-                names_the_failed_fill(pending.wait());
-            }
-        },
-    );
+isolated_test! {
+    fn a_read_enqueued_before_its_write_failed_is_an_error_naming_that_write() {
+        let ctx = device!();
+        let (queue, other_queue) = queues(&ctx);
+        for reader in [&queue, &other_queue] {
+            let buf = ctx.buffer_from(&[5u32; 64]).unwrap();
+            let gate = ctx.user_event().unwrap();
+            queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
+            let pending = reader.read_owned(&buf).unwrap();
+            gate.fail(CANCELLED).unwrap();
+            names_the_failed_fill(pending.wait());
+        }
+    }
 }
 
 // 9. The reaper frees what has finished first.
 
-#[test]
-fn an_idle_buffer_released_deferred_is_freed_before_a_busy_one_released_earlier() {
-    common::isolated(
-        "an_idle_buffer_released_deferred_is_freed_before_a_busy_one_released_earlier",
-        LIMIT,
-        &[],
-        || {
-            let ctx = device!();
-            let (queue, other_queue) = queues(&ctx);
-            let gate = ctx.user_event().unwrap();
-            let busy = ctx.buffer::<u8>(1 << 20).unwrap();
-            let idle = ctx.buffer::<u8>(1 << 16).unwrap();
-            queue.after(&[gate.event()]).fill(&busy, 1).unwrap();
-            other_queue.fill(&idle, 2).unwrap().wait().unwrap();
-            busy.release_deferred();
-            idle.release_deferred();
-            let freed_first = eventually(|| ctx.memory_stats().pending_release_bytes == 1 << 20);
-            gate.complete().unwrap();
-            ctx.wait_deferred();
-            assert!(freed_first, "the idle buffer waited behind the busy one");
-            assert_eq!(ctx.memory_stats().pending_release_bytes, 0);
-        },
-    );
+isolated_test! {
+    fn an_idle_buffer_released_deferred_is_freed_before_a_busy_one_released_earlier() {
+        let ctx = device!();
+        let (queue, other_queue) = queues(&ctx);
+        let gate = ctx.user_event().unwrap();
+        let busy = ctx.buffer::<u8>(1 << 20).unwrap();
+        let idle = ctx.buffer::<u8>(1 << 16).unwrap();
+        queue.after(&[gate.event()]).fill(&busy, 1).unwrap();
+        other_queue.fill(&idle, 2).unwrap().wait().unwrap();
+        busy.release_deferred();
+        idle.release_deferred();
+        let freed_first = eventually(|| ctx.memory_stats().pending_release_bytes == 1 << 20);
+        gate.complete().unwrap();
+        ctx.wait_deferred();
+        assert!(freed_first, "the idle buffer waited behind the busy one");
+        assert_eq!(ctx.memory_stats().pending_release_bytes, 0);
+    }
 }
 
-#[test]
-fn a_forgotten_mapping_costs_its_own_release_the_configured_grace_and_no_one_elses() {
-    common::isolated(
-        "a_forgotten_mapping_costs_its_own_release_the_configured_grace_and_no_one_elses",
-        LIMIT,
-        &[],
-        || {
-            let ctx = device!();
-            let queue = ctx.queue().unwrap();
-            ctx.set_free_grace(Duration::from_millis(300));
-            assert_eq!(ctx.free_grace(), Duration::from_millis(300));
+isolated_test! {
+    fn a_forgotten_mapping_costs_its_own_release_the_configured_grace_and_no_one_elses() {
+        let ctx = device!();
+        let queue = ctx.queue().unwrap();
+        ctx.set_free_grace(Duration::from_millis(300));
+        assert_eq!(ctx.free_grace(), Duration::from_millis(300));
 
-            // A blocking release reports the time it spent in the grace.
-            let mapped = ctx.buffer_from(&[1u32; 256]).unwrap();
-            std::mem::forget(queue.map(&mapped, 0..256).unwrap());
-            let report = mapped.release().unwrap();
-            println!("release of a buffer with a forgotten mapping: {report:?}");
-            // PoCL keeps a mapped buffer; a driver that does not frees it at once.
-            assert!(
-                report.freed || report.free_wait >= Duration::from_millis(300),
-                "{report:?}"
-            );
-            assert!(report.free_wait < Duration::from_secs(2), "{report:?}");
+        // A blocking release reports the time it spent in the grace.
+        let mapped = ctx.buffer_from(&[1u32; 256]).unwrap();
+        std::mem::forget(queue.map(&mapped, 0..256).unwrap());
+        let report = mapped.release().unwrap();
+        println!("release of a buffer with a forgotten mapping: {report:?}");
+        // PoCL keeps a mapped buffer; a driver that does not frees it at once.
+        assert!(
+            report.freed || report.free_wait >= Duration::from_millis(300),
+            "{report:?}"
+        );
+        assert!(report.free_wait < Duration::from_secs(2), "{report:?}");
 
-            // On the reaper, a stalled free does not hold up the next release.
-            let stalled = ctx.buffer_from(&[1u32; 256]).unwrap();
-            std::mem::forget(queue.map(&stalled, 0..256).unwrap());
-            let idle = ctx.buffer::<u8>(1 << 20).unwrap();
-            queue.fill(&idle, 0).unwrap().wait().unwrap();
-            stalled.release_deferred();
-            idle.release_deferred();
-            assert!(
-                eventually(|| ctx.memory_stats().pending_release_bytes < 1 << 20),
-                "the idle buffer waited behind the stalled one"
-            );
-            ctx.wait_deferred();
-        },
-    );
+        // On the reaper, a stalled free does not hold up the next release.
+        let stalled = ctx.buffer_from(&[1u32; 256]).unwrap();
+        std::mem::forget(queue.map(&stalled, 0..256).unwrap());
+        let idle = ctx.buffer::<u8>(1 << 20).unwrap();
+        queue.fill(&idle, 0).unwrap().wait().unwrap();
+        stalled.release_deferred();
+        idle.release_deferred();
+        assert!(
+            eventually(|| ctx.memory_stats().pending_release_bytes < 1 << 20),
+            "the idle buffer waited behind the stalled one"
+        );
+        ctx.wait_deferred();
+    }
 }
 
 // 10. OpenCL 1.x devices get the OpenCL 1.x entry points.

@@ -1174,9 +1174,19 @@ fn run_schedule(env: &Env, seed: u64) -> Result<(), String> {
     failure.map_err(|e| format!("{e}\n{plan}"))
 }
 
-#[test]
-fn random_schedules_match_a_sequential_model() {
-    let one = device!();
+/// What a randomized test runs: the contexts (one device, and two when the platform has
+/// two) and the seeds, with the seed being replayed, if any.
+struct Runs {
+    replay: Option<u64>,
+    envs: [Option<Env>; 2],
+    seeds: Vec<u64>,
+}
+
+/// The runs of a randomized test on `one` (and a two-device context when there is one):
+/// the seed `CL_LIFETIME_SCHEDULE_SEED` names, or `count_var` seeds (default `default`)
+/// derived from `base`, alternating between the contexts. `None`, after saying so, when
+/// the replayed seed needs two devices and there are not two.
+fn runs(one: Context, count_var: &str, default: usize, base: u64) -> Option<Runs> {
     let replay = env_number(SEED_VAR);
     let two = match replay {
         Some(seed) if devices_of(seed) == 1 => None,
@@ -1184,23 +1194,38 @@ fn random_schedules_match_a_sequential_model() {
     };
     if replay.is_some_and(|s| devices_of(s) == 2) && two.is_none() {
         eprintln!("skipped: seed {replay:?} needs two devices");
-        return;
+        return None;
     }
     let envs = [
         Some(Env::new(one, "1 device")),
         two.map(|ctx| Env::new(ctx, "2 devices")),
     ];
-    let seeds: Vec<u64> = match replay {
+    let seeds = match replay {
         Some(seed) => vec![seed],
         None => {
-            let count = env_number(SCHEDULES_VAR).map_or(DEFAULT_SCHEDULES, |n| n as usize);
+            let count = env_number(count_var).map_or(default, |n| n as usize);
             (0..count)
                 .map(|i| {
                     let devices = if envs[1].is_some() { 1 + i % 2 } else { 1 };
-                    nth_seed(0x5C4E_D01E_0000_0001, i, devices)
+                    nth_seed(base, i, devices)
                 })
                 .collect()
         }
+    };
+    Some(Runs {
+        replay,
+        envs,
+        seeds,
+    })
+}
+
+#[test]
+fn random_schedules_match_a_sequential_model() {
+    let one = device!();
+    let Some(Runs { envs, seeds, .. }) =
+        runs(one, SCHEDULES_VAR, DEFAULT_SCHEDULES, 0x5C4E_D01E_0000_0001)
+    else {
+        return;
     };
 
     let start = Instant::now();
@@ -1444,30 +1469,10 @@ fn run_round(env: &Env, seed: u64) -> Result<(), String> {
 #[test]
 fn threads_with_their_own_queues_match_a_sequential_model() {
     let one = device!();
-    let replay = env_number(SEED_VAR);
-    let two = match replay {
-        Some(seed) if devices_of(seed) == 1 => None,
-        _ => common::two_device_context(),
-    };
-    if replay.is_some_and(|s| devices_of(s) == 2) && two.is_none() {
-        eprintln!("skipped: seed {replay:?} needs two devices");
+    let Some(Runs { envs, seeds, .. }) =
+        runs(one, ROUNDS_VAR, DEFAULT_ROUNDS, 0x7C4E_AD50_0000_0002)
+    else {
         return;
-    }
-    let envs = [
-        Some(Env::new(one, "1 device")),
-        two.map(|ctx| Env::new(ctx, "2 devices")),
-    ];
-    let seeds: Vec<u64> = match replay {
-        Some(seed) => vec![seed],
-        None => {
-            let count = env_number(ROUNDS_VAR).map_or(DEFAULT_ROUNDS, |n| n as usize);
-            (0..count)
-                .map(|i| {
-                    let devices = if envs[1].is_some() { 1 + i % 2 } else { 1 };
-                    nth_seed(0x7C4E_AD50_0000_0002, i, devices)
-                })
-                .collect()
-        }
     };
 
     let start = Instant::now();
@@ -2131,31 +2136,18 @@ fn run_failure_schedule(env: &Env, plan: &Plan, tally: &mut Tally) -> Result<(),
 #[test]
 fn random_schedules_with_failures_keep_the_failure_rule() {
     let one = device!();
-    let replay = env_number(SEED_VAR);
-    let two = match replay {
-        Some(seed) if devices_of(seed) == 1 => None,
-        _ => common::two_device_context(),
-    };
-    if replay.is_some_and(|s| devices_of(s) == 2) && two.is_none() {
-        eprintln!("skipped: seed {replay:?} needs two devices");
+    let Some(Runs {
+        replay,
+        envs,
+        seeds,
+    }) = runs(
+        one,
+        FAILURE_SCHEDULES_VAR,
+        DEFAULT_FAILURE_SCHEDULES,
+        0xFA11_5C4E_D000_0003,
+    )
+    else {
         return;
-    }
-    let envs = [
-        Some(Env::new(one, "1 device")),
-        two.map(|ctx| Env::new(ctx, "2 devices")),
-    ];
-    let seeds: Vec<u64> = match replay {
-        Some(seed) => vec![seed],
-        None => {
-            let count =
-                env_number(FAILURE_SCHEDULES_VAR).map_or(DEFAULT_FAILURE_SCHEDULES, |n| n as usize);
-            (0..count)
-                .map(|i| {
-                    let devices = if envs[1].is_some() { 1 + i % 2 } else { 1 };
-                    nth_seed(0xFA11_5C4E_D000_0003, i, devices)
-                })
-                .collect()
-        }
     };
 
     let start = Instant::now();
