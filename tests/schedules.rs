@@ -1219,36 +1219,47 @@ fn runs(one: Context, count_var: &str, default: usize, base: u64) -> Option<Runs
     })
 }
 
+impl Runs {
+    /// Runs `run` for every seed on its context, stopping after [`MAX_REPORTED`]
+    /// failures; returns how many ran on each context and a report per failure, named
+    /// `what`, with the command that replays it.
+    fn run(
+        &self,
+        what: &str,
+        mut run: impl FnMut(&Env, u64) -> Result<(), String>,
+    ) -> ([usize; 2], Vec<String>) {
+        let mut counts = [0usize; 2];
+        let mut failures = Vec::new();
+        for &seed in &self.seeds {
+            let devices = devices_of(seed);
+            let Some(env) = &self.envs[devices - 1] else {
+                unreachable!("a seed for a context that is not there")
+            };
+            counts[devices - 1] += 1;
+            if let Err(e) = run(env, seed) {
+                failures.push(format!(
+                    "{what} seed {seed} ({}) failed; replay with {SEED_VAR}={seed}:\n{e}",
+                    env.label
+                ));
+                if failures.len() >= MAX_REPORTED {
+                    break;
+                }
+            }
+        }
+        (counts, failures)
+    }
+}
+
 #[test]
 fn random_schedules_match_a_sequential_model() {
     let one = device!();
-    let Some(Runs { envs, seeds, .. }) =
-        runs(one, SCHEDULES_VAR, DEFAULT_SCHEDULES, 0x5C4E_D01E_0000_0001)
-    else {
+    let Some(runs) = runs(one, SCHEDULES_VAR, DEFAULT_SCHEDULES, 0x5C4E_D01E_0000_0001) else {
         return;
     };
 
     let start = Instant::now();
-    let mut counts = [0usize; 2];
-    let mut failures: Vec<String> = Vec::new();
-    let mut failed = 0;
-    for &seed in &seeds {
-        let devices = devices_of(seed);
-        let Some(env) = &envs[devices - 1] else {
-            unreachable!("a seed for a context that is not there")
-        };
-        counts[devices - 1] += 1;
-        if let Err(e) = run_schedule(env, seed) {
-            failed += 1;
-            failures.push(format!(
-                "schedule seed {seed} ({}) failed; replay with {SEED_VAR}={seed}:\n{e}",
-                env.label
-            ));
-            if failures.len() >= MAX_REPORTED {
-                break;
-            }
-        }
-    }
+    let (counts, failures) = runs.run("schedule", run_schedule);
+    let failed = failures.len();
     println!(
         "{} schedules ({} on 1 device, {} on 2 devices) in {:.1?}",
         counts[0] + counts[1],
@@ -1256,7 +1267,7 @@ fn random_schedules_match_a_sequential_model() {
         counts[1],
         start.elapsed()
     );
-    for (env, count) in envs.iter().zip(counts) {
+    for (env, count) in runs.envs.iter().zip(counts) {
         if let (Some(env), 1..) = (env, count) {
             env.print_stats("");
         }
@@ -1469,35 +1480,16 @@ fn run_round(env: &Env, seed: u64) -> Result<(), String> {
 #[test]
 fn threads_with_their_own_queues_match_a_sequential_model() {
     let one = device!();
-    let Some(Runs { envs, seeds, .. }) =
-        runs(one, ROUNDS_VAR, DEFAULT_ROUNDS, 0x7C4E_AD50_0000_0002)
-    else {
+    let Some(runs) = runs(one, ROUNDS_VAR, DEFAULT_ROUNDS, 0x7C4E_AD50_0000_0002) else {
         return;
     };
 
     let start = Instant::now();
-    let mut counts = [0usize; 2];
-    let mut failures: Vec<String> = Vec::new();
-    let mut failed = 0;
-    for &seed in &seeds {
-        let devices = devices_of(seed);
-        let Some(env) = &envs[devices - 1] else {
-            unreachable!("a seed for a context that is not there")
-        };
-        counts[devices - 1] += 1;
-        let outcome = catch_unwind(AssertUnwindSafe(|| run_round(env, seed)))
-            .unwrap_or_else(|p| Err(format!("panicked: {}", panic_message(&*p))));
-        if let Err(e) = outcome {
-            failed += 1;
-            failures.push(format!(
-                "round seed {seed} ({}) failed; replay with {SEED_VAR}={seed}:\n{e}",
-                env.label
-            ));
-            if failures.len() >= MAX_REPORTED {
-                break;
-            }
-        }
-    }
+    let (counts, failures) = runs.run("round", |env, seed| {
+        catch_unwind(AssertUnwindSafe(|| run_round(env, seed)))
+            .unwrap_or_else(|p| Err(format!("panicked: {}", panic_message(&*p))))
+    });
+    let failed = failures.len();
     println!(
         "{} rounds ({} on 1 device, {} on 2 devices) in {:.1?}",
         counts[0] + counts[1],
@@ -1505,7 +1497,7 @@ fn threads_with_their_own_queues_match_a_sequential_model() {
         counts[1],
         start.elapsed()
     );
-    for (env, count) in envs.iter().zip(counts) {
+    for (env, count) in runs.envs.iter().zip(counts) {
         if let (Some(env), 1..) = (env, count) {
             env.print_stats("threads, ");
         }
@@ -2136,32 +2128,19 @@ fn run_failure_schedule(env: &Env, plan: &Plan, tally: &mut Tally) -> Result<(),
 #[test]
 fn random_schedules_with_failures_keep_the_failure_rule() {
     let one = device!();
-    let Some(Runs {
-        replay,
-        envs,
-        seeds,
-    }) = runs(
+    let Some(runs) = runs(
         one,
         FAILURE_SCHEDULES_VAR,
         DEFAULT_FAILURE_SCHEDULES,
         0xFA11_5C4E_D000_0003,
-    )
-    else {
+    ) else {
         return;
     };
 
     let start = Instant::now();
     let watchdog = Watchdog::new();
-    let mut counts = [0usize; 2];
     let mut tally = Tally::default();
-    let mut failures: Vec<String> = Vec::new();
-    let mut failed = 0;
-    for &seed in &seeds {
-        let devices = devices_of(seed);
-        let Some(env) = &envs[devices - 1] else {
-            unreachable!("a seed for a context that is not there")
-        };
-        counts[devices - 1] += 1;
+    let (counts, failures) = runs.run("failure schedule", |env, seed| {
         let plan = plan_schedule(seed, true);
         watchdog.watch(format!(
             "failure schedule seed {seed} ({}); replay with {SEED_VAR}={seed}:\n{plan}",
@@ -2169,17 +2148,9 @@ fn random_schedules_with_failures_keep_the_failure_rule() {
         ));
         let outcome = run_failure_schedule(env, &plan, &mut tally);
         watchdog.done();
-        if let Err(e) = outcome {
-            failed += 1;
-            failures.push(format!(
-                "failure schedule seed {seed} ({}) failed; replay with {SEED_VAR}={seed}:\n{e}",
-                env.label
-            ));
-            if failures.len() >= MAX_REPORTED {
-                break;
-            }
-        }
-    }
+        outcome
+    });
+    let failed = failures.len();
     println!(
         "{} failure schedules ({} on 1 device, {} on 2 devices) in {:.1?}: {} commands \
          completed, {} failed, {} refused at enqueue; {} host reads returned errors",
@@ -2199,7 +2170,7 @@ fn random_schedules_with_failures_keep_the_failure_rule() {
          random_schedules_with_failures_keep_the_failure_rule -- --nocapture\n\n{}",
         failures.join("\n\n")
     );
-    if replay.is_none() && seeds.len() >= 50 {
+    if runs.replay.is_none() && runs.seeds.len() >= 50 {
         assert!(
             tally.failed > 0 && tally.refused > 0 && tally.read_errors > 0,
             "the failure mode did not exercise failures: {tally:?}"
