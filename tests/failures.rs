@@ -411,11 +411,15 @@ fn cancelled_commands_keep_the_process_memory_flat() {
                 mib(start),
                 curve.join(" ")
             );
-            // In proportion to what may still run, not to `n`: a record keeps up to twice
-            // its live entries between prunes (tracker rule 6), and a driver that fails
-            // dependent commands a moment after their gate (NVIDIA) has a few hundred in
-            // flight.
-            assert!(held <= held_before + 1000, "the library held {held} events");
+            // Not in proportion to `n`: at each checkpoint (every tenth, after waiting for
+            // the cancelled commands) the library holds no more than one tenth's commands.
+            // A record keeps up to twice its live entries between prunes (tracker rule 6),
+            // so a driver that fails dependent commands a moment after their gate (NVIDIA,
+            // a backlog of hundreds) leaves more than one that fails them at once (PoCL).
+            assert!(
+                held <= held_before + n / 10 + 64,
+                "the library held {held} events"
+            );
             if soak.is_some() {
                 let grown = rss[rss.len() - 1].saturating_sub(rss[rss.len() / 2 - 1]);
                 assert!(
