@@ -52,6 +52,11 @@ use crate::queue::Queue;
 use crate::stats::Bucket;
 use crate::tracker::{Access, Lane};
 
+/// The work items of every poison launch, whatever the block's size (each strides over the
+/// block): PoCL 5 and 6 abort when one kernel runs twice at once at different widths, and
+/// the pools of all contexts share the poison kernel.
+const POISON_ITEMS: usize = 256;
+
 /// The word [`PoolOptions::poison`] writes over recycled blocks.
 pub const POISON: u32 = 0xDEAD_BEEF;
 
@@ -151,9 +156,13 @@ impl PoolInner {
         let class = mem.bytes();
         self.ctx.ledger.given_back(mem.id);
         if let Some(kernel) = &self.poison {
-            let words = class / 4;
-            let args = [Arg::from_mem(&mem, Access::Write), Arg::scalar(POISON)];
-            if let Err(e) = self.queue.launch(kernel, &[words], &args) {
+            let words = (class / 4) as u64;
+            let args = [
+                Arg::from_mem(&mem, Access::Write),
+                Arg::scalar(POISON),
+                Arg::scalar(words),
+            ];
+            if let Err(e) = self.queue.launch(kernel, &[POISON_ITEMS], &args) {
                 log::warn!(target: "cl_lifetime::pool", "poisoning a recycled block: {e}");
             }
         }

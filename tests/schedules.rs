@@ -91,6 +91,10 @@ const GATE_FAILURE: i32 = -1234;
 const HANG_LIMIT: Duration = Duration::from_secs(30);
 /// Queues of each kind per device in a context's pool: the most a schedule uses.
 const MAX_QUEUES: usize = 4;
+/// The one global size of every kernel launch, whatever the buffers' length (the kernels
+/// stride): PoCL 5 and 6 abort when one kernel runs on two queues at once at different
+/// widths, a driver bug that `examples/pocl_dlhandle.rs` reproduces without this library.
+const SCHEDULE_ITEMS: usize = 64;
 /// User-event gates per plan, at most (one bit each in a `u32` mask).
 const MAX_GATES: usize = 8;
 /// Failing schedules reported before the test stops looking for more.
@@ -1048,7 +1052,7 @@ fn execute(
                     Arg::scalar(len as u32),
                 ];
                 after
-                    .launch(&env.add_const, &[len], &args)
+                    .launch(&env.add_const, &[SCHEDULE_ITEMS], &args)
                     .map_err(failed)?;
             }
             Kind::Axpy { x, y, a } => {
@@ -1058,7 +1062,7 @@ fn execute(
                     Arg::scalar(*a),
                     Arg::scalar(len as u32),
                 ];
-                after.launch(&env.axpy, &[len], &args).map_err(failed)?;
+                after.launch(&env.axpy, &[SCHEDULE_ITEMS], &args).map_err(failed)?;
             }
             Kind::Read { b, range } => {
                 before_blocking();
@@ -1613,7 +1617,7 @@ fn issue(
                 Arg::scalar(*c),
                 Arg::scalar(len as u32),
             ];
-            enqueued(after.launch(&env.add_const, &[len], &args))
+            enqueued(after.launch(&env.add_const, &[SCHEDULE_ITEMS], &args))
         }
         Kind::Axpy { x, y, a } => {
             let args = [
@@ -1622,7 +1626,7 @@ fn issue(
                 Arg::scalar(*a),
                 Arg::scalar(len as u32),
             ];
-            enqueued(after.launch(&env.axpy, &[len], &args))
+            enqueued(after.launch(&env.axpy, &[SCHEDULE_ITEMS], &args))
         }
         Kind::Read { b, range } => {
             let mut out = vec![0i32; range.len()];
