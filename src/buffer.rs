@@ -42,7 +42,7 @@ use opencl3::memory as cl;
 use opencl3::types::{cl_event, cl_mem};
 
 use crate::context::{ContextInner, next_id};
-use crate::error::{ClStatus, Error, Result};
+use crate::error::{ClStatus, Error, ExecStatus, Result};
 use crate::event::{CommandKind, Event, Status, wait_terminal};
 use crate::program::KernelInner;
 use crate::stats::Bucket;
@@ -134,7 +134,7 @@ pub struct FailedCommand {
     /// What kind of command it was.
     pub command: CommandKind,
     /// Its negative execution status.
-    pub status: ClStatus,
+    pub status: ExecStatus,
 }
 
 /// What [`ClBuffer::release`] did.
@@ -423,10 +423,10 @@ unsafe impl Send for MemInner {}
 unsafe impl Sync for MemInner {}
 
 impl MemInner {
-    /// The size check every allocation makes: `len` elements of `T`, at least one, within
+    /// The size check every allocation makes: `len` elements of `T`, at least one byte, within
     /// `CL_DEVICE_MAX_MEM_ALLOC_SIZE` of every device.
     pub(crate) fn check_size<T>(ctx: &ContextInner, len: usize) -> Result<usize> {
-        if len == 0 {
+        if len == 0 || size_of::<T>() == 0 {
             return Err(Error::ZeroLength);
         }
         let max = ctx.max_alloc;

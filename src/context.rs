@@ -29,7 +29,8 @@ pub(crate) fn next_id() -> u64 {
 }
 
 /// A program is built once per context, file and options.
-type ProgramKey = (PathBuf, String);
+/// Program rule 2: a program is cached under its name, options and source.
+type ProgramKey = (PathBuf, String, String);
 
 pub(crate) struct ContextInner {
     pub(crate) raw: cl_context,
@@ -319,15 +320,18 @@ impl Context {
         self.inner.free_grace.store(nanos, Ordering::Relaxed);
     }
 
-    /// The program in the `.cl` file `file`, built with `options`, once per context.
+    /// The program in the `.cl` file `file`, built with `options`, once per context and
+    /// contents (a file that changed on disk is built again).
     ///
-    /// `file` is a path, or a name looked up in the folders of `CL_LIFETIME_KERNELS` and
-    /// then in the crate's own `kernels/` folder (`.cl` may be left off).
+    /// `file` is looked for as given (relative to the working directory), then in each
+    /// folder of `CL_LIFETIME_KERNELS`, then in `kernels/` under the working directory,
+    /// then beside the executable and in `kernels/` beside it; `.cl` may be left off.
     ///
     /// # Errors
     ///
-    /// [`Error::KernelFileNotFound`] listing where it looked; [`Error::Build`] with the
-    /// device and the full build log.
+    /// [`Error::KernelFileNotFound`] listing every absolute path tried and the working
+    /// directory; [`Error::BuildOptions`] for options the library refuses (a bare `-D` or
+    /// `-I` with no value); [`Error::Build`] with the device and the full build log.
     pub fn program(&self, file: &str, options: &str) -> Result<Program> {
         let path = program::find_file(file)?;
         let source =
@@ -338,18 +342,25 @@ impl Context {
         self.cached_program(path, &source, options)
     }
 
-    /// The program built from `source`, cached under `name` and `options`. This is how the
-    /// library's own kernels are embedded in the binary and still built at run time.
+    /// The program built from `source`, named `name` in errors and logs, once per
+    /// context, name, options and source: two sources under one name are two programs.
     ///
     /// # Errors
     ///
-    /// [`Error::Build`] with the device and the full build log.
+    /// [`Error::BuildOptions`] as [`Context::program`]; [`Error::Build`] with the device
+    /// and the full build log.
     pub fn program_from_source(&self, name: &str, source: &str, options: &str) -> Result<Program> {
-        self.cached_program(PathBuf::from(format!("<embedded>/{name}")), source, options)
+        self.cached_program(PathBuf::from(format!("<source>/{name}")), source, options)
+    }
+
+    /// One of the library's own programs, embedded in the binary: cached apart from every
+    /// user program (program rule 1).
+    pub(crate) fn own_program(&self, name: &str, source: &str) -> Result<Program> {
+        self.cached_program(PathBuf::from(format!("<cl-lifetime>/{name}")), source, "")
     }
 
     fn cached_program(&self, path: PathBuf, source: &str, options: &str) -> Result<Program> {
-        let key = (path, options.to_string());
+        let key = (path, options.to_string(), source.to_string());
         let mut cache = self
             .inner
             .programs

@@ -37,6 +37,21 @@ pub struct Device {
     max_alloc: u64,
     base_addr_align_bits: u32,
     global_mem: u64,
+    /// What a launch is checked against (`crate::launch`).
+    pub(crate) limits: Limits,
+}
+
+/// A device's limits that launches are checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// `CL_DEVICE_LOCAL_MEM_SIZE`.
+    pub(crate) local_mem: u64,
+    /// `CL_DEVICE_MAX_WORK_GROUP_SIZE`.
+    pub(crate) max_group: usize,
+    /// `CL_DEVICE_MAX_WORK_ITEM_SIZES` (three dimensions).
+    pub(crate) max_item: [usize; 3],
+    /// `CL_DEVICE_ADDRESS_BITS`: the width of `size_t` in kernels.
+    pub(crate) address_bits: u32,
 }
 
 // SAFETY: platform and device IDs are plain handles that the OpenCL runtime lets any thread
@@ -79,6 +94,27 @@ fn info_u32(id: cl_device_id, param: u32) -> Result<u32> {
     Ok(value.to_uint())
 }
 
+impl Limits {
+    fn query(id: cl_device_id) -> Result<Limits> {
+        let sizes = cl::get_device_info(id, cl::CL_DEVICE_MAX_WORK_ITEM_SIZES)
+            .map_err(|s| Error::cl("clGetDeviceInfo", s))?
+            .to_vec_size();
+        let mut max_item = [1; 3];
+        for (slot, size) in max_item.iter_mut().zip(sizes) {
+            *slot = size;
+        }
+        let max_group = cl::get_device_info(id, cl::CL_DEVICE_MAX_WORK_GROUP_SIZE)
+            .map_err(|s| Error::cl("clGetDeviceInfo", s))?
+            .to_size();
+        Ok(Limits {
+            local_mem: info_u64(id, cl::CL_DEVICE_LOCAL_MEM_SIZE)?,
+            max_group,
+            max_item,
+            address_bits: info_u32(id, cl::CL_DEVICE_ADDRESS_BITS)?,
+        })
+    }
+}
+
 impl Device {
     fn query(
         platform: cl_platform_id,
@@ -102,6 +138,7 @@ impl Device {
             max_alloc: info_u64(id, cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE)?,
             base_addr_align_bits: info_u32(id, cl::CL_DEVICE_MEM_BASE_ADDR_ALIGN)?,
             global_mem: info_u64(id, cl::CL_DEVICE_GLOBAL_MEM_SIZE)?,
+            limits: Limits::query(id)?,
         })
     }
 

@@ -52,6 +52,38 @@ impl fmt::Debug for ClStatus {
 
 impl std::error::Error for ClStatus {}
 
+/// A command's execution status when it ended abnormally (a negative value of
+/// `CL_EVENT_COMMAND_EXECUTION_STATUS`). Execution statuses are not API error codes: a
+/// driver or a failed user event may end a command with any negative value (PoCL uses -1,
+/// a user event's `fail(-1234)` gives -1234), so it prints as its number, with a name only
+/// for `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`, the one status the specification
+/// gives a command whose dependency failed.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ExecStatus(pub cl_int);
+
+impl ExecStatus {
+    /// The raw status value.
+    pub fn code(self) -> cl_int {
+        self.0
+    }
+}
+
+impl fmt::Display for ExecStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 == codes::CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST {
+            write!(f, "execution status {} (a dependency failed)", self.0)
+        } else {
+            write!(f, "execution status {}", self.0)
+        }
+    }
+}
+
+impl fmt::Debug for ExecStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
 /// Which transfer a range check refers to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -66,6 +98,10 @@ pub enum Transfer {
     CopyDestination,
     /// A pattern fill.
     Fill,
+    /// A mapping for reading on the host.
+    Map,
+    /// A mapping for reading and writing on the host.
+    MapMut,
 }
 
 /// Everything that can go wrong.
@@ -93,7 +129,8 @@ pub enum Error {
         /// How to install PoCL, a CPU implementation that works everywhere.
         hint: &'static str,
     },
-    /// A buffer of zero elements was requested.
+    /// A buffer, transfer or fill of zero elements, or of an element type of zero bytes,
+    /// was requested.
     ZeroLength,
     /// A buffer larger than `CL_DEVICE_MAX_MEM_ALLOC_SIZE` was requested.
     TooLarge {
@@ -113,12 +150,31 @@ pub enum Error {
         /// Elements in the buffer.
         buffer_len: usize,
     },
+    /// A range whose end comes before its start.
+    ReversedRange {
+        /// Which transfer.
+        transfer: Transfer,
+        /// The range's start.
+        start: usize,
+        /// The range's end.
+        end: usize,
+    },
     /// A `.cl` file could not be found.
     KernelFileNotFound {
         /// The name or path asked for.
         name: String,
-        /// Every place that was tried.
+        /// Every place that was tried, as absolute paths.
         searched: Vec<PathBuf>,
+        /// The working directory that relative names were resolved against.
+        cwd: PathBuf,
+    },
+    /// Build options the library refuses before the driver sees them (some drivers crash
+    /// on them).
+    BuildOptions {
+        /// The options given.
+        options: String,
+        /// What is wrong with them.
+        reason: String,
     },
     /// A `.cl` file exists but could not be read.
     KernelFileUnreadable {
@@ -158,19 +214,34 @@ pub enum Error {
         /// What was passed.
         given: usize,
     },
-    /// Setting one kernel argument failed.
+    /// A launch argument does not match what the kernel declares, or the driver refused
+    /// it.
     KernelArg {
         /// The kernel.
         kernel: String,
         /// Argument index.
         index: usize,
-        /// What `clSetKernelArg` returned.
-        status: ClStatus,
+        /// What the kernel declares, such as `__global int* data` (from the driver's
+        /// argument information; `unknown` where it gives none).
+        declared: String,
+        /// What was given, such as `a 8-byte scalar`.
+        given: String,
+        /// Why it was refused.
+        reason: String,
+        /// What `clSetKernelArg` returned, when the driver refused it.
+        status: Option<ClStatus>,
     },
-    /// A work size was empty or had more than three dimensions.
+    /// A launch's work sizes are refused: by the library's checks (dimensions, zero
+    /// sizes, the device's work-group limits, a range that cannot end) or by the driver.
     WorkSize {
-        /// What was wrong.
-        reason: &'static str,
+        /// The global size given.
+        global: Vec<usize>,
+        /// The local size given, if any.
+        local: Option<Vec<usize>>,
+        /// What is wrong, with the device's limits involved.
+        reason: String,
+        /// What `clEnqueueNDRangeKernel` returned, when the driver refused it.
+        status: Option<ClStatus>,
     },
     /// Objects from two different contexts were used together.
     ContextMismatch,
@@ -201,7 +272,7 @@ pub enum Error {
     /// A command this operation waited on ended with an error status.
     CommandFailed {
         /// The failing command's execution status.
-        status: ClStatus,
+        status: ExecStatus,
     },
     /// A command this one depends on failed, so this one was not run, or what it read
     /// is not the data it asked for: a dependency given to
@@ -211,7 +282,7 @@ pub enum Error {
         /// What kind of command failed.
         command: crate::CommandKind,
         /// Its execution status.
-        status: ClStatus,
+        status: ExecStatus,
     },
 }
 
@@ -226,14 +297,21 @@ impl Error {
         }
     }
 
-    /// The OpenCL status behind this error, if there is one.
+    /// The OpenCL API status behind this error, if there is one.
     pub fn status(&self) -> Option<ClStatus> {
         match self {
-            Error::Cl { status, .. }
-            | Error::Build { status, .. }
-            | Error::KernelArg { status, .. }
-            | Error::CommandFailed { status }
-            | Error::DependencyFailed { status, .. } => Some(*status),
+            Error::Cl { status, .. } | Error::Build { status, .. } => Some(*status),
+            Error::KernelArg { status, .. } | Error::WorkSize { status, .. } => *status,
+            _ => None,
+        }
+    }
+
+    /// The execution status of the failed command behind this error, if there is one.
+    pub fn exec_status(&self) -> Option<ExecStatus> {
+        match self {
+            Error::CommandFailed { status } | Error::DependencyFailed { status, .. } => {
+                Some(*status)
+            }
             _ => None,
         }
     }
@@ -263,7 +341,10 @@ impl fmt::Display for Error {
                     write!(f, "found: {}", found.join(", "))
                 }
             }
-            Error::ZeroLength => write!(f, "a buffer must hold at least one element"),
+            Error::ZeroLength => write!(
+                f,
+                "zero elements, or elements of zero bytes: a buffer or transfer needs at least one byte"
+            ),
             Error::TooLarge { bytes, max } => write!(
                 f,
                 "{bytes} bytes exceeds the device's CL_DEVICE_MAX_MEM_ALLOC_SIZE of {max} bytes"
@@ -273,17 +354,41 @@ impl fmt::Display for Error {
                 offset,
                 len,
                 buffer_len,
+            } => match offset.checked_add(*len) {
+                Some(end) => write!(
+                    f,
+                    "{transfer:?} of elements {offset}..{end} is outside a buffer of {buffer_len}"
+                ),
+                None => write!(
+                    f,
+                    "{transfer:?} of {len} elements from element {offset} is outside a buffer of {buffer_len}"
+                ),
+            },
+            Error::ReversedRange {
+                transfer,
+                start,
+                end,
             } => write!(
                 f,
-                "{transfer:?} of elements {offset}..{} is outside a buffer of {buffer_len}",
-                offset.saturating_add(*len)
+                "{transfer:?} of elements {start}..{end}: the range ends before it starts"
             ),
-            Error::KernelFileNotFound { name, searched } => {
-                write!(f, "kernel file `{name}` not found; searched:")?;
+            Error::KernelFileNotFound {
+                name,
+                searched,
+                cwd,
+            } => {
+                write!(
+                    f,
+                    "kernel file `{name}` not found (working directory {}); searched:",
+                    cwd.display()
+                )?;
                 for path in searched {
                     write!(f, " {}", path.display())?;
                 }
                 Ok(())
+            }
+            Error::BuildOptions { options, reason } => {
+                write!(f, "build options `{options}` refused: {reason}")
             }
             Error::KernelFileUnreadable { path, .. } => {
                 write!(f, "kernel file {} could not be read", path.display())
@@ -320,9 +425,36 @@ impl fmt::Display for Error {
             Error::KernelArg {
                 kernel,
                 index,
+                declared,
+                given,
+                reason,
                 status,
-            } => write!(f, "argument {index} of kernel `{kernel}`: {status}"),
-            Error::WorkSize { reason } => write!(f, "bad work size: {reason}"),
+            } => {
+                write!(
+                    f,
+                    "argument {index} of kernel `{kernel}` (declared `{declared}`): given {given}; {reason}"
+                )?;
+                match status {
+                    Some(status) => write!(f, " (clSetKernelArg: {status})"),
+                    None => Ok(()),
+                }
+            }
+            Error::WorkSize {
+                global,
+                local,
+                reason,
+                status,
+            } => {
+                write!(f, "work size refused (global {global:?}")?;
+                match local {
+                    Some(local) => write!(f, ", local {local:?}): {reason}")?,
+                    None => write!(f, ", local chosen by the driver): {reason}")?,
+                }
+                match status {
+                    Some(status) => write!(f, " (clEnqueueNDRangeKernel: {status})"),
+                    None => Ok(()),
+                }
+            }
             Error::ContextMismatch => write!(f, "objects from different contexts were mixed"),
             Error::PoolExhausted {
                 requested,
@@ -347,11 +479,11 @@ impl fmt::Display for Error {
                 "the buffer is mapped on the host in a way that conflicts with this command"
             ),
             Error::CommandFailed { status } => {
-                write!(f, "a command ended with execution status {status}")
+                write!(f, "a command ended with {status}")
             }
             Error::DependencyFailed { command, status } => write!(
                 f,
-                "a {command:?} command this one depends on failed with execution status {status}"
+                "a {command:?} command this one depends on failed with {status}"
             ),
         }
     }
@@ -376,6 +508,36 @@ mod tests {
         assert_eq!(
             ClStatus(-14).to_string(),
             "CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST (-14)"
+        );
+    }
+
+    #[test]
+    fn an_execution_status_prints_as_one_and_not_as_an_api_error() {
+        assert_eq!(ExecStatus(-1).to_string(), "execution status -1");
+        assert_eq!(ExecStatus(-1234).to_string(), "execution status -1234");
+        assert_eq!(
+            ExecStatus(-14).to_string(),
+            "execution status -14 (a dependency failed)"
+        );
+        let failed = Error::CommandFailed {
+            status: ExecStatus(-1),
+        };
+        assert!(
+            !failed.to_string().contains("CL_DEVICE_NOT_FOUND"),
+            "{failed}"
+        );
+    }
+
+    #[test]
+    fn a_reversed_range_names_both_ends() {
+        let e = Error::ReversedRange {
+            transfer: Transfer::Fill,
+            start: 12,
+            end: 4,
+        };
+        assert_eq!(
+            e.to_string(),
+            "Fill of elements 12..4: the range ends before it starts"
         );
     }
 

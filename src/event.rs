@@ -12,7 +12,7 @@ use std::time::Duration;
 use opencl3::event as cl;
 use opencl3::types::{cl_event, cl_int, cl_uint};
 
-use crate::error::{ClStatus, Error, Result};
+use crate::error::{ClStatus, Error, ExecStatus, Result};
 use crate::queue::QueueInner;
 
 /// Where a command is in its life, from `CL_EVENT_COMMAND_EXECUTION_STATUS`.
@@ -27,7 +27,7 @@ pub enum Status {
     /// Finished successfully.
     Complete,
     /// Terminated with this error status.
-    Failed(ClStatus),
+    Failed(ExecStatus),
 }
 
 impl Status {
@@ -37,7 +37,7 @@ impl Status {
             cl::CL_RUNNING => Status::Running,
             cl::CL_SUBMITTED => Status::Submitted,
             cl::CL_QUEUED => Status::Queued,
-            failed => Status::Failed(ClStatus(failed)),
+            failed => Status::Failed(ExecStatus(failed)),
         }
     }
 
@@ -285,6 +285,18 @@ impl fmt::Debug for Event {
 }
 
 impl Event {
+    /// Whether the event belongs to `ctx`: known for the library's own commands, asked of
+    /// the driver (`CL_EVENT_CONTEXT`) for user and adopted events.
+    pub(crate) fn in_context(&self, ctx: &crate::context::ContextInner) -> bool {
+        match &self.inner.queue {
+            Some(queue) => queue.ctx.id == ctx.id,
+            None => {
+                opencl3::event::get_event_info(self.inner.raw, opencl3::event::CL_EVENT_CONTEXT)
+                    .is_ok_and(|c| c.to_ptr() as opencl3::types::cl_context == ctx.raw)
+            }
+        }
+    }
+
     /// The event of a command the library enqueued on `queue` after the events `deps`.
     pub(crate) fn from_enqueue(
         raw: cl_event,

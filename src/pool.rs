@@ -348,8 +348,7 @@ impl Pool {
     /// kernel does not build.
     pub fn new(ctx: &Context, options: PoolOptions) -> Result<Pool> {
         let poison = if options.poison {
-            let program =
-                ctx.program_from_source("poison.cl", include_str!("../kernels/poison.cl"), "")?;
+            let program = ctx.own_program("poison.cl", include_str!("../kernels/poison.cl"))?;
             Some(program.kernel("poison")?)
         } else {
             None

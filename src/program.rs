@@ -2,11 +2,20 @@
 //!
 //! # Rules
 //!
-//! 1. A `.cl` file is a path, or a name looked up in the folders of `CL_LIFETIME_KERNELS`
-//!    (a path list) and then in the crate's own `kernels/` folder. Kernels the library
-//!    itself needs are embedded in the binary and still built at run time.
-//! 2. A program is built once per context, file and options (the context's cache).
-//! 3. A build failure carries the file, the device and the full build log.
+//! 1. A `.cl` file named `name` is looked for, in this order: `name` as given (relative
+//!    to the working directory unless absolute); in each folder of `CL_LIFETIME_KERNELS`
+//!    (a path list); in `kernels/` under the working directory; beside the executable and
+//!    in `kernels/` beside it. `.cl` may be left off. Nothing from the build machine is
+//!    consulted, so a deployed binary finds its kernels by the same rule everywhere; a
+//!    miss lists every absolute path tried and the working directory. Kernels the library
+//!    itself needs are embedded in the binary and still built at run time, under names no
+//!    user program shares.
+//! 2. A program is built once per context, name, options and source (the context's
+//!    cache): two sources under one name are two programs.
+//! 3. Build options are checked before the driver sees them (a bare `-D` or `-I` at the
+//!    end crashes PoCL), and every program is also built with `-cl-kernel-arg-info`, so
+//!    launches can be checked ([`crate::launch`]). A build failure carries the file, the
+//!    device and the full build log.
 //! 4. Setting a kernel's arguments and enqueueing it happen under one lock per kernel,
 //!    so threads sharing a kernel cannot interleave (DESIGN.md trap 11).
 //! 5. Each kernel remembers what its arguments hold and sets only those that change, so
@@ -27,24 +36,43 @@ use opencl3::types::{cl_command_queue, cl_event, cl_kernel, cl_mem, cl_program};
 
 use crate::buffer::{ClBuffer, MemInner, Pod};
 use crate::context::ContextInner;
+use crate::device::Limits;
 use crate::error::{ClStatus, Error, Result};
+use crate::launch::{self, Given, Param};
 use crate::queue::{Touch, wait_ptr};
 use crate::tracker::Access;
+use opencl3::error_codes as codes;
 
 /// The environment variable naming extra kernel folders.
 pub const KERNELS_VAR: &str = "CL_LIFETIME_KERNELS";
 
-/// Rule 1: where `name` is looked for, in order.
-pub(crate) fn search_paths(name: &str) -> Vec<PathBuf> {
+/// Rule 1: where `name` is looked for, in order, as absolute paths: the working directory
+/// `cwd`, the value of `CL_LIFETIME_KERNELS` and the executable's path are given.
+pub(crate) fn search_paths(
+    name: &str,
+    cwd: &Path,
+    kernels_var: Option<&std::ffi::OsStr>,
+    exe: Option<&Path>,
+) -> Vec<PathBuf> {
     let mut names = vec![PathBuf::from(name)];
     if Path::new(name).extension().is_none() {
         names.push(PathBuf::from(format!("{name}.cl")));
     }
-    let mut dirs: Vec<PathBuf> = vec![PathBuf::new()];
-    if let Some(list) = std::env::var_os(KERNELS_VAR) {
-        dirs.extend(std::env::split_paths(&list).filter(|d| !d.as_os_str().is_empty()));
+    let mut dirs: Vec<PathBuf> = vec![cwd.to_path_buf()];
+    if !Path::new(name).is_absolute() {
+        if let Some(list) = kernels_var {
+            dirs.extend(
+                std::env::split_paths(list)
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .map(|d| cwd.join(d)),
+            );
+        }
+        dirs.push(cwd.join("kernels"));
+        if let Some(dir) = exe.and_then(Path::parent) {
+            dirs.push(dir.to_path_buf());
+            dirs.push(dir.join("kernels"));
+        }
     }
-    dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels"));
     let mut paths = Vec::new();
     for dir in &dirs {
         for n in &names {
@@ -53,28 +81,55 @@ pub(crate) fn search_paths(name: &str) -> Vec<PathBuf> {
                 paths.push(path);
             }
         }
-        if Path::new(name).is_absolute() {
-            break;
-        }
     }
     paths
 }
 
+/// Rule 1.
 pub(crate) fn find_file(name: &str) -> Result<PathBuf> {
-    let searched = search_paths(name);
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let exe = std::env::current_exe().ok();
+    let kernels_var = std::env::var_os(KERNELS_VAR);
+    let searched = search_paths(name, &cwd, kernels_var.as_deref(), exe.as_deref());
     match searched.iter().find(|p| p.is_file()) {
         Some(found) => Ok(found.canonicalize().unwrap_or_else(|_| found.clone())),
         None => Err(Error::KernelFileNotFound {
             name: name.to_string(),
             searched,
+            cwd,
         }),
     }
 }
+
+/// Rule 3: options that must not reach the driver.
+pub(crate) fn check_options(options: &str) -> Result<()> {
+    let refuse = |reason: &str| Error::BuildOptions {
+        options: options.to_string(),
+        reason: reason.to_string(),
+    };
+    if options.contains('\0') {
+        return Err(refuse("the options contain a NUL byte"));
+    }
+    let words: Vec<&str> = options.split_whitespace().collect();
+    for (at, word) in words.iter().enumerate() {
+        if matches!(*word, "-D" | "-I")
+            && words.get(at + 1).is_none_or(|next| next.starts_with('-'))
+        {
+            return Err(refuse(&format!("`{word}` is not followed by its value")));
+        }
+    }
+    Ok(())
+}
+
+/// Rule 3: what every build adds to the user's options.
+const ARG_INFO: &str = "-cl-kernel-arg-info";
 
 pub(crate) struct ProgramInner {
     raw: cl_program,
     ctx_id: u64,
     file: PathBuf,
+    /// The first device's `CL_DEVICE_ADDRESS_BITS` (the size of `size_t` parameters).
+    address_bits: u32,
 }
 
 // SAFETY: a cl_program may be used from any thread (OpenCL 3.0 appendix A.2: every call is
@@ -101,6 +156,9 @@ impl ProgramInner {
         source: &str,
         options: &str,
     ) -> Result<Arc<ProgramInner>> {
+        check_options(options)?;
+        let given = options;
+        let options = &format!("{options} {ARG_INFO}");
         let raw = clp::create_program_with_source(ctx.raw, &[source])
             .map_err(|s| Error::cl("clCreateProgramWithSource", s))?;
         // Owned from here on, so a failed build releases it.
@@ -108,14 +166,10 @@ impl ProgramInner {
             raw,
             ctx_id: ctx.id,
             file: file.to_path_buf(),
+            address_bits: ctx.device.limits.address_bits,
         };
-        let c_options = CString::new(options).map_err(|_| Error::Build {
-            file: file.to_path_buf(),
-            device: ctx.device.to_string(),
-            options: options.to_string(),
-            status: ClStatus(opencl3::error_codes::CL_INVALID_BUILD_OPTIONS),
-            log: "build options contain a NUL byte".to_string(),
-        })?;
+        // `check_options` refused a NUL byte.
+        let c_options = CString::new(options.as_str()).unwrap_or_default();
         let ids: Vec<_> = ctx.devices.iter().map(|d| d.id).collect();
         let built = clp::build_program(raw, &ids, &c_options, None, ptr::null_mut());
         log::debug!(target: "cl_lifetime::program", "built {} ({options}) for {:?}: {built:?}", file.display(), ctx.devices);
@@ -135,7 +189,7 @@ impl ProgramInner {
             return Err(Error::Build {
                 file: file.to_path_buf(),
                 device: failed.to_string(),
-                options: options.to_string(),
+                options: given.to_string(),
                 status: ClStatus(status),
                 log,
             });
@@ -208,6 +262,7 @@ impl Program {
             }),
             name: name.to_string(),
             num_args: 0,
+            params: None,
             program: self.inner.clone(),
         };
         // `kernel` owns `raw` from here on, so an error below releases it.
@@ -215,9 +270,34 @@ impl Program {
             .map_err(|s| Error::cl("clGetKernelInfo", s))?
             .to_uint() as usize;
         kernel.state_mut().bound = vec![Bound::Unknown; kernel.num_args];
+        kernel.params = params(raw, kernel.num_args, self.inner.address_bits);
         Ok(Kernel {
             inner: Arc::new(kernel),
         })
+    }
+}
+
+/// Launch rule 1: what the kernel declares for each of its `count` parameters, or `None`
+/// where the driver gives no argument information (launch rule 5).
+fn params(raw: cl_kernel, count: usize, address_bits: u32) -> Option<Box<[Param]>> {
+    let text = |index: u32, what| -> std::result::Result<String, i32> {
+        Ok(String::from(clk::get_kernel_arg_info(raw, index, what)?)
+            .trim_end_matches('\0')
+            .to_string())
+    };
+    let one = |index: u32| -> std::result::Result<Param, i32> {
+        let address =
+            clk::get_kernel_arg_info(raw, index, clk::CL_KERNEL_ARG_ADDRESS_QUALIFIER)?.to_uint();
+        let type_name = text(index, clk::CL_KERNEL_ARG_TYPE_NAME)?;
+        let name = text(index, clk::CL_KERNEL_ARG_NAME).unwrap_or_default();
+        Ok(Param::new(address, &type_name, &name, address_bits))
+    };
+    match (0..count as u32).map(one).collect() {
+        Ok(params) => Some(params),
+        Err(status) => {
+            log::debug!(target: "cl_lifetime::program", "no kernel argument information: {}", ClStatus(status));
+            None
+        }
     }
 }
 
@@ -247,6 +327,8 @@ pub(crate) struct KernelInner {
     state: Mutex<KernelState>,
     name: String,
     num_args: usize,
+    /// Launch rule 1 (`None`: no argument information).
+    params: Option<Box<[Param]>>,
     program: Arc<ProgramInner>,
 }
 
@@ -322,9 +404,11 @@ impl Kernel {
         self.inner.num_args
     }
 
+    /// The launch rules ([`crate::launch`]) against the queue's device `limits`.
     pub(crate) fn check_launch(
         &self,
         ctx: &ContextInner,
+        limits: &Limits,
         global: &[usize],
         local: Option<&[usize]>,
         args: &[Arg<'_>],
@@ -339,24 +423,22 @@ impl Kernel {
                 given: args.len(),
             });
         }
-        if global.is_empty() || global.len() > 3 {
-            return Err(Error::WorkSize {
-                reason: "the global size needs one to three dimensions",
-            });
-        }
-        if global.contains(&0) {
-            return Err(Error::WorkSize {
-                reason: "a global dimension is zero",
-            });
-        }
-        if let Some(local) = local {
-            if local.len() != global.len() || local.contains(&0) {
-                return Err(Error::WorkSize {
-                    reason: "the local size must match the global dimensions and not be zero",
-                });
-            }
-        }
-        Ok(())
+        launch::check_work(global, local, limits)?;
+        launch::check_args(
+            &self.inner.name,
+            self.inner.params.as_deref(),
+            args.iter().map(Arg::given),
+            limits,
+        )
+    }
+
+    /// What the kernel declares for parameter `index`, for error messages.
+    fn declared(&self, index: usize) -> String {
+        self.inner
+            .params
+            .as_deref()
+            .and_then(|p| p.get(index))
+            .map_or_else(|| "unknown".to_string(), |p| p.declared.clone())
     }
 
     /// Rules 4 and 5: sets the arguments that changed and enqueues, under the kernel's
@@ -389,7 +471,20 @@ impl Kernel {
                 wait_ptr(wait),
             )
         }
-        .map_err(|s| Error::cl("clEnqueueNDRangeKernel", s))
+        .map_err(|status| match status {
+            codes::CL_INVALID_WORK_GROUP_SIZE
+            | codes::CL_INVALID_WORK_ITEM_SIZE
+            | codes::CL_INVALID_GLOBAL_WORK_SIZE
+            | codes::CL_INVALID_GLOBAL_OFFSET => Error::WorkSize {
+                global: global.to_vec(),
+                local: local.map(<[usize]>::to_vec),
+                reason: "the driver refused it (an OpenCL 1.x device needs each global \
+                         dimension to be a multiple of the local one)"
+                    .to_string(),
+                status: Some(ClStatus(status)),
+            },
+            _ => Error::cl("clEnqueueNDRangeKernel", status),
+        })
     }
 
     /// Rule 5: sets each argument whose value differs from what the kernel holds.
@@ -435,7 +530,10 @@ impl Kernel {
                 return Err(Error::KernelArg {
                     kernel: self.inner.name.clone(),
                     index,
-                    status: ClStatus(status),
+                    declared: self.declared(index),
+                    given: arg.given().to_string(),
+                    reason: "the driver refused it".to_string(),
+                    status: Some(ClStatus(status)),
                 });
             }
             if let ArgKind::Buffer(mem, _) = &arg.0 {
@@ -512,6 +610,15 @@ impl<'a> Arg<'a> {
     /// Local memory for `len` elements of `T` per work group.
     pub fn local<T: Pod>(len: usize) -> Arg<'a> {
         Arg(ArgKind::Local(len.saturating_mul(size_of::<T>())))
+    }
+
+    /// What the launch checks see ([`crate::launch`]).
+    pub(crate) fn given(&self) -> Given {
+        match self.0 {
+            ArgKind::Buffer(..) => Given::Buffer,
+            ArgKind::Scalar { len, .. } => Given::Scalar(len),
+            ArgKind::Local(size) => Given::Local(size),
+        }
     }
 
     pub(crate) fn from_mem(mem: &'a MemInner, access: Access) -> Arg<'a> {

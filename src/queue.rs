@@ -52,7 +52,7 @@ use opencl3::types::{cl_command_queue, cl_event};
 
 use crate::buffer::{ClBuffer, MapStep, MemInner, PendingRead, Pod, Record, failure_of, settle};
 use crate::context::{ContextInner, next_id};
-use crate::device::Device;
+use crate::device::{Device, Limits};
 use crate::error::{ClStatus, Error, Result, Transfer};
 use crate::event::{Event, Status};
 use crate::program::{Arg, Kernel};
@@ -62,6 +62,8 @@ pub(crate) struct QueueInner {
     pub(crate) raw: cl_command_queue,
     pub(crate) lane: Lane,
     pub(crate) ctx: Arc<ContextInner>,
+    /// The queue's device's limits, which launches are checked against.
+    pub(crate) limits: Limits,
     /// Set by every enqueue, cleared by a flush.
     dirty: AtomicBool,
 }
@@ -118,6 +120,7 @@ impl QueueInner {
                     in_order: !out_of_order,
                 },
                 ctx: ctx.clone(),
+                limits: device.limits,
                 dirty: AtomicBool::new(false),
             }),
         })
@@ -189,16 +192,15 @@ impl<'a> Touch<'a> {
 }
 
 /// Checks `range` against the buffer as [`check_range`] does, and returns its length; a
-/// reversed range is `OutOfRange`.
+/// reversed range is [`Error::ReversedRange`].
 fn check_span(transfer: Transfer, range: &Range<usize>, buffer_len: usize) -> Result<usize> {
     let len = range
         .end
         .checked_sub(range.start)
-        .ok_or(Error::OutOfRange {
+        .ok_or(Error::ReversedRange {
             transfer,
-            offset: range.start,
-            len: 0,
-            buffer_len,
+            start: range.start,
+            end: range.end,
         })?;
     check_range(transfer, range.start, len, buffer_len)?;
     Ok(len)
@@ -256,6 +258,9 @@ impl After<'_> {
         mut writer: Option<&mut Option<Event>>,
     ) -> Result<Event> {
         let queue = &self.queue.inner;
+        if !self.deps.iter().all(|d| d.in_context(&queue.ctx)) {
+            return Err(Error::ContextMismatch);
+        }
         let mut order: inline::List<&Touch<'_>> = inline::List::new();
         for touch in touches {
             if touch.mem.ctx.id != queue.ctx.id {
@@ -771,7 +776,11 @@ impl After<'_> {
         range: Range<usize>,
         access: Access,
     ) -> Result<Mapping<'b, T>> {
-        let len = check_span(Transfer::Read, &range, buffer.len())?;
+        let transfer = match access {
+            Access::Read => Transfer::Map,
+            Access::Write => Transfer::MapMut,
+        };
+        let len = check_span(transfer, &range, buffer.len())?;
         let mem = buffer.mem();
         let queue = self.queue.inner.raw;
         let flags = match access {
@@ -844,7 +853,8 @@ impl After<'_> {
         local: Option<&[usize]>,
         args: &[Arg<'_>],
     ) -> Result<Event> {
-        kernel.check_launch(&self.queue.inner.ctx, global, local, args)?;
+        let queue = &self.queue.inner;
+        kernel.check_launch(&queue.ctx, &queue.limits, global, local, args)?;
         let mut touches: inline::List<Touch<'_>> = inline::List::new();
         for touch in args.iter().filter_map(Arg::touch) {
             touches.push(touch);

@@ -487,26 +487,23 @@ fn zero_length_fill_is_a_typed_error_and_loses_nothing() {
 fn missing_kernel_file_lists_where_it_was_looked_for() {
     let ctx = device!();
     let err = ctx.program("no_such_kernel_file.cl", "").unwrap_err();
-    let Error::KernelFileNotFound { name, searched } = &err else {
+    let Error::KernelFileNotFound {
+        name,
+        searched,
+        cwd,
+    } = &err
+    else {
         panic!("expected KernelFileNotFound, got {err:?}");
     };
     assert_eq!(name, "no_such_kernel_file.cl");
-    assert!(
-        searched
-            .iter()
-            .any(|p| p.ends_with("kernels/no_such_kernel_file.cl")),
-        "{searched:?}"
-    );
-    let crate_kernels = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("kernels")
-        .join("no_such_kernel_file.cl");
-    assert!(searched.contains(&crate_kernels), "{searched:?}");
+    assert_eq!(cwd, &std::env::current_dir().unwrap());
+    assert!(searched.iter().all(|p| p.is_absolute()), "{searched:?}");
+    let under_cwd = cwd.join("kernels").join("no_such_kernel_file.cl");
+    assert!(searched.contains(&under_cwd), "{searched:?}");
     let text = err.to_string();
     assert!(text.contains("no_such_kernel_file.cl"), "{text}");
-    assert!(
-        text.contains(&crate_kernels.display().to_string()),
-        "{text}"
-    );
+    assert!(text.contains(&under_cwd.display().to_string()), "{text}");
+    assert!(text.contains(&cwd.display().to_string()), "{text}");
     assert!(err.source().is_none());
     assert_eq!(ctx.programs_built(), 0);
 }
@@ -621,7 +618,7 @@ fn source_that_does_not_compile_is_a_build_error_naming_the_embedded_source() {
     else {
         panic!("expected Build, got {err:?}");
     };
-    assert_eq!(file, Path::new("<embedded>/broken_embedded"));
+    assert_eq!(file, Path::new("<source>/broken_embedded"));
     assert!(device.contains(ctx.device().name()), "{device}");
     assert_eq!(status.name(), "CL_BUILD_PROGRAM_FAILURE");
     assert!(log.contains("undeclared_thing_xyz"), "build log: {log}");
@@ -632,25 +629,6 @@ fn source_that_does_not_compile_is_a_build_error_naming_the_embedded_source() {
         .program_from_source("broken_embedded", &fixed, "")
         .unwrap();
     assert_eq!(program.kernel_names().unwrap(), vec!["broken".to_string()]);
-}
-
-#[test]
-fn build_options_with_a_nul_byte_are_a_build_error() {
-    let ctx = device!();
-    let err = ctx.program("vector_add.cl", "-DX=1\0").unwrap_err();
-    let Error::Build {
-        device,
-        status,
-        log,
-        ..
-    } = &err
-    else {
-        panic!("expected Build, got {err:?}");
-    };
-    assert_eq!(status.name(), "CL_INVALID_BUILD_OPTIONS");
-    assert!(log.contains("NUL"), "{log}");
-    assert!(device.contains(ctx.device().name()), "{device}");
-    assert_eq!(ctx.programs_built(), 0);
 }
 
 #[test]
@@ -763,7 +741,7 @@ fn empty_global_work_size_is_a_typed_error_and_records_nothing() {
     ];
     let err = queue.launch(&add, &[], &args).unwrap_err();
     assert!(matches!(err, Error::WorkSize { .. }), "{err:?}");
-    assert!(err.to_string().contains("bad work size"), "{err}");
+    assert!(err.to_string().contains("work size refused"), "{err}");
     assert_eq!([a.record_len(), b.record_len(), sum.record_len()], before);
     assert_add_works(&queue, &add, &a, &b, &sum);
 }
@@ -848,17 +826,19 @@ fn scalar_of_the_wrong_size_is_a_kernel_arg_error_and_the_kernel_still_works() {
     let Error::KernelArg {
         kernel,
         index,
-        status,
+        declared,
+        given,
+        ..
     } = &err
     else {
         panic!("expected KernelArg, got {err:?}");
     };
     assert_eq!(kernel, "add");
     assert_eq!(*index, 3);
-    assert_eq!(status.name(), "CL_INVALID_ARG_SIZE");
-    assert_eq!(err.status(), Some(*status));
+    assert_eq!(declared, "uint n");
+    assert_eq!(given, "a 8-byte scalar");
     let text = err.to_string();
-    assert!(text.contains("CL_INVALID_ARG_SIZE"), "{text}");
+    assert!(text.contains("4-byte value"), "{text}");
     assert!(text.contains("argument 3"), "{text}");
     assert_eq!(
         [a.record_len(), b.record_len(), sum.record_len()],

@@ -765,7 +765,7 @@ fn map_out_of_range_is_a_typed_error() {
 
     match q.map(&buf, 0..N + 1) {
         Err(Error::OutOfRange {
-            transfer: Transfer::Read,
+            transfer: Transfer::Map,
             offset: 0,
             len,
             buffer_len: N,
@@ -797,10 +797,10 @@ fn map_out_of_range_is_a_typed_error() {
     #[allow(clippy::reversed_empty_ranges)]
     let reversed = 8..4;
     match q.map(&buf, reversed) {
-        Err(Error::OutOfRange {
-            offset: 8,
-            buffer_len: N,
-            ..
+        Err(Error::ReversedRange {
+            transfer: Transfer::Map,
+            start: 8,
+            end: 4,
         }) => {}
         other => panic!("reversed range: {other:?}"),
     }

@@ -191,7 +191,7 @@ fn child_finds_kernels_through_kernels_var() {
     assert_eq!(shadow.file(), dir.join("vector_add.cl"));
     assert_eq!(shadow.kernel_names().unwrap(), ["shadowed"]);
 
-    // Files only in the crate's folder are still found.
+    // Files only in `kernels/` under the working directory are still found.
     let busy = ctx.program("busy", "").unwrap();
     assert!(busy.file().ends_with("kernels/busy.cl"), "{busy:?}");
     println!("{CHILD_DONE}");
@@ -202,7 +202,7 @@ fn a_missing_kernel_file_lists_where_it_looked() {
     let ctx = device!();
     let err = ctx.program("no_such_kernel_file", "").unwrap_err();
     match &err {
-        Error::KernelFileNotFound { name, searched } => {
+        Error::KernelFileNotFound { name, searched, .. } => {
             assert_eq!(name, "no_such_kernel_file");
             assert!(
                 searched

@@ -1062,7 +1062,9 @@ fn execute(
                     Arg::scalar(*a),
                     Arg::scalar(len as u32),
                 ];
-                after.launch(&env.axpy, &[SCHEDULE_ITEMS], &args).map_err(failed)?;
+                after
+                    .launch(&env.axpy, &[SCHEDULE_ITEMS], &args)
+                    .map_err(failed)?;
             }
             Kind::Read { b, range } => {
                 before_blocking();

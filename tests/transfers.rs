@@ -137,16 +137,17 @@ fn transfers_outside_the_buffer_are_refused_and_not_recorded() {
     assert!(matches!(err, Error::ZeroLength), "{err:?}");
     let err = queue.read_owned_range(&buf, 3..3).unwrap_err();
     assert!(matches!(err, Error::ZeroLength), "{err:?}");
-    // Reversed on purpose: refused as out of range, not read as empty.
+    // Reversed on purpose: refused as reversed, not read as empty.
     #[allow(clippy::reversed_empty_ranges)]
     let reversed = 5..3;
     let err = queue.read_owned_range(&buf, reversed.clone()).unwrap_err();
     assert!(
         matches!(
             err,
-            Error::OutOfRange {
+            Error::ReversedRange {
                 transfer: Transfer::Read,
-                ..
+                start: 5,
+                end: 3,
             }
         ),
         "{err:?}"
@@ -155,7 +156,7 @@ fn transfers_outside_the_buffer_are_refused_and_not_recorded() {
     assert!(
         matches!(
             err,
-            Error::OutOfRange {
+            Error::ReversedRange {
                 transfer: Transfer::Fill,
                 ..
             }
