@@ -385,6 +385,21 @@ impl Record {
         self.events.is_empty() && self.events.shadow_len() == 0 && self.host.is_empty()
     }
 
+    /// Flushes the library queues whose commands this record holds, for a release that
+    /// polls them on the library's thread: a command never flushed may never start
+    /// (Oclgrind runs nothing before a flush), and polling a status flushes nothing.
+    fn flush_producers(&self) {
+        let entries = self.events.entries().iter().chain(self.events.shadow());
+        let events = entries
+            .map(|e| &e.event)
+            .chain(self.host.iter().map(|(e, _)| e));
+        for event in events {
+            if let Err(e) = event.flush_producer() {
+                log::debug!(target: "cl_lifetime::buffer", "flushing before a deferred release: {e}");
+            }
+        }
+    }
+
     fn keep_alive(&mut self, event: Event, payload: Box<dyn Any + Send>) {
         self.prune_host();
         self.host.push((event, payload));
@@ -555,6 +570,10 @@ impl MemInner {
 
     /// Releases the block on the reaper thread (reaper rule 1).
     pub(crate) fn release_deferred(mut self) {
+        self.record
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .flush_producers();
         let ctx = self.ctx.clone();
         if self.bucket == Bucket::Live {
             ctx.ledger.given_back(self.id);

@@ -574,9 +574,10 @@ isolated_test! {
 /// Where Debian's `oclgrind` package puts its ICD library.
 const OCLGRIND_ICD: &str = "/usr/lib/oclgrind/liboclgrind-rt-icd.so";
 
-#[test]
-fn a_queue_on_an_opencl_1_2_device_is_created_without_the_2_0_entry_point() {
-    let name = "a_queue_on_an_opencl_1_2_device_is_created_without_the_2_0_entry_point";
+/// Runs `body` in a child process whose only OpenCL platform is Oclgrind (an OpenCL 1.2
+/// implementation that runs nothing before a flush); skipped where Oclgrind is not
+/// installed, unless `CL_LIFETIME_REQUIRE_OCLGRIND=1` (set by CI).
+fn on_oclgrind(name: &str, body: impl FnOnce()) {
     if !std::path::Path::new(OCLGRIND_ICD).exists() {
         assert_ne!(
             std::env::var("CL_LIFETIME_REQUIRE_OCLGRIND").as_deref(),
@@ -592,13 +593,19 @@ fn a_queue_on_an_opencl_1_2_device_is_created_without_the_2_0_entry_point() {
         vendors.path().join("oclgrind.icd"),
         format!("{OCLGRIND_ICD}\n"),
     )
-    .unwrap();
-    let vendors = vendors.path().to_str().unwrap().to_string();
+    .expect("write the ICD file");
+    let vendors = vendors.path().to_str().expect("a UTF-8 path").to_string();
     let env = [
         ("OCL_ICD_VENDORS", vendors.as_str()),
         ("CL_LIFETIME_DEVICE", "oclgrind"),
     ];
-    common::isolated(name, LIMIT, &env, || {
+    common::isolated(name, LIMIT, &env, body);
+}
+
+#[test]
+fn a_queue_on_an_opencl_1_2_device_is_created_without_the_2_0_entry_point() {
+    let name = "a_queue_on_an_opencl_1_2_device_is_created_without_the_2_0_entry_point";
+    on_oclgrind(name, || {
         let ctx = Context::from_env().expect("Oclgrind's device");
         let version = ctx.device().version().to_string();
         assert!(version.starts_with("OpenCL 1."), "{version}");
@@ -607,5 +614,22 @@ fn a_queue_on_an_opencl_1_2_device_is_created_without_the_2_0_entry_point() {
         queue.fill(&buf, 3).unwrap().wait().unwrap();
         assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), [3; 16]);
         buf.release().unwrap();
+    });
+}
+
+// A deferred release polls its commands' status on the library's thread, which flushes
+// nothing: it flushes their queues first, or a command never flushed never runs.
+
+#[test]
+fn a_deferred_release_flushes_the_queues_of_its_commands() {
+    let name = "a_deferred_release_flushes_the_queues_of_its_commands";
+    on_oclgrind(name, || {
+        let ctx = Context::from_env().expect("Oclgrind's device");
+        let queue = ctx.queue().unwrap();
+        let buf = ctx.buffer::<u32>(16).unwrap();
+        queue.fill(&buf, 3).unwrap();
+        buf.release_deferred();
+        ctx.wait_deferred();
+        assert_eq!(ctx.memory_stats().pending_release_bytes, 0);
     });
 }
