@@ -36,9 +36,10 @@
 //!    every command recorded on it has ended, or ran on that queue (when it is in order).
 //!    Failing that, it allocates a new block while the maximum allows, so queues do not
 //!    serialise on one block. Only at the maximum does it hand out a block still in use
-//!    on another queue (ordered by a device-side wait, rule 2). A pipeline that keeps at
-//!    most `k` blocks of a class in use makes at most `k + 1` of them, whatever the
-//!    device's timing, while `k` is below eight.
+//!    on another queue (ordered by a device-side wait, rule 2). So if, whenever it calls
+//!    `acquire_on`, a program holds or has commands pending on at most `k` blocks of a
+//!    class (`k` below eight), the pool makes at most `k + 1` blocks of that class,
+//!    whatever the device's timing.
 //!
 //! # Arena rules
 //!
@@ -243,9 +244,12 @@ impl PoolInner {
     /// none while the maximum leaves room for a new block, else the newest (ordered by a
     /// device-side wait, rule 2).
     fn pick(&self, state: &mut PoolState, class: usize, lane: Option<Lane>) -> Option<MemInner> {
-        let room = self.options.max_bytes.is_none_or(|max| {
-            state.in_use + state.pooled + self.leaving.bytes() + class as u64 <= max
-        });
+        let (in_use, pooled) = (state.in_use, state.pooled);
+        let room = || {
+            self.options
+                .max_bytes
+                .is_none_or(|max| in_use + pooled + self.leaving.bytes() + class as u64 <= max)
+        };
         let blocks = state.free.get_mut(&class)?;
         let block = match lane {
             None => blocks.pop_back(),
@@ -263,7 +267,7 @@ impl PoolInner {
                 }
                 match free {
                     Some(block) => Some(block),
-                    None if room => None,
+                    None if room() => None,
                     None => blocks.pop_back(),
                 }
             }
@@ -540,11 +544,12 @@ impl Pool {
     /// queue, ordered after those commands by a device-side wait (rule 2). With
     /// [`PoolOptions::poison`], a reused block is poisoned on `queue` (rule 6).
     ///
-    /// So a pipeline that keeps at most `k` blocks of a class in use at a time, and
-    /// releases each once its last command is enqueued, makes at most `k + 1` blocks of
-    /// that class whatever the device's timing, while `k` is below eight: a block whose
-    /// last command the host has seen end (a blocking read, an event waited for) is
-    /// reused before anything is allocated.
+    /// So if, whenever it calls `acquire_on`, a program holds or has commands pending on
+    /// at most `k` blocks of a class (`k` below eight), the pool makes at most `k + 1`
+    /// blocks of that class, whatever the device's timing: a pipeline that releases each
+    /// block with [`ClBuffer::release_deferred`] once its last command is enqueued, and
+    /// waits for a chunk's last command (say its read-back) before the block for the
+    /// chunk `k + 1` later is acquired, stays within `k + 1` blocks.
     ///
     /// # Examples
     ///

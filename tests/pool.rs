@@ -413,7 +413,11 @@ fn acquire_on_at_max_bytes_orders_the_new_owner_after_another_queues_commands() 
 #[test]
 fn acquire_on_reuses_any_idle_block_not_only_the_newest() {
     let ctx = ctx!();
-    let (q1, q2, q3) = (ctx.queue().unwrap(), ctx.queue().unwrap(), ctx.queue().unwrap());
+    let (q1, q2, q3) = (
+        ctx.queue().unwrap(),
+        ctx.queue().unwrap(),
+        ctx.queue().unwrap(),
+    );
     let n = 1024;
     for poison in [false, true] {
         let pool = Pool::new(&ctx, PoolOptions::default().poison(poison)).unwrap();
@@ -447,15 +451,16 @@ fn acquire_on_reuses_any_idle_block_not_only_the_newest() {
     }
 }
 
-/// Chunks a pipeline keeps in flight: the host checks chunk `i - PIPELINE_DEPTH`'s
-/// read-back before it acquires a block for chunk `i`.
+/// Chunks a pipeline keeps in flight, the one being acquired for included: before it
+/// acquires a block for chunk `i`, the host checks chunk `i - PIPELINE_DEPTH`'s read-back.
 const PIPELINE_DEPTH: usize = 3;
 
-/// Blocks a three-queue pipeline may allocate: at each `acquire_on`, at most
-/// [`PIPELINE_DEPTH`] pooled blocks can still be in use (every older chunk's read-back
-/// has completed, and with it the commands before it), so once the pool holds one more
-/// than that, one of them has ended and is reused (rule 7).
-const PIPELINE_BLOCKS: u64 = PIPELINE_DEPTH as u64 + 1;
+/// Blocks a three-queue pipeline may allocate. At each `acquire_on` the host holds no
+/// block, and at most `PIPELINE_DEPTH - 1` pooled blocks can still be in use: every older
+/// chunk's read-back has completed, and with it the write and the kernel it waited for.
+/// So once the pool holds `PIPELINE_DEPTH` blocks, one of them has ended, and rule 7
+/// reuses it (it looks at eight): never a new block, whatever the device's timing.
+const PIPELINE_BLOCKS: u64 = PIPELINE_DEPTH as u64;
 
 /// Runs `chunks` chunks through three queues: the upload queue writes each into a block
 /// from `acquire_on`, the compute queue increments it, the download queue reads it back;
@@ -463,17 +468,14 @@ const PIPELINE_BLOCKS: u64 = PIPELINE_DEPTH as u64 + 1;
 /// chunk's values are checked. Returns the context's driver allocations.
 fn three_queue_pipeline(options: PoolOptions, chunks: usize) -> Option<u64> {
     let ctx = common::context()?;
-    let (upload, compute, download) = (
-        ctx.queue().unwrap(),
-        ctx.queue().unwrap(),
-        ctx.queue().unwrap(),
-    );
-    let increment = common::busy(&ctx).kernel("increment").unwrap();
-    let pool = Pool::new(&ctx, options).unwrap();
+    let queue = || ctx.queue().expect("a queue");
+    let (upload, compute, download) = (queue(), queue(), queue());
+    let increment = common::busy(&ctx).kernel("increment").expect("increment");
+    let pool = Pool::new(&ctx, options).expect("a pool");
     let n = 4096; // 16 KiB: exactly one size class
     let chunk = |c: usize| -> Vec<i32> { (0..n).map(|k| (c * 7919 + k) as i32).collect() };
     let check = |c: usize, read: PendingRead<i32>| {
-        let got = read.wait().unwrap();
+        let got = read.wait().expect("chunk read back");
         let want: Vec<i32> = chunk(c).iter().map(|x| x + 1).collect();
         if let Some(k) = (0..n).find(|&k| got[k] != want[k]) {
             panic!(
@@ -485,20 +487,20 @@ fn three_queue_pipeline(options: PoolOptions, chunks: usize) -> Option<u64> {
     let mut in_flight = std::collections::VecDeque::new();
     for c in 0..chunks {
         if in_flight.len() == PIPELINE_DEPTH {
-            let (old, read) = in_flight.pop_front().unwrap();
+            let (old, read) = in_flight.pop_front().expect("a chunk in flight");
             check(old, read);
         }
-        let buf = pool.acquire_on::<i32>(&upload, n).unwrap();
-        upload.write_owned(&buf, chunk(c)).unwrap();
+        let buf = pool.acquire_on::<i32>(&upload, n).expect("acquire_on");
+        upload.write_owned(&buf, chunk(c)).expect("upload");
         compute
             .launch(
                 &increment,
                 &[n],
                 &[Arg::read_write(&buf), Arg::scalar(n as u32)],
             )
-            .unwrap();
-        let read = download.read_owned(&buf).unwrap();
-        download.flush().unwrap();
+            .expect("compute");
+        let read = download.read_owned(&buf).expect("download");
+        download.flush().expect("flush");
         buf.release_deferred();
         in_flight.push_back((c, read));
     }
@@ -563,7 +565,9 @@ fn max_bytes_bounds_pending_releases_too() {
     });
     let ms = ctx.memory_stats();
     match refused {
-        Err(Error::PoolExhausted { requested, max: m, .. }) => {
+        Err(Error::PoolExhausted {
+            requested, max: m, ..
+        }) => {
             assert_eq!((requested, m), (max, max))
         }
         Ok(buf) => panic!(
@@ -604,7 +608,7 @@ struct Footprint {
 impl Footprint {
     /// Notes `buf` as handed out; returns the bytes of every noted block not freed yet.
     fn note<T: Pod>(&self, buf: &ClBuffer<T>) -> u64 {
-        let mut blocks = self.blocks.lock().unwrap();
+        let mut blocks = self.blocks.lock().expect("footprint lock");
         // A freed block's callbacks run before the driver can reuse its handle.
         blocks.retain(|(_, _, watch)| !watch.fired());
         let raw = buf.as_raw() as usize;
@@ -655,7 +659,10 @@ fn max_bytes_bounds_pending_releases_when_threads_acquire_at_once() {
             .max()
             .unwrap_or(0)
     });
-    eprintln!("at most {most} bytes not freed under {max}: {:?}", ctx.memory_stats());
+    eprintln!(
+        "at most {most} bytes not freed under {max}: {:?}",
+        ctx.memory_stats()
+    );
     assert!(
         most <= max,
         "{most} bytes of device memory not freed under a maximum of {max} \
@@ -907,9 +914,7 @@ fn max_bytes_makes_allocation_fail_with_a_typed_error_after_trimming() {
     // Another class: the pooled blocks are trimmed to make room, without waiting. Their
     // releases are behind the gate, and the maximum counts them until they are done: no
     // room yet, and no waiting behind a gate, so a typed error.
-    let refused = returns_while_gated(&gate, "an acquire that trims", || {
-        pool.acquire::<u8>(2048)
-    });
+    let refused = returns_while_gated(&gate, "an acquire that trims", || pool.acquire::<u8>(2048));
     match refused {
         Err(Error::PoolExhausted {
             requested,
