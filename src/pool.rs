@@ -281,7 +281,7 @@ impl PoolInner {
     /// Rule 6: fills a block changing hands with [`POISON`], on `queue` when given (the
     /// new owner's queue, so that its commands need no wait for the fill), else on the
     /// pool's queue. Ordered after the old owner's commands like any command.
-    fn poison(&self, mem: &MemInner, queue: Option<&Queue>) {
+    fn poison_fill(&self, mem: &MemInner, queue: Option<&Queue>) {
         let Some(kernel) = &self.poison else {
             return;
         };
@@ -600,7 +600,7 @@ impl Pool {
             Some(mut mem) => {
                 mem.hand_out_again(site);
                 mem.clear_failures();
-                inner.poison(&mem, queue);
+                inner.poison_fill(&mem, queue);
                 mem
             }
             None => {

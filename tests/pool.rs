@@ -624,7 +624,7 @@ fn max_bytes_bounds_pending_releases_when_threads_acquire_at_once() {
     let ctx = ctx!();
     let mib = 1usize << 20;
     let max = 8 * mib as u64;
-    let (threads, rounds) = (4, 60);
+    let (threads, rounds) = (4, 200);
     let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(max)).unwrap();
     let footprint = Footprint::default();
     let barrier = std::sync::Barrier::new(threads);
