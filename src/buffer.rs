@@ -569,7 +569,13 @@ impl MemInner {
     }
 
     /// Releases the block on the reaper thread (reaper rule 1).
-    pub(crate) fn release_deferred(mut self) {
+    pub(crate) fn release_deferred(self) {
+        self.release_deferred_then(None);
+    }
+
+    /// [`MemInner::release_deferred`], calling `done` once the release is done (the driver
+    /// freed the memory, or its grace passed): a pool counts the bytes until then.
+    pub(crate) fn release_deferred_then(mut self, done: Option<Box<dyn FnOnce() + Send>>) {
         self.record
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
@@ -587,6 +593,7 @@ impl MemInner {
         ctx.reaper.submit(Box::new(DeferredRelease {
             mem: self,
             freeing: None,
+            done,
         }));
     }
 
@@ -594,26 +601,23 @@ impl MemInner {
         self.raw
     }
 
-    /// Whether every recorded command of this block ran on `lane`, an in-order queue, so
-    /// that a command there needs no wait for them (pool rule 7).
-    pub(crate) fn only_on(&mut self, lane: Lane) -> bool {
+    /// Whether a command on `lane` could use this block with no wait (pool rule 7): every
+    /// recorded command has ended or ran on `lane`, an in-order queue. Newest first, and it
+    /// stops at the first that has not, so a block still in use costs one status query
+    /// (an ended command's status is read from the driver once, then kept).
+    pub(crate) fn free_for(&mut self, lane: Lane) -> bool {
         let events = &self
             .record
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .events;
-        lane.in_order
-            && events.entries().iter().all(|e| e.lane == lane)
-            && events.shadow().all(|e| e.lane == lane)
-    }
-
-    /// Whether every recorded command of this block has ended (asks the driver).
-    pub(crate) fn is_idle(&mut self) -> bool {
-        let record = self
-            .record
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        record.all_ended()
+        let ordered = |e: &crate::tracker::Entry<Event>| lane.in_order && e.lane == lane;
+        events
+            .entries()
+            .iter()
+            .rev()
+            .chain(events.shadow())
+            .all(|e| ordered(e) || e.event.state().has_ended())
     }
 
     /// Notes that `kernel` now holds this buffer as an argument (program rule 5).
@@ -814,6 +818,16 @@ struct DeferredRelease {
     mem: MemInner,
     /// Released; waiting for the destructor callback until the deadline.
     freeing: Option<(Arc<Freed>, Instant)>,
+    /// Called when the release is done (when the reaper drops it).
+    done: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Drop for DeferredRelease {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            done();
+        }
+    }
 }
 
 impl crate::reaper::Deferred for DeferredRelease {

@@ -13,20 +13,33 @@
 //! 3. The pool keeps at most [`PoolOptions::release_threshold`] unused bytes (like
 //!    `cudaMemPoolAttrReleaseThreshold`); [`Pool::trim`] releases unused blocks down to a
 //!    size. Blocks leave through deferred releases: the caller never waits.
-//! 4. With [`PoolOptions::max_bytes`], an allocation that would pass the maximum first
-//!    trims, then fails with [`Error::PoolExhausted`]. A driver allocation failure trims
-//!    everything and retries once before it is returned.
+//! 4. [`PoolOptions::max_bytes`] bounds the device memory the pool holds: blocks in use,
+//!    unused blocks, and blocks it has let go whose deferred releases are not done yet
+//!    (until the driver has freed them, or their grace has passed). An allocation that
+//!    would pass it first trims unused blocks, then waits for the pool's pending releases,
+//!    and fails with [`Error::PoolExhausted`] when the blocks in use leave no room, or
+//!    when it would have to wait while a user event of the context is not set (a release
+//!    could be behind it: the wait would have no end). None of this happens while an
+//!    unused block of the size class is left: that one is handed out, ordered by a
+//!    device-side wait if it is still in use (rules 2 and 7). A driver allocation failure
+//!    trims everything and retries once before it is returned.
 //! 5. [`PoolOptions::force_residency`] migrates each new block to the device at allocation
 //!    (`CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED`), so out-of-memory shows there and not at
 //!    first use (DESIGN.md trap 13).
 //! 6. [`PoolOptions::poison`] fills every recycled block with [`POISON`] through the
-//!    `poison` kernel (embedded from `kernels/poison.cl`), ordered like any command, so
-//!    reads of stale data show up in tests.
-//! 7. [`Pool::acquire_on`] is the stream-ordered form (`cudaMallocAsync`'s): it prefers
-//!    a block whose recorded commands all ran on the given in-order queue, which that
-//!    queue orders with no wait at all, and otherwise allocates a new block while the
-//!    maximum allows, so queues do not serialise on one block. Only at the maximum does
-//!    it hand out a block of another queue (ordered by a device-side wait, rule 2).
+//!    `poison` kernel (embedded from `kernels/poison.cl`) when it changes hands, on the
+//!    new owner's queue for [`Pool::acquire_on`] (else on the pool's), ordered like any
+//!    command, so reads of stale data show up in tests.
+//! 7. [`Pool::acquire_on`] is the stream-ordered form (`cudaMallocAsync`'s). Of the size
+//!    class's unused blocks it looks at the oldest eight (those it passes over go to the
+//!    back) and takes the first one a command on the given queue can use with no wait:
+//!    every command recorded on it has ended, or ran on that queue (when it is in order).
+//!    Failing that, it allocates a new block while the maximum allows, so queues do not
+//!    serialise on one block. Only at the maximum does it hand out a block still in use
+//!    on another queue (ordered by a device-side wait, rule 2). So if, whenever it calls
+//!    `acquire_on`, a program holds or has commands pending on at most `k` blocks of a
+//!    class (`k` below eight), the pool makes at most `k + 1` blocks of that class,
+//!    whatever the device's timing.
 //!
 //! # Arena rules
 //!
@@ -34,12 +47,13 @@
 //!    devices' `CL_DEVICE_MEM_BASE_ADDR_ALIGN` (trap 12). Carved ranges never overlap;
 //!    each sub-buffer keeps the arena alive and has its own event record.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::panic::Location;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Duration;
 
 use opencl3::memory as cl;
 use opencl3::types::cl_mem;
@@ -62,6 +76,14 @@ pub const POISON: u32 = 0xDEAD_BEEF;
 
 /// The smallest size class.
 const MIN_CLASS: usize = 256;
+
+/// How many pooled blocks of a class [`Pool::acquire_on`] looks at before it allocates
+/// (rule 7, which names the number): each costs at most one query of a pending status.
+const SCAN: usize = 8;
+
+/// How long a wait for the pool's pending releases sleeps before it looks at the
+/// context's user events again (rule 4).
+const WAIT_SLICE: Duration = Duration::from_millis(5);
 
 /// How a [`Pool`] behaves.
 #[derive(Clone, Debug)]
@@ -128,10 +150,50 @@ pub struct PoolStats {
 
 #[derive(Default)]
 struct PoolState {
-    free: BTreeMap<usize, Vec<MemInner>>,
+    /// Each class's unused blocks, in the order [`Pool::acquire_on`] looks at them.
+    free: BTreeMap<usize, VecDeque<MemInner>>,
     in_use: u64,
     pooled: u64,
     blocks: usize,
+}
+
+/// Rule 4: the bytes of blocks the pool has let go whose deferred releases are not done
+/// yet. Raised under the pool's state lock; lowered by the reaper, which takes only this
+/// lock (the pool's state lock comes first where both are taken).
+#[derive(Default)]
+struct Leaving {
+    bytes: Mutex<u64>,
+    done: Condvar,
+}
+
+impl Leaving {
+    fn lock(&self) -> std::sync::MutexGuard<'_, u64> {
+        self.bytes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn bytes(&self) -> u64 {
+        *self.lock()
+    }
+
+    fn add(&self, bytes: u64) {
+        *self.lock() += bytes;
+    }
+
+    fn done(&self, bytes: u64) {
+        let mut leaving = self.lock();
+        *leaving = leaving.saturating_sub(bytes);
+        drop(leaving);
+        self.done.notify_all();
+    }
+
+    /// Waits until the bytes are no longer `seen`, for at most `limit`.
+    fn wait_change(&self, seen: u64, limit: Duration) {
+        let leaving = self.lock();
+        let _unchanged = self
+            .done
+            .wait_timeout_while(leaving, limit, |bytes| *bytes == seen)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
 }
 
 pub(crate) struct PoolInner {
@@ -141,6 +203,7 @@ pub(crate) struct PoolInner {
     queue: Queue,
     poison: Option<Kernel>,
     state: Mutex<PoolState>,
+    leaving: Arc<Leaving>,
     /// Set when the user's `Pool` is dropped: blocks coming back are released.
     closed: AtomicBool,
 }
@@ -150,46 +213,96 @@ impl PoolInner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Rules 1, 3 and 6: takes a block back from a released buffer. Returns whether the
-    /// pool kept it (else it is released deferred).
+    /// Rules 1 and 3: takes a block back from a released buffer. Returns whether the pool
+    /// kept it (else it is released deferred).
     pub(crate) fn recycle(&self, mut mem: MemInner) -> bool {
-        let class = mem.bytes();
+        let class = mem.bytes() as u64;
         self.ctx.ledger.given_back(mem.id);
-        if let Some(kernel) = &self.poison {
-            let words = (class / 4) as u64;
-            let args = [
-                Arg::from_mem(&mem, Access::Write),
-                Arg::scalar(POISON),
-                Arg::scalar(words),
-            ];
-            if let Err(e) = self.queue.launch(kernel, &[POISON_ITEMS], &args) {
-                log::warn!(target: "cl_lifetime::pool", "poisoning a recycled block: {e}");
-            }
-        }
         let mut state = self.lock();
-        state.in_use = state.in_use.saturating_sub(class as u64);
+        state.in_use = state.in_use.saturating_sub(class);
         let keep = !self.closed.load(Ordering::Acquire)
-            && state.pooled + class as u64 <= self.options.release_threshold;
+            && state.pooled + class <= self.options.release_threshold;
         if keep {
-            state.pooled += class as u64;
+            state.pooled += class;
             state.blocks += 1;
-            self.ctx
-                .ledger
-                .shift(class as u64, mem.bucket(), Bucket::Pooled);
+            self.ctx.ledger.shift(class, mem.bucket(), Bucket::Pooled);
             mem.set_bucket(Bucket::Pooled);
-            state.free.entry(class).or_default().push(mem);
+            state.free.entry(mem.bytes()).or_default().push_back(mem);
         } else {
+            self.leaving.add(class);
             drop(state);
-            mem.release_deferred();
+            self.let_go(vec![mem]);
         }
         keep
     }
 
-    /// Takes the largest unused block out of `state`.
-    fn take_largest(state: &mut PoolState) -> Option<MemInner> {
+    /// Rule 7: an unused block of `class` for `lane`, taken out of `state`. Without a lane,
+    /// the newest. With one, the first of the class's oldest [`SCAN`] blocks that a command
+    /// there can use with no wait (every recorded command has ended, or ran on that
+    /// in-order queue); the blocks looked at and passed over go to the back, so that
+    /// blocks held up for long do not keep the others from being seen. Failing that,
+    /// none while the maximum leaves room for a new block, else the newest (ordered by a
+    /// device-side wait, rule 2).
+    fn pick(&self, state: &mut PoolState, class: usize, lane: Option<Lane>) -> Option<MemInner> {
+        let (in_use, pooled) = (state.in_use, state.pooled);
+        let room = || {
+            self.options
+                .max_bytes
+                .is_none_or(|max| in_use + pooled + self.leaving.bytes() + class as u64 <= max)
+        };
+        let blocks = state.free.get_mut(&class)?;
+        let block = match lane {
+            None => blocks.pop_back(),
+            Some(lane) => {
+                let mut free = None;
+                for _ in 0..blocks.len().min(SCAN) {
+                    let Some(mut block) = blocks.pop_front() else {
+                        break;
+                    };
+                    if block.free_for(lane) {
+                        free = Some(block);
+                        break;
+                    }
+                    blocks.push_back(block);
+                }
+                match free {
+                    Some(block) => Some(block),
+                    None if room() => None,
+                    None => blocks.pop_back(),
+                }
+            }
+        }?;
+        state.pooled -= class as u64;
+        state.blocks -= 1;
+        state.in_use += class as u64;
+        Some(block)
+    }
+
+    /// Rule 6: fills a block changing hands with [`POISON`], on `queue` when given (the
+    /// new owner's queue, so that its commands need no wait for the fill), else on the
+    /// pool's queue. Ordered after the old owner's commands like any command.
+    fn poison_fill(&self, mem: &MemInner, queue: Option<&Queue>) {
+        let Some(kernel) = &self.poison else {
+            return;
+        };
+        let words = (mem.bytes() / 4) as u64;
+        let args = [
+            Arg::from_mem(mem, Access::Write),
+            Arg::scalar(POISON),
+            Arg::scalar(words),
+        ];
+        let queue = queue.unwrap_or(&self.queue);
+        if let Err(e) = queue.launch(kernel, &[POISON_ITEMS], &args) {
+            log::warn!(target: "cl_lifetime::pool", "poisoning a recycled block: {e}");
+        }
+    }
+
+    /// Takes the largest unused block out of `state`, counting it as leaving (rule 4): the
+    /// caller lets it go.
+    fn take_largest(&self, state: &mut PoolState) -> Option<MemInner> {
         loop {
             let mut largest = state.free.last_entry()?;
-            let Some(block) = largest.get_mut().pop() else {
+            let Some(block) = largest.get_mut().pop_back() else {
                 largest.remove();
                 continue;
             };
@@ -198,6 +311,7 @@ impl PoolInner {
             }
             state.pooled -= block.bytes() as u64;
             state.blocks -= 1;
+            self.leaving.add(block.bytes() as u64);
             return Some(block);
         }
     }
@@ -208,54 +322,74 @@ impl PoolInner {
         {
             let mut state = self.lock();
             while state.pooled > to_bytes {
-                match Self::take_largest(&mut state) {
+                match self.take_largest(&mut state) {
                     Some(block) => released.push(block),
                     None => break,
                 }
             }
         }
-        Self::let_go(released)
+        self.let_go(released)
     }
 
-    /// Releases `blocks` deferred; returns their bytes.
-    fn let_go(blocks: Vec<MemInner>) -> u64 {
-        let bytes = blocks.iter().map(|b| b.bytes() as u64).sum();
+    /// Releases `blocks`, already counted as leaving, deferred (which flushes their
+    /// queues, so a full pool that waits for them, rule 4, does not depend on a later
+    /// flush); returns their bytes.
+    fn let_go(&self, blocks: Vec<MemInner>) -> u64 {
+        let mut total = 0;
         for block in blocks {
-            block.release_deferred();
+            let bytes = block.bytes() as u64;
+            total += bytes;
+            let leaving = self.leaving.clone();
+            block.release_deferred_then(Some(Box::new(move || leaving.done(bytes))));
         }
-        bytes
+        total
     }
 
-    /// Rule 4: reserves `class` bytes of the maximum for a new block, trimming unused
-    /// blocks as needed, in one critical section so that threads cannot overshoot it.
+    /// Rule 4: reserves `class` bytes of the maximum for a new block. Unused blocks are
+    /// trimmed as needed, in one critical section so that threads cannot overshoot it;
+    /// the blocks the pool let go count until their releases are done, and are waited
+    /// for, unless a user event of the context is not set (one may hold them back for
+    /// good): then, or when the blocks in use leave no room, it fails.
     fn reserve(&self, class: u64) -> Result<()> {
-        let mut released = Vec::new();
-        let reserved = {
-            let mut state = self.lock();
-            match self.options.max_bytes {
-                Some(max) if state.in_use + class > max => Err(Error::PoolExhausted {
+        let Some(max) = self.options.max_bytes else {
+            self.lock().in_use += class;
+            return Ok(());
+        };
+        loop {
+            let mut released = Vec::new();
+            let waiting = {
+                let mut state = self.lock();
+                let exhausted = Error::PoolExhausted {
                     requested: class,
                     max,
                     in_use: state.in_use,
-                }),
-                Some(max) => {
-                    while state.in_use + state.pooled + class > max {
-                        match Self::take_largest(&mut state) {
-                            Some(block) => released.push(block),
-                            None => break,
-                        }
+                };
+                if state.in_use + class > max {
+                    return Err(exhausted);
+                }
+                while state.in_use + state.pooled + class > max {
+                    match self.take_largest(&mut state) {
+                        Some(block) => released.push(block),
+                        None => break,
                     }
-                    state.in_use += class;
-                    Ok(())
                 }
-                None => {
+                let leaving = self.leaving.bytes();
+                if state.in_use + state.pooled + leaving + class <= max {
                     state.in_use += class;
-                    Ok(())
+                    None
+                } else {
+                    Some((leaving, exhausted))
                 }
+            };
+            self.let_go(released);
+            let Some((leaving, exhausted)) = waiting else {
+                return Ok(());
+            };
+            if self.ctx.gates.count() != 0 {
+                return Err(exhausted);
             }
-        };
-        Self::let_go(released);
-        reserved
+            self.leaving.wait_change(leaving, WAIT_SLICE);
+        }
     }
 
     fn unreserve(&self, class: u64) {
@@ -360,6 +494,7 @@ impl Pool {
                 queue: ctx.queue()?,
                 poison,
                 state: Mutex::new(PoolState::default()),
+                leaving: Arc::default(),
                 closed: AtomicBool::new(false),
             }),
         })
@@ -389,10 +524,22 @@ impl Pool {
         self.take::<T>(len, None, Location::caller())
     }
 
-    /// Rule 7: a buffer of `len` elements for use on `queue`: a pooled block whose
-    /// recorded commands all ran on `queue` (when it is in order: it needs no wait), else
-    /// the newest pooled block if its commands have all ended, else a new block, else (at [`PoolOptions::max_bytes`]) any pooled block, ordered by a
-    /// device-side wait.
+    /// Rule 7: a buffer of `len` elements for use on `queue`, the stream-ordered form
+    /// (`cudaMallocAsync`'s). It looks at the oldest eight pooled blocks of the size class
+    /// (those passed over go to the back) and takes the first that a command on
+    /// `queue` can use with no wait: every command recorded on it has ended, or ran on
+    /// `queue` (when it is in order). Failing that, it allocates a new block while
+    /// [`PoolOptions::max_bytes`] allows, so that queues do not wait on each other's
+    /// blocks; only at the maximum does it hand out a block still in use on another
+    /// queue, ordered after those commands by a device-side wait (rule 2). With
+    /// [`PoolOptions::poison`], a reused block is poisoned on `queue` (rule 6).
+    ///
+    /// So if, whenever it calls `acquire_on`, a program holds or has commands pending on
+    /// at most `k` blocks of a class (`k` below eight), the pool makes at most `k + 1`
+    /// blocks of that class, whatever the device's timing: a pipeline that releases each
+    /// block with [`ClBuffer::release_deferred`] once its last command is enqueued, and
+    /// waits for a chunk's last command (say its read-back) before the block for the
+    /// chunk `k + 1` later is acquired, stays within `k + 1` blocks.
     ///
     /// # Examples
     ///
@@ -418,47 +565,32 @@ impl Pool {
     ///
     /// # Errors
     ///
-    /// As [`Pool::acquire`].
+    /// [`Error::ContextMismatch`] when `queue` belongs to another context (nothing is
+    /// taken from the pool); else as [`Pool::acquire`].
     #[track_caller]
     pub fn acquire_on<T: Pod>(&self, queue: &Queue, len: usize) -> Result<ClBuffer<T>> {
-        self.take::<T>(len, Some(queue.inner.lane), Location::caller())
+        if queue.inner.ctx.id != self.inner.ctx.id {
+            return Err(Error::ContextMismatch);
+        }
+        self.take::<T>(len, Some(queue), Location::caller())
     }
 
     fn take<T: Pod>(
         &self,
         len: usize,
-        lane: Option<Lane>,
+        queue: Option<&Queue>,
         site: &'static Location<'static>,
     ) -> Result<ClBuffer<T>> {
         let inner = &self.inner;
         let bytes = MemInner::check_size::<T>(&inner.ctx, len)?;
         let class = self.class_of(bytes);
-        let reused = {
-            let mut state = inner.lock();
-            let room = inner
-                .options
-                .max_bytes
-                .is_none_or(|max| state.in_use + state.pooled + class as u64 <= max);
-            let block = state.free.get_mut(&class).and_then(|blocks| match lane {
-                None => blocks.pop(),
-                Some(lane) => match blocks.iter_mut().rposition(|b| b.only_on(lane)) {
-                    Some(at) => Some(blocks.remove(at)),
-                    // The newest block may be idle by now: cheaper to ask than to allocate.
-                    None if room && !blocks.last_mut().is_some_and(MemInner::is_idle) => None,
-                    None => blocks.pop(),
-                },
-            });
-            if block.is_some() {
-                state.pooled -= class as u64;
-                state.blocks -= 1;
-                state.in_use += class as u64;
-            }
-            block
-        };
+        let lane = queue.map(|q| q.inner.lane);
+        let reused = inner.pick(&mut inner.lock(), class, lane);
         let mut mem = match reused {
             Some(mut mem) => {
                 mem.hand_out_again(site);
                 mem.clear_failures();
+                inner.poison_fill(&mem, queue);
                 mem
             }
             None => {
@@ -506,7 +638,7 @@ pub(crate) struct ArenaInner {
     next: Mutex<usize>,
 }
 
-/// One buffer carved into aligned, non-overlapping sub-buffers (rule 7): pre-allocation for
+/// One buffer carved into aligned, non-overlapping sub-buffers (rule 8): pre-allocation for
 /// users who know their peak.
 ///
 /// # Examples
@@ -590,7 +722,7 @@ impl Arena {
             size: bytes,
         };
         // SAFETY: the region lies inside the parent and its origin is aligned to every
-        // device's CL_DEVICE_MEM_BASE_ADDR_ALIGN (rule 7); `region` outlives the call.
+        // device's CL_DEVICE_MEM_BASE_ADDR_ALIGN (rule 8); `region` outlives the call.
         let raw = unsafe {
             cl::create_sub_buffer(
                 parent.raw(),

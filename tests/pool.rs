@@ -410,6 +410,301 @@ fn acquire_on_at_max_bytes_orders_the_new_owner_after_another_queues_commands() 
     assert_eq!(contents(&q2, &new), vec![2; n]);
 }
 
+#[test]
+fn acquire_on_reuses_any_idle_block_not_only_the_newest() {
+    let ctx = ctx!();
+    let (q1, q2, q3) = (
+        ctx.queue().unwrap(),
+        ctx.queue().unwrap(),
+        ctx.queue().unwrap(),
+    );
+    let n = 1024;
+    for poison in [false, true] {
+        let pool = Pool::new(&ctx, PoolOptions::default().poison(poison)).unwrap();
+        let before = ctx.memory_stats().driver_allocations;
+        let idle = pool.acquire_on::<u32>(&q1, n).unwrap();
+        let busy = pool.acquire_on::<u32>(&q3, n).unwrap();
+        let raw = idle.as_raw();
+        // The older block ran on two queues and has ended (the blocking read saw to that).
+        q1.fill(&idle, 1).unwrap();
+        q2.fill(&idle, 2).unwrap();
+        assert_eq!(contents(&q2, &idle), vec![2; n]);
+        // The newer block waits behind a gate on a third queue.
+        let gate = ctx.user_event().unwrap();
+        let gated = q3.after(&[gate.event()]).fill(&busy, 3).unwrap();
+        let again = returns_while_gated(&gate, "acquire_on", || {
+            idle.release_deferred();
+            busy.release_deferred();
+            pool.acquire_on::<u32>(&q1, n).unwrap()
+        });
+        let allocated = ctx.memory_stats().driver_allocations - before;
+        assert_eq!(
+            (again.as_raw() == raw, allocated),
+            (true, 2),
+            "poison: {poison}: the idle older block was passed over for a new one"
+        );
+        assert!(!gated.is_terminal(), "poison: {poison}: the gate was open");
+        let expected = if poison { POISON } else { 2 };
+        assert_eq!(contents(&q1, &again), vec![expected; n], "poison: {poison}");
+        gate.complete().unwrap();
+        gated.wait().unwrap();
+    }
+}
+
+/// Chunks a pipeline keeps in flight, the one being acquired for included: before it
+/// acquires a block for chunk `i`, the host checks chunk `i - PIPELINE_DEPTH`'s read-back.
+const PIPELINE_DEPTH: usize = 3;
+
+/// Blocks a three-queue pipeline may allocate. At each `acquire_on` the host holds no
+/// block, and at most `PIPELINE_DEPTH - 1` pooled blocks can still be in use: every older
+/// chunk's read-back has completed, and with it the write and the kernel it waited for.
+/// So once the pool holds `PIPELINE_DEPTH` blocks, one of them has ended, and rule 7
+/// reuses it (it looks at eight): never a new block, whatever the device's timing.
+const PIPELINE_BLOCKS: u64 = PIPELINE_DEPTH as u64;
+
+/// Runs `chunks` chunks through three queues: the upload queue writes each into a block
+/// from `acquire_on`, the compute queue increments it, the download queue reads it back;
+/// the block goes back with `release_deferred` as soon as the read is enqueued. Every
+/// chunk's values are checked. Returns the context's driver allocations.
+fn three_queue_pipeline(options: PoolOptions, chunks: usize) -> Option<u64> {
+    let ctx = common::context()?;
+    let queue = || ctx.queue().expect("a queue");
+    let (upload, compute, download) = (queue(), queue(), queue());
+    let increment = common::busy(&ctx).kernel("increment").expect("increment");
+    let pool = Pool::new(&ctx, options).expect("a pool");
+    let n = 4096; // 16 KiB: exactly one size class
+    let chunk = |c: usize| -> Vec<i32> { (0..n).map(|k| (c * 7919 + k) as i32).collect() };
+    let check = |c: usize, read: PendingRead<i32>| {
+        let got = read.wait().expect("chunk read back");
+        let want: Vec<i32> = chunk(c).iter().map(|x| x + 1).collect();
+        if let Some(k) = (0..n).find(|&k| got[k] != want[k]) {
+            panic!(
+                "chunk {c}, element {k}: read back {:#x}, expected {:#x}",
+                got[k], want[k]
+            );
+        }
+    };
+    let mut in_flight = std::collections::VecDeque::new();
+    for c in 0..chunks {
+        if in_flight.len() == PIPELINE_DEPTH {
+            let (old, read) = in_flight.pop_front().expect("a chunk in flight");
+            check(old, read);
+        }
+        let buf = pool.acquire_on::<i32>(&upload, n).expect("acquire_on");
+        upload.write_owned(&buf, chunk(c)).expect("upload");
+        compute
+            .launch(
+                &increment,
+                &[n],
+                &[Arg::read_write(&buf), Arg::scalar(n as u32)],
+            )
+            .expect("compute");
+        let read = download.read_owned(&buf).expect("download");
+        download.flush().expect("flush");
+        buf.release_deferred();
+        in_flight.push_back((c, read));
+    }
+    for (c, read) in in_flight {
+        check(c, read);
+    }
+    let stats = ctx.memory_stats();
+    eprintln!("{chunks} chunks on {}: {stats:?}", ctx.device());
+    assert_eq!(stats.allocations, chunks as u64, "{stats:?}");
+    Some(stats.driver_allocations)
+}
+
+#[test]
+fn a_three_queue_pipeline_reuses_blocks_instead_of_growing() {
+    capture::install();
+    let Some(allocated) = three_queue_pipeline(PoolOptions::default(), 1000) else {
+        return;
+    };
+    assert!(
+        allocated <= PIPELINE_BLOCKS,
+        "1,000 chunks, at most {PIPELINE_DEPTH} in flight: {allocated} driver allocations \
+         (at most {PIPELINE_BLOCKS} expected)"
+    );
+}
+
+#[test]
+fn a_three_queue_pipeline_with_poison_reuses_blocks_instead_of_growing() {
+    capture::install();
+    let Some(allocated) = three_queue_pipeline(PoolOptions::default().poison(true), 1000) else {
+        return;
+    };
+    assert!(
+        allocated <= PIPELINE_BLOCKS,
+        "1,000 chunks, at most {PIPELINE_DEPTH} in flight, poison on: {allocated} driver \
+         allocations (at most {PIPELINE_BLOCKS} expected)"
+    );
+}
+
+/// The bytes of device memory a context's ledger counts: live, pending release and pooled.
+fn held(ms: &MemoryStats) -> u64 {
+    ms.live_bytes + ms.pending_release_bytes + ms.pooled_bytes
+}
+
+#[test]
+fn max_bytes_bounds_pending_releases_too() {
+    let ctx = ctx!();
+    let queue = ctx.queue().unwrap();
+    let max = 1u64 << 20;
+    let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(max)).unwrap();
+    // Half the maximum goes back to the pool while its fill is gated.
+    let gate = ctx.user_event().unwrap();
+    let half = pool.acquire::<u8>(max as usize / 2).unwrap();
+    let fill = queue.after(&[gate.event()]).fill(&half, 1).unwrap();
+    queue.flush().unwrap();
+    let watch = common::watch(&half, &[&fill]);
+    assert!(half.release().unwrap().recycled);
+
+    // The whole maximum fits only once that block is gone, and it cannot go while its
+    // fill is gated: a typed error, at once, and nothing over the maximum.
+    let refused = returns_while_gated(&gate, "an acquire behind a pending release", || {
+        pool.acquire::<u8>(max as usize)
+    });
+    let ms = ctx.memory_stats();
+    match refused {
+        Err(Error::PoolExhausted {
+            requested, max: m, ..
+        }) => {
+            assert_eq!((requested, m), (max, max))
+        }
+        Ok(buf) => panic!(
+            "handed out {} bytes while {} more were pending release: {} held under a \
+             maximum of {max} ({ms:?})",
+            buf.bytes(),
+            ms.pending_release_bytes,
+            held(&ms)
+        ),
+        Err(e) => panic!("expected PoolExhausted, got {e}"),
+    }
+    assert!(held(&ms) <= max, "{ms:?}");
+    assert_eq!(ms.driver_allocations, 1, "{ms:?}");
+    assert!(!watch.fired(), "freed while its fill was gated");
+
+    // Once the gate is open, the acquire waits for the pending release, then allocates.
+    gate.complete().unwrap();
+    let whole = pool.acquire::<u8>(max as usize).unwrap();
+    watch.assert_released_after_events();
+    let ms = ctx.memory_stats();
+    assert_eq!(
+        (ms.live_bytes, ms.pending_release_bytes, ms.pooled_bytes),
+        (max, 0, 0),
+        "{ms:?}"
+    );
+    assert!(ms.peak_bytes <= max, "{ms:?}");
+    queue.fill(&whole, 2).unwrap();
+    assert!(contents(&queue, &whole).iter().all(|&x| x == 2));
+}
+
+/// The device memory of the blocks a test has been handed, by the cl-sys oracle: each
+/// block is watched from its first hand-out until the driver frees it.
+#[derive(Default)]
+struct Footprint {
+    blocks: std::sync::Mutex<Vec<(usize, u64, common::Watch)>>,
+}
+
+impl Footprint {
+    /// Notes `buf` as handed out; returns the bytes of every noted block not freed yet.
+    fn note<T: Pod>(&self, buf: &ClBuffer<T>) -> u64 {
+        let mut blocks = self.blocks.lock().expect("footprint lock");
+        // A freed block's callbacks run before the driver can reuse its handle.
+        blocks.retain(|(_, _, watch)| !watch.fired());
+        let raw = buf.as_raw() as usize;
+        if !blocks.iter().any(|&(r, _, _)| r == raw) {
+            blocks.push((raw, buf.bytes() as u64, common::watch(buf, &[])));
+        }
+        blocks.iter().map(|&(_, bytes, _)| bytes).sum()
+    }
+}
+
+#[test]
+fn max_bytes_bounds_pending_releases_when_threads_acquire_at_once() {
+    let ctx = ctx!();
+    let mib = 1usize << 20;
+    let max = 8 * mib as u64;
+    let (threads, rounds) = (4, 200);
+    let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(max)).unwrap();
+    let footprint = Footprint::default();
+    let barrier = std::sync::Barrier::new(threads);
+    let most = thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (pool, footprint, barrier, ctx) = (&pool, &footprint, &barrier, &ctx);
+                s.spawn(move || {
+                    let queue = ctx.queue().unwrap();
+                    barrier.wait();
+                    let mut most = 0;
+                    for round in 0..rounds {
+                        // Four threads of at most 2 MiB each always fit under 8 MiB, so
+                        // no acquire may fail; alternating classes make the pool trim.
+                        let bytes = if (t + round) % 2 == 0 { mib } else { 2 * mib };
+                        let buf = match pool.acquire_on::<u8>(&queue, bytes) {
+                            Ok(buf) => buf,
+                            Err(e) => panic!("thread {t}, round {round}: {e}"),
+                        };
+                        most = most.max(footprint.note(&buf));
+                        queue.fill(&buf, round as u8).unwrap();
+                        queue.flush().unwrap();
+                        buf.release_deferred();
+                    }
+                    most
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .max()
+            .unwrap_or(0)
+    });
+    eprintln!(
+        "at most {most} bytes not freed under {max}: {:?}",
+        ctx.memory_stats()
+    );
+    assert!(
+        most <= max,
+        "{most} bytes of device memory not freed under a maximum of {max} \
+         ({:.1} MiB); {:?}",
+        most as f64 / mib as f64,
+        ctx.memory_stats()
+    );
+    assert_eq!(pool.stats().in_use_bytes, 0);
+}
+
+#[test]
+fn acquire_on_a_queue_of_another_context_is_a_context_mismatch() {
+    let ctx = ctx!();
+    let Some(other) = common::context() else {
+        return;
+    };
+    let (queue, foreign) = (ctx.queue().unwrap(), other.queue().unwrap());
+    let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
+    let n = 1024;
+    let pooled = pool.acquire_on::<u32>(&queue, n).unwrap();
+    let raw = pooled.as_raw();
+    assert!(pooled.release().unwrap().recycled);
+    let (stats, ours, theirs) = (pool.stats(), ctx.memory_stats(), other.memory_stats());
+
+    match pool.acquire_on::<u32>(&foreign, n) {
+        Err(Error::ContextMismatch) => {}
+        Ok(buf) => panic!(
+            "handed out a block of this pool's context ({:?}) for a queue of another",
+            buf.as_raw()
+        ),
+        Err(e) => panic!("expected ContextMismatch, got {e}"),
+    }
+    // Nothing was lost: the pooled block is still there, and nothing was allocated.
+    assert_eq!(pool.stats(), stats);
+    assert_eq!(ctx.memory_stats(), ours);
+    assert_eq!(other.memory_stats(), theirs);
+    let again = pool.acquire_on::<u32>(&queue, n).unwrap();
+    assert_eq!(again.as_raw(), raw);
+    queue.fill(&again, 4).unwrap();
+    assert_eq!(contents(&queue, &again), vec![4; n]);
+}
+
 /// How long a command that must run is given before it counts as stuck.
 const STUCK: Duration = Duration::from_secs(10);
 
@@ -616,11 +911,39 @@ fn max_bytes_makes_allocation_fail_with_a_typed_error_after_trimming() {
             pooled_blocks: 2
         }
     );
-    // Another class: the pooled blocks are trimmed to make room, without waiting.
-    let big = returns_while_gated(&gate, "an acquire that trims", || {
-        pool.acquire::<u8>(2048).unwrap()
-    });
+    // Another class: the pooled blocks are trimmed to make room, without waiting. Their
+    // releases are behind the gate, and the maximum counts them until they are done: no
+    // room yet, and no waiting behind a gate, so a typed error.
+    let refused = returns_while_gated(&gate, "an acquire that trims", || pool.acquire::<u8>(2048));
+    match refused {
+        Err(Error::PoolExhausted {
+            requested,
+            max: m,
+            in_use,
+        }) => assert_eq!((requested, m, in_use), (2048, max, 2048)),
+        other => panic!("expected PoolExhausted, got {other:?}"),
+    }
+    assert_eq!(
+        pool.stats(),
+        PoolStats {
+            in_use_bytes: 2048,
+            pooled_bytes: 0,
+            pooled_blocks: 0
+        }
+    );
+    let ms = ctx.memory_stats();
+    assert_eq!(ms.pending_release_bytes, 2048, "{ms:?}");
+    assert_eq!(ms.pooled_bytes, 0, "{ms:?}");
+    for w in &watches {
+        assert!(!w.fired());
+    }
+    // With the gate open, the acquire waits for those releases, then allocates.
+    gate.complete().unwrap();
+    let big = pool.acquire::<u8>(2048).unwrap();
     assert_eq!(big.bytes(), 2048);
+    for w in &watches {
+        w.assert_released_after_events();
+    }
     assert_eq!(
         pool.stats(),
         PoolStats {
@@ -630,21 +953,12 @@ fn max_bytes_makes_allocation_fail_with_a_typed_error_after_trimming() {
         }
     );
     let ms = ctx.memory_stats();
-    assert_eq!(ms.pending_release_bytes, 2048, "{ms:?}");
-    assert_eq!(ms.pooled_bytes, 0, "{ms:?}");
+    assert_eq!(ms.pending_release_bytes, 0, "{ms:?}");
+    assert!(ms.peak_bytes <= max, "{ms:?}");
     assert!(matches!(
         pool.acquire::<u8>(1024),
         Err(Error::PoolExhausted { in_use: 4096, .. })
     ));
-    for w in &watches {
-        assert!(!w.fired());
-    }
-    gate.complete().unwrap();
-    ctx.wait_deferred();
-    for w in &watches {
-        w.assert_released_after_events();
-    }
-    assert_eq!(ctx.memory_stats().pending_release_bytes, 0);
 
     // Pooled blocks that are not enough: trimmed, and still a typed error.
     held.pop().unwrap().release().unwrap(); // 1024 pooled, 3072 in use
