@@ -878,6 +878,15 @@ impl Env {
         }
     }
 
+    /// Fresh buffers holding `patterns`, each of `len` elements.
+    fn buffers(&self, patterns: &[Pattern], len: usize) -> Result<Vec<ClBuffer<i32>>, String> {
+        patterns
+            .iter()
+            .map(|p| self.ctx.buffer_from(&p.values(len)))
+            .collect::<cl_lifetime::Result<_>>()
+            .map_err(|e| format!("creating the buffers: {e}"))
+    }
+
     /// Distinct pool queues for `specs`.
     fn queues(&self, specs: &[QueueSpec]) -> Vec<Queue> {
         let mut used = vec![[0usize; 2]; self.pool.len()];
@@ -1164,12 +1173,7 @@ fn run_schedule(env: &Env, seed: u64) -> Result<(), String> {
     let plan = plan_schedule(seed, false);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let queues = env.queues(&plan.queues);
-        let buffers: Vec<ClBuffer<i32>> = plan
-            .initial
-            .iter()
-            .map(|p| env.ctx.buffer_from(&p.values(plan.len)))
-            .collect::<cl_lifetime::Result<_>>()
-            .map_err(|e| format!("creating the buffers: {e}"))?;
+        let buffers = env.buffers(&plan.initial, plan.len)?;
         let refs: Vec<&ClBuffer<i32>> = buffers.iter().collect();
         execute(env, &plan, &queues, &refs, &|| {})
     }));
@@ -1371,11 +1375,7 @@ fn run_thread(
     shared: &[ClBuffer<i32>],
     signal: &Signal,
 ) -> Result<(), String> {
-    let own: Vec<ClBuffer<i32>> = plan.initial[shared.len()..]
-        .iter()
-        .map(|p| env.ctx.buffer_from(&p.values(plan.len)))
-        .collect::<cl_lifetime::Result<_>>()
-        .map_err(|e| format!("creating the buffers: {e}"))?;
+    let own = env.buffers(&plan.initial[shared.len()..], plan.len)?;
     let buffers: Vec<&ClBuffer<i32>> = shared.iter().chain(&own).collect();
     execute(env, plan, std::slice::from_ref(queue), &buffers, &|| {
         signal.fire()
@@ -2098,12 +2098,7 @@ impl Watchdog {
 fn run_failure_schedule(env: &Env, plan: &Plan, tally: &mut Tally) -> Result<(), String> {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let queues = env.queues(&plan.queues);
-        let buffers: Vec<ClBuffer<i32>> = plan
-            .initial
-            .iter()
-            .map(|p| env.ctx.buffer_from(&p.values(plan.len)))
-            .collect::<cl_lifetime::Result<_>>()
-            .map_err(|e| format!("creating the buffers: {e}"))?;
+        let buffers = env.buffers(&plan.initial, plan.len)?;
         let refs: Vec<&ClBuffer<i32>> = buffers.iter().collect();
         let checked = execute_with_failures(env, plan, &queues, &refs, tally);
         drop(refs);
