@@ -5,12 +5,13 @@
 //! one dropped while still closed is failed, so no command waits on it forever.
 
 use std::fmt;
+use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use opencl3::event as cl;
-use opencl3::types::{cl_event, cl_int, cl_uint};
+use opencl3::types::{cl_context, cl_event, cl_int, cl_uint};
 
 use crate::error::{ClStatus, Error, ExecStatus, Result};
 use crate::queue::QueueInner;
@@ -96,6 +97,9 @@ pub(crate) struct EventInner {
     /// The library's queue that produced it, if any: flushed before the event enters
     /// another queue's wait list (DESIGN.md trap 5).
     pub(crate) queue: Option<Arc<QueueInner>>,
+    /// Its context, known when it was made (a queue's, a user event's) or read from the
+    /// driver once when adopted, so that `after` can check it without a driver call.
+    context: cl_context,
     /// The events in the command's wait list (once a failure is possible), kept until the
     /// command is seen complete (see [`graveyard`]): a failed command must outlive its own
     /// dependencies.
@@ -127,10 +131,16 @@ pub fn events_held() -> usize {
 }
 
 impl EventInner {
-    fn new(raw: cl_event, queue: Option<Arc<QueueInner>>, deps: Option<Box<[Event]>>) -> Self {
+    fn new(
+        raw: cl_event,
+        context: cl_context,
+        queue: Option<Arc<QueueInner>>,
+        deps: Option<Box<[Event]>>,
+    ) -> Self {
         HELD.fetch_add(1, Ordering::Relaxed);
         EventInner {
             raw,
+            context,
             queue,
             deps: Mutex::new(deps),
             seen: AtomicI32::new(UNKNOWN),
@@ -285,16 +295,9 @@ impl fmt::Debug for Event {
 }
 
 impl Event {
-    /// Whether the event belongs to `ctx`: known for the library's own commands, asked of
-    /// the driver (`CL_EVENT_CONTEXT`) for user and adopted events.
+    /// Whether the event belongs to `ctx`.
     pub(crate) fn in_context(&self, ctx: &crate::context::ContextInner) -> bool {
-        match &self.inner.queue {
-            Some(queue) => queue.ctx.id == ctx.id,
-            None => {
-                opencl3::event::get_event_info(self.inner.raw, opencl3::event::CL_EVENT_CONTEXT)
-                    .is_ok_and(|c| c.to_ptr() as opencl3::types::cl_context == ctx.raw)
-            }
-        }
+        self.inner.context == ctx.raw
     }
 
     /// The event of a command the library enqueued on `queue` after the events `deps`.
@@ -304,7 +307,12 @@ impl Event {
         deps: Option<Box<[Event]>>,
     ) -> Event {
         Event {
-            inner: Arc::new(EventInner::new(raw, Some(queue.clone()), deps)),
+            inner: Arc::new(EventInner::new(
+                raw,
+                queue.ctx.raw,
+                Some(queue.clone()),
+                deps,
+            )),
         }
     }
 
@@ -316,10 +324,22 @@ impl Event {
     /// - the caller gives up one reference to it (from a `clEnqueue*` call,
     ///   `clCreateUserEvent` or `clRetainEvent`), which the `Event` will release.
     pub unsafe fn from_raw(raw: cl_event) -> Event {
+        let context = cl::get_event_info(raw, cl::CL_EVENT_CONTEXT)
+            .map_or(ptr::null_mut(), |c| c.to_ptr() as cl_context);
+        // SAFETY: as the caller vouches.
+        unsafe { Event::adopt(raw, context) }
+    }
+
+    /// [`Event::from_raw`] for an event of `context`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Event::from_raw`], and `raw` belongs to `context`.
+    unsafe fn adopt(raw: cl_event, context: cl_context) -> Event {
         // An event from outside may fail without the library seeing it.
         FAILURES_POSSIBLE.store(true, Ordering::Release);
         Event {
-            inner: Arc::new(EventInner::new(raw, None, None)),
+            inner: Arc::new(EventInner::new(raw, context, None, None)),
         }
     }
 
@@ -608,8 +628,8 @@ impl UserEvent {
         site: &'static std::panic::Location<'static>,
     ) -> Result<UserEvent> {
         let raw = cl::create_user_event(context).map_err(|s| Error::cl("clCreateUserEvent", s))?;
-        // SAFETY: `raw` was just created and its one reference is handed over.
-        let event = unsafe { Event::from_raw(raw) };
+        // SAFETY: `raw` was just created in `context` and its one reference is handed over.
+        let event = unsafe { Event::adopt(raw, context) };
         gates.opened(id, site);
         Ok(UserEvent {
             event,
