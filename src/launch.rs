@@ -176,6 +176,14 @@ fn mismatch(param: ParamKind, given: Given) -> Option<String> {
     }
 }
 
+/// What parameter `index` declares, for error messages (`unknown` without argument
+/// information).
+pub(crate) fn declared(params: Option<&[Param]>, index: usize) -> String {
+    params
+        .and_then(|p| p.get(index))
+        .map_or_else(|| "unknown".to_string(), |p| p.declared.clone())
+}
+
 /// Rules 2, 3 and 5: checks `given` against the kernel's parameters (`None`: the driver
 /// gives no argument information).
 pub(crate) fn check_args(
@@ -190,7 +198,7 @@ pub(crate) fn check_args(
         let refuse = |reason: String| Error::KernelArg {
             kernel: kernel.to_string(),
             index,
-            declared: param.map_or_else(|| "unknown".to_string(), |p| p.declared.clone()),
+            declared: declared(params, index),
             given: given.to_string(),
             reason,
             status: None,

@@ -432,15 +432,6 @@ impl Kernel {
         )
     }
 
-    /// What the kernel declares for parameter `index`, for error messages.
-    fn declared(&self, index: usize) -> String {
-        self.inner
-            .params
-            .as_deref()
-            .and_then(|p| p.get(index))
-            .map_or_else(|| "unknown".to_string(), |p| p.declared.clone())
-    }
-
     /// Rules 4 and 5: sets the arguments that changed and enqueues, under the kernel's
     /// lock.
     pub(crate) fn enqueue(
@@ -530,7 +521,7 @@ impl Kernel {
                 return Err(Error::KernelArg {
                     kernel: self.inner.name.clone(),
                     index,
-                    declared: self.declared(index),
+                    declared: launch::declared(self.inner.params.as_deref(), index),
                     given: arg.given().to_string(),
                     reason: "the driver refused it".to_string(),
                     status: Some(ClStatus(status)),
