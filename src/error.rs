@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use opencl3::error_codes as codes;
 use opencl3::types::cl_int;
 
+use crate::status::{CommandKind, ExecStatus};
+
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -51,38 +53,6 @@ impl fmt::Debug for ClStatus {
 }
 
 impl std::error::Error for ClStatus {}
-
-/// A command's execution status when it ended abnormally (a negative value of
-/// `CL_EVENT_COMMAND_EXECUTION_STATUS`). Execution statuses are not API error codes: a
-/// driver or a failed user event may end a command with any negative value (PoCL uses -1,
-/// a user event's `fail(-1234)` gives -1234), so it prints as its number, with a name only
-/// for `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`, the one status the specification
-/// gives a command whose dependency failed.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ExecStatus(pub cl_int);
-
-impl ExecStatus {
-    /// The raw status value.
-    pub fn code(self) -> cl_int {
-        self.0
-    }
-}
-
-impl fmt::Display for ExecStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 == codes::CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST {
-            write!(f, "execution status {} (a dependency failed)", self.0)
-        } else {
-            write!(f, "execution status {}", self.0)
-        }
-    }
-}
-
-impl fmt::Debug for ExecStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
 
 /// Which transfer a range check refers to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -280,7 +250,7 @@ pub enum Error {
     /// buffer this command reads.
     DependencyFailed {
         /// What kind of command failed.
-        command: crate::CommandKind,
+        command: CommandKind,
         /// Its execution status.
         status: ExecStatus,
     },

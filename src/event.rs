@@ -5,98 +5,21 @@
 //! one dropped while still closed is failed, so no command waits on it forever.
 
 use std::fmt;
-use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
-use opencl3::event as cl;
-use opencl3::types::{cl_context, cl_event, cl_int, cl_uint};
-
-use crate::error::{ClStatus, Error, ExecStatus, Result};
-use crate::queue::QueueInner;
-
-/// Where a command is in its life, from `CL_EVENT_COMMAND_EXECUTION_STATUS`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
-    /// Enqueued, not yet submitted to the device.
-    Queued,
-    /// Submitted to the device.
-    Submitted,
-    /// Running.
-    Running,
-    /// Finished successfully.
-    Complete,
-    /// Terminated with this error status.
-    Failed(ExecStatus),
-}
-
-impl Status {
-    fn from_raw(raw: cl_int) -> Status {
-        match raw {
-            cl::CL_COMPLETE => Status::Complete,
-            cl::CL_RUNNING => Status::Running,
-            cl::CL_SUBMITTED => Status::Submitted,
-            cl::CL_QUEUED => Status::Queued,
-            failed => Status::Failed(ExecStatus(failed)),
-        }
-    }
-
-    /// Whether the command will never run again: complete or failed.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Status::Complete | Status::Failed(_))
-    }
-}
-
-/// The kind of command an event belongs to, from `CL_EVENT_COMMAND_TYPE`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CommandKind {
-    /// `clEnqueueWriteBuffer`.
-    Write,
-    /// `clEnqueueReadBuffer`.
-    Read,
-    /// `clEnqueueCopyBuffer`.
-    Copy,
-    /// `clEnqueueFillBuffer`.
-    Fill,
-    /// `clEnqueueNDRangeKernel`.
-    Kernel,
-    /// `clEnqueueMapBuffer`.
-    Map,
-    /// `clEnqueueUnmapMemObject`.
-    Unmap,
-    /// `clEnqueueMarkerWithWaitList`.
-    Marker,
-    /// A user event.
-    User,
-    /// Any other command type, by its raw value.
-    Other(cl_uint),
-}
-
-impl CommandKind {
-    fn from_raw(raw: cl_uint) -> CommandKind {
-        use opencl3::event as q;
-        match raw {
-            q::CL_COMMAND_WRITE_BUFFER => CommandKind::Write,
-            q::CL_COMMAND_READ_BUFFER => CommandKind::Read,
-            q::CL_COMMAND_COPY_BUFFER => CommandKind::Copy,
-            q::CL_COMMAND_FILL_BUFFER => CommandKind::Fill,
-            q::CL_COMMAND_NDRANGE_KERNEL => CommandKind::Kernel,
-            q::CL_COMMAND_MAP_BUFFER => CommandKind::Map,
-            q::CL_COMMAND_UNMAP_MEM_OBJECT => CommandKind::Unmap,
-            q::CL_COMMAND_MARKER => CommandKind::Marker,
-            q::CL_COMMAND_USER => CommandKind::User,
-            other => CommandKind::Other(other),
-        }
-    }
-}
+use crate::core::context::ContextCore;
+use crate::core::gates::{OpenGates, failures_possible, note_failure, note_failure_possible};
+use crate::core::queue::QueueCore;
+use crate::error::{Error, Result};
+use crate::ffi::{self, cl_context, cl_event, cl_int};
+use crate::status::{CommandKind, Status};
 
 pub(crate) struct EventInner {
     raw: cl_event,
     /// The library's queue that produced it, if any: flushed before the event enters
     /// another queue's wait list (DESIGN.md trap 5).
-    pub(crate) queue: Option<Arc<QueueInner>>,
+    pub(crate) queue: Option<Arc<QueueCore>>,
     /// Its context, known when it was made (a queue's, a user event's) or read from the
     /// driver once when adopted, so that `after` can check it without a driver call.
     context: cl_context,
@@ -134,7 +57,7 @@ impl EventInner {
     fn new(
         raw: cl_event,
         context: cl_context,
-        queue: Option<Arc<QueueInner>>,
+        queue: Option<Arc<QueueCore>>,
         deps: Option<Box<[Event]>>,
     ) -> Self {
         HELD.fetch_add(1, Ordering::Relaxed);
@@ -153,8 +76,8 @@ impl EventInner {
     /// drop: it failed while one of its dependencies may still end and notify it.
     fn failed_before_its_deps(&mut self, deps: &[Event]) -> bool {
         failures_possible()
-            && *self.seen.get_mut() != cl::CL_COMPLETE
-            && read_status(self.raw).is_ok_and(|s| s < 0)
+            && *self.seen.get_mut() != ffi::CL_COMPLETE
+            && ffi::execution_status(self.raw).is_ok_and(|s| s < 0)
             && deps.iter().any(|d| !d.has_ended())
     }
 }
@@ -181,8 +104,8 @@ impl Drop for EventInner {
 fn release_raw(raw: cl_event) {
     // SAFETY: the caller owns one reference to `raw` (taken in `from_raw`,
     // `from_enqueue` or `UserEvent::new`) and gives it up here, exactly once.
-    if let Err(status) = unsafe { cl::release_event(raw) } {
-        log::error!(target: "cl_lifetime::event", "clReleaseEvent failed: {}", ClStatus(status));
+    if let Err(e) = unsafe { ffi::release_event(raw) } {
+        log::error!(target: "cl_lifetime::event", "{e}");
     }
     HELD.fetch_sub(1, Ordering::Relaxed);
 }
@@ -209,11 +132,6 @@ fn drop_iteratively(deps: Box<[Event]>) {
             drop(inner);
         }
     }
-}
-
-/// The raw execution status of `raw`, or the error of the query.
-pub(crate) fn read_status(raw: cl_event) -> std::result::Result<cl_int, cl_int> {
-    cl::get_event_info(raw, cl::CL_EVENT_COMMAND_EXECUTION_STATUS).map(|s| s.to_int())
 }
 
 /// Failed events whose own dependencies have not all ended.
@@ -296,14 +214,14 @@ impl fmt::Debug for Event {
 
 impl Event {
     /// Whether the event belongs to `ctx`.
-    pub(crate) fn in_context(&self, ctx: &crate::context::ContextInner) -> bool {
+    pub(crate) fn in_context(&self, ctx: &ContextCore) -> bool {
         self.inner.context == ctx.raw
     }
 
     /// The event of a command the library enqueued on `queue` after the events `deps`.
     pub(crate) fn from_enqueue(
         raw: cl_event,
-        queue: &Arc<QueueInner>,
+        queue: &Arc<QueueCore>,
         deps: Option<Box<[Event]>>,
     ) -> Event {
         Event {
@@ -324,8 +242,7 @@ impl Event {
     /// - the caller gives up one reference to it (from a `clEnqueue*` call,
     ///   `clCreateUserEvent` or `clRetainEvent`), which the `Event` will release.
     pub unsafe fn from_raw(raw: cl_event) -> Event {
-        let context = cl::get_event_info(raw, cl::CL_EVENT_CONTEXT)
-            .map_or(ptr::null_mut(), |c| c.to_ptr() as cl_context);
+        let context = ffi::event_context(raw);
         // SAFETY: as the caller vouches.
         unsafe { Event::adopt(raw, context) }
     }
@@ -337,7 +254,7 @@ impl Event {
     /// As [`Event::from_raw`], and `raw` belongs to `context`.
     unsafe fn adopt(raw: cl_event, context: cl_context) -> Event {
         // An event from outside may fail without the library seeing it.
-        FAILURES_POSSIBLE.store(true, Ordering::Release);
+        note_failure_possible();
         Event {
             inner: Arc::new(EventInner::new(raw, context, None, None)),
         }
@@ -352,7 +269,7 @@ impl Event {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`] when the status cannot be queried.
+    /// [`Error::Cl`](crate::Error::Cl) when the status cannot be queried.
     pub fn status(&self) -> Result<Status> {
         let seen = self.inner.seen.load(Ordering::Acquire);
         if seen != UNKNOWN {
@@ -361,16 +278,17 @@ impl Event {
             }
             return Ok(Status::from_raw(seen));
         }
-        let mut raw = read_status(self.inner.raw).map_err(|s| Error::cl("clGetEventInfo", s))?;
-        if raw == cl::CL_COMPLETE && failures_possible() {
+        let mut raw =
+            ffi::execution_status(self.inner.raw).map_err(|s| Error::cl("clGetEventInfo", s))?;
+        if raw == ffi::CL_COMPLETE && failures_possible() {
             // NVIDIA reports some commands whose wait list held a failed event as complete
             // without having run them: such a command failed.
             if let Some(failed) = self.failed_dependency() {
                 raw = failed;
             }
         }
-        if raw <= cl::CL_COMPLETE && self.inner.seen.swap(raw, Ordering::AcqRel) == UNKNOWN {
-            if raw == cl::CL_COMPLETE {
+        if raw <= ffi::CL_COMPLETE && self.inner.seen.swap(raw, Ordering::AcqRel) == UNKNOWN {
+            if raw == ffi::CL_COMPLETE {
                 // Complete, so every dependency completed before it: none is needed now,
                 // and letting them go breaks chains of commands that waited on each other.
                 let deps = self
@@ -400,12 +318,12 @@ impl Event {
         if seen != UNKNOWN {
             return seen;
         }
-        read_status(self.inner.raw).unwrap_or(-1)
+        ffi::execution_status(self.inner.raw).unwrap_or(-1)
     }
 
     /// Whether the command has ended, asked without recursion.
     fn has_ended(&self) -> bool {
-        self.raw_status_now() <= cl::CL_COMPLETE
+        self.raw_status_now() <= ffi::CL_COMPLETE
     }
 
     /// A failed command keeps its dependencies only while one of them may still end
@@ -450,32 +368,26 @@ impl Event {
 
     /// The status as the tracker sees it; an unreadable status counts as failed.
     pub(crate) fn state(&self) -> crate::tracker::State {
-        use crate::tracker::State;
-        match self.status() {
-            Ok(Status::Complete) => State::Complete,
-            Ok(Status::Failed(_)) | Err(_) => State::Failed,
-            Ok(_) => State::Pending,
-        }
+        self.status()
+            .map_or(crate::tracker::State::Failed, Status::state)
     }
 
     /// The kind of command this event belongs to.
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`] when the type cannot be queried.
+    /// [`Error::Cl`](crate::Error::Cl) when the type cannot be queried.
     pub fn command_kind(&self) -> Result<CommandKind> {
-        let raw = cl::get_event_info(self.inner.raw, cl::CL_EVENT_COMMAND_TYPE)
-            .map_err(|s| Error::cl("clGetEventInfo", s))?;
-        Ok(CommandKind::from_raw(raw.to_uint()))
+        Ok(CommandKind::from_raw(ffi::command_type(self.inner.raw)?))
     }
 
     /// Blocks until the command completes or fails.
     ///
     /// # Errors
     ///
-    /// [`Error::CommandFailed`] when it ended with an error status.
+    /// [`Error::CommandFailed`](crate::Error::CommandFailed) when it ended with an error status.
     pub fn wait(&self) -> Result<()> {
-        wait_terminal(&[self.inner.raw]);
+        ffi::wait_terminal(&[self.inner.raw]);
         match self.status()? {
             Status::Failed(status) => Err(Error::CommandFailed { status }),
             _ => Ok(()),
@@ -491,113 +403,11 @@ impl Event {
         }
     }
 
-    pub(crate) fn same_queue(&self, queue: &QueueInner) -> bool {
+    pub(crate) fn same_queue(&self, queue: &QueueCore) -> bool {
         self.inner
             .queue
             .as_ref()
             .is_some_and(|q| std::ptr::eq(Arc::as_ptr(q), queue))
-    }
-}
-
-/// Blocks until every event in `raws` is complete or failed. `clWaitForEvents` returns
-/// early with `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST` when one of them failed
-/// (DESIGN.md trap 2), so after an error each event is waited on by itself; an event whose
-/// wait errors for another reason is polled until it is terminal. An empty list returns at
-/// once, without calling `clWaitForEvents` (trap 1).
-pub(crate) fn wait_terminal(raws: &[cl_event]) {
-    if raws.is_empty() || cl::wait_for_events(raws).is_ok() {
-        return;
-    }
-    for &raw in raws {
-        if cl::wait_for_events(&[raw]).is_ok() {
-            continue;
-        }
-        let mut pause = Duration::from_micros(50);
-        loop {
-            let status = cl::get_event_info(raw, cl::CL_EVENT_COMMAND_EXECUTION_STATUS)
-                .map(|s| s.to_int())
-                .unwrap_or(-1);
-            if status <= cl::CL_COMPLETE {
-                break;
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(10));
-        }
-    }
-}
-
-/// Counts failures seen anywhere (a gate failed, a failed status read), so a record need
-/// look for failed events (tracker rule 5) only after one has happened.
-static FAILURE_EPOCH: AtomicU64 = AtomicU64::new(0);
-
-/// Whether a command may have failed without the library seeing it: set once a user
-/// event exists (it can be failed through its raw handle), an event from outside has
-/// been adopted, or a failure has been seen. Until then the enqueue path reads no status
-/// (it costs microseconds on some drivers); from then on it reads the status of every
-/// event it would put in a wait list, since a driver never runs a command whose wait
-/// list holds a failed event (PoCL leaves it queued forever).
-static FAILURES_POSSIBLE: AtomicBool = AtomicBool::new(false);
-
-/// See [`FAILURES_POSSIBLE`].
-pub(crate) fn failures_possible() -> bool {
-    FAILURES_POSSIBLE.load(Ordering::Acquire)
-}
-
-/// The number of failures seen so far.
-pub(crate) fn failure_epoch() -> u64 {
-    FAILURE_EPOCH.load(Ordering::Acquire)
-}
-
-/// Notes that a command failed.
-pub(crate) fn note_failure() {
-    FAILURES_POSSIBLE.store(true, Ordering::Release);
-    FAILURE_EPOCH.fetch_add(1, Ordering::AcqRel);
-}
-
-/// The user events of one context that have not been set yet, with where each was
-/// created: a wait behind one of them lasts until the host sets it, so a buffer's Drop
-/// does not wait behind them (see [`ClBuffer`](crate::ClBuffer)'s Drop) and a stalled
-/// release names them in the log.
-#[derive(Default)]
-pub(crate) struct OpenGates {
-    open: Mutex<Vec<(u64, &'static std::panic::Location<'static>)>>,
-    count: AtomicUsize,
-    /// Failures seen in the context: a gate failed, or a failed status read.
-    failures: AtomicU64,
-}
-
-impl OpenGates {
-    /// Whether a command of the context has been seen to fail.
-    pub(crate) fn failure_seen(&self) -> bool {
-        self.failures.load(Ordering::Acquire) != 0
-    }
-
-    fn note_failure(&self) {
-        self.failures.fetch_add(1, Ordering::AcqRel);
-        note_failure();
-    }
-
-    /// How many gates of the context are still closed.
-    pub(crate) fn count(&self) -> usize {
-        self.count.load(Ordering::Acquire)
-    }
-
-    /// Where the closed gates were created.
-    pub(crate) fn sites(&self) -> Vec<&'static std::panic::Location<'static>> {
-        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        open.iter().map(|&(_, site)| site).collect()
-    }
-
-    fn opened(&self, id: u64, site: &'static std::panic::Location<'static>) {
-        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        open.push((id, site));
-        self.count.store(open.len(), Ordering::Release);
-    }
-
-    fn closed(&self, id: u64) {
-        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        open.retain(|&(i, _)| i != id);
-        self.count.store(open.len(), Ordering::Release);
     }
 }
 
@@ -622,12 +432,12 @@ impl fmt::Debug for UserEvent {
 
 impl UserEvent {
     pub(crate) fn new(
-        context: opencl3::types::cl_context,
+        context: cl_context,
         gates: &Arc<OpenGates>,
         id: u64,
         site: &'static std::panic::Location<'static>,
     ) -> Result<UserEvent> {
-        let raw = cl::create_user_event(context).map_err(|s| Error::cl("clCreateUserEvent", s))?;
+        let raw = ffi::create_user_event(context)?;
         // SAFETY: `raw` was just created in `context` and its one reference is handed over.
         let event = unsafe { Event::adopt(raw, context) };
         gates.opened(id, site);
@@ -648,9 +458,9 @@ impl UserEvent {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`] with `CL_INVALID_OPERATION` when the gate was already set.
+    /// [`Error::Cl`](crate::Error::Cl) with `CL_INVALID_OPERATION` when the gate was already set.
     pub fn complete(&self) -> Result<()> {
-        self.set_status(cl::CL_COMPLETE)
+        self.set_status(ffi::CL_COMPLETE)
     }
 
     /// Fails the gate with `status`, which must be negative; commands waiting on it
@@ -658,11 +468,14 @@ impl UserEvent {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`] with `CL_INVALID_VALUE` for a status that is not negative, or
+    /// [`Error::Cl`](crate::Error::Cl) with `CL_INVALID_VALUE` for a status that is not negative, or
     /// `CL_INVALID_OPERATION` when the gate was already set.
     pub fn fail(&self, status: cl_int) -> Result<()> {
         if status >= 0 {
-            return Err(Error::cl("clSetUserEventStatus", cl::CL_INVALID_VALUE));
+            return Err(Error::cl(
+                "clSetUserEventStatus",
+                ffi::codes::CL_INVALID_VALUE,
+            ));
         }
         self.set_status(status)
     }
@@ -671,15 +484,14 @@ impl UserEvent {
         if self.set.swap(true, Ordering::AcqRel) {
             return Err(Error::cl(
                 "clSetUserEventStatus",
-                opencl3::error_codes::CL_INVALID_OPERATION,
+                ffi::codes::CL_INVALID_OPERATION,
             ));
         }
         if status < 0 {
             // Noted before the driver propagates it, so no enqueue that follows misses it.
             self.gates.note_failure();
         }
-        let set = cl::set_user_event_status(self.event.as_raw(), status)
-            .map_err(|s| Error::cl("clSetUserEventStatus", s));
+        let set = ffi::set_user_event_status(self.event.as_raw(), status);
         self.gates.closed(self.id);
         // Failed events that waited on this gate may be free to go now.
         graveyard::sweep();
@@ -698,7 +510,7 @@ impl Drop for UserEvent {
     fn drop(&mut self) {
         if !self.set.load(Ordering::Acquire) {
             log::warn!(target: "cl_lifetime::event", "a user event was dropped while closed; failing it");
-            if let Err(e) = self.set_status(opencl3::error_codes::CL_INVALID_OPERATION) {
+            if let Err(e) = self.set_status(ffi::codes::CL_INVALID_OPERATION) {
                 log::error!(target: "cl_lifetime::event", "failing a dropped user event: {e}");
             }
         }
@@ -709,10 +521,10 @@ impl Drop for UserEvent {
 ///
 /// # Errors
 ///
-/// [`Error::CommandFailed`] with the first failed status, after all have ended.
+/// [`Error::CommandFailed`](crate::Error::CommandFailed) with the first failed status, after all have ended.
 pub fn wait_all(events: &[&Event]) -> Result<()> {
     let raws: Vec<cl_event> = events.iter().map(|e| e.as_raw()).collect();
-    wait_terminal(&raws);
+    ffi::wait_terminal(&raws);
     for event in events {
         if let Status::Failed(status) = event.status()? {
             return Err(Error::CommandFailed { status });

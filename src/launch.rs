@@ -36,8 +36,20 @@
 
 use std::fmt;
 
-use crate::device::Limits;
 use crate::error::{Error, Result};
+
+/// A device's limits that launches are checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// `CL_DEVICE_LOCAL_MEM_SIZE`.
+    pub(crate) local_mem: u64,
+    /// `CL_DEVICE_MAX_WORK_GROUP_SIZE`.
+    pub(crate) max_group: usize,
+    /// `CL_DEVICE_MAX_WORK_ITEM_SIZES` (three dimensions).
+    pub(crate) max_item: [usize; 3],
+    /// `CL_DEVICE_ADDRESS_BITS`: the width of `size_t` in kernels.
+    pub(crate) address_bits: u32,
+}
 
 /// `CL_KERNEL_ARG_ADDRESS_GLOBAL` and its kin.
 const ADDRESS_GLOBAL: u32 = 0x119B;

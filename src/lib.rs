@@ -43,34 +43,54 @@
 //! }
 //! ```
 //!
-//! # Modules
+//! # Layers
 //!
-//! The event record of a buffer lives in [`tracker`], free of OpenCL so that it is tested
-//! on its own; [`ClBuffer`] applies it to a `cl_mem`; [`Queue`] records every enqueue;
-//! [`Program`] and [`Kernel`] load `.cl` files and launch them with named argument access.
+//! Each layer calls only the layers below it; `src/` has one folder or file per layer.
+//!
+//! | layer | what it is for |
+//! |---|---|
+//! | `error`, `status`, [`tracker`], `launch`, `pod`, `util` | plain data and rules with no OpenCL call: typed errors and statuses, the event record and its hazard rules, the launch checks |
+//! | `ffi` | the only code that calls OpenCL; every `unsafe` FFI call, each with its safety contract |
+//! | `core` | per-context and per-queue state: devices, counters, the memory ledger, the reaper thread, open gates |
+//! | `event` | retained events, user events, and failed events kept until their dependencies end |
+//! | `record` | a buffer's block and record, the enqueue protocol (gather, enqueue, commit, fold) and releases |
+//! | `kernel` | programs, kernel objects and their argument cache |
+//! | `api` | [`Context`], [`ClBuffer`] and [`Queue`]: checked commands handed to the protocol |
+//! | `alloc` | [`Pool`] and [`Arena`], clients of the buffer API |
+//!
+//! The rules each layer keeps are named in its module docs (for example the record
+//! layer's *exact wait*, or the tracker's *shadow*), and the code cites them by name. Its
+//! lock order is written down in the record layer.
 
-mod buffer;
-mod context;
-mod device;
+mod alloc;
+mod api;
+mod core;
 mod error;
 mod event;
+mod ffi;
+mod kernel;
 mod launch;
-mod pool;
-mod program;
-mod queue;
-mod reaper;
-mod stats;
+mod pod;
+mod record;
+mod status;
 pub mod tracker;
+mod util;
 
-pub use buffer::{ClBuffer, FREE_GRACE, FailedCommand, PendingRead, Pod, ReleaseReport};
-pub use context::Context;
-pub use device::{DEVICE_VAR, Device};
-pub use error::{ClStatus, Error, ExecStatus, Result, Transfer};
-pub use event::{CommandKind, Event, Status, UserEvent, events_held, wait_all};
-pub use pool::{Arena, POISON, Pool, PoolOptions, PoolStats};
-pub use program::{Arg, KERNELS_VAR, Kernel, Program};
-pub use queue::{After, Mapped, MappedMut, Queue};
-pub use stats::{HazardStats, MemoryStats};
+pub use alloc::{Arena, POISON, Pool, PoolOptions, PoolStats};
+pub use api::buffer::{ClBuffer, PendingRead};
+pub use api::context::Context;
+pub use api::map::{Mapped, MappedMut};
+pub use api::queue::{After, Queue};
+pub use core::context::FREE_GRACE;
+pub use core::device::{DEVICE_VAR, Device};
+pub use core::stats::{HazardStats, MemoryStats};
+pub use error::{ClStatus, Error, Result, Transfer};
+pub use event::{Event, UserEvent, events_held, wait_all};
+pub use kernel::{Arg, KERNELS_VAR, Kernel, Program};
+pub use pod::Pod;
+pub use record::failure::FailedCommand;
+pub use record::release::ReleaseReport;
+pub use status::{CommandKind, ExecStatus, Status};
 
 /// The README's examples run as doc tests.
 #[cfg(doctest)]

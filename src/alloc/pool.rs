@@ -17,7 +17,7 @@
 //!    unused blocks, and blocks it has let go whose deferred releases are not done yet
 //!    (until the driver has freed them, or their grace has passed). An allocation that
 //!    would pass it first trims unused blocks, then waits for the pool's pending releases,
-//!    and fails with [`Error::PoolExhausted`] when the blocks in use leave no room, or
+//!    and fails with [`Error::PoolExhausted`](crate::Error::PoolExhausted) when the blocks in use leave no room, or
 //!    when it would have to wait while a user event of the context is not set (a release
 //!    could be behind it: the wait would have no end). None of this happens while an
 //!    unused block of the size class is left: that one is handed out, ordered by a
@@ -40,12 +40,6 @@
 //!    `acquire_on`, a program holds or has commands pending on at most `k` blocks of a
 //!    class (`k` below eight), the pool makes at most `k + 1` blocks of that class,
 //!    whatever the device's timing.
-//!
-//! # Arena rules
-//!
-//! 8. An [`Arena`] is one buffer carved into sub-buffers whose origins are aligned to the
-//!    devices' `CL_DEVICE_MEM_BASE_ADDR_ALIGN` (trap 12). Carved ranges never overlap;
-//!    each sub-buffer keeps the arena alive and has its own event record.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -55,15 +49,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
-use opencl3::memory as cl;
-use opencl3::types::cl_mem;
-
-use crate::buffer::{ClBuffer, Home, MemInner, Pod};
-use crate::context::{Context, ContextInner};
+use super::classes::class_of;
+use crate::api::buffer::ClBuffer;
+use crate::api::context::Context;
+use crate::api::queue::Queue;
+use crate::core::context::ContextCore;
+use crate::core::stats::Bucket;
 use crate::error::{Error, Result};
-use crate::program::{Arg, Kernel};
-use crate::queue::Queue;
-use crate::stats::Bucket;
+use crate::event::Event;
+use crate::ffi;
+use crate::kernel::{Arg, Kernel};
+use crate::pod::Pod;
+use crate::record::block::{Block, Home};
+use crate::record::hooks::Owner;
 use crate::tracker::{Access, Lane};
 
 /// The work items of every poison launch, whatever the block's size (each strides over the
@@ -73,9 +71,6 @@ const POISON_ITEMS: usize = 256;
 
 /// The word [`PoolOptions::poison`] writes over recycled blocks.
 pub const POISON: u32 = 0xDEAD_BEEF;
-
-/// The smallest size class.
-const MIN_CLASS: usize = 256;
 
 /// How many pooled blocks of a class [`Pool::acquire_on`] looks at before it allocates
 /// (rule 7, which names the number): each costs at most one query of a pending status.
@@ -151,7 +146,7 @@ pub struct PoolStats {
 #[derive(Default)]
 struct PoolState {
     /// Each class's unused blocks, in the order [`Pool::acquire_on`] looks at them.
-    free: BTreeMap<usize, VecDeque<MemInner>>,
+    free: BTreeMap<usize, VecDeque<Block>>,
     in_use: u64,
     pooled: u64,
     blocks: usize,
@@ -197,7 +192,7 @@ impl Leaving {
 }
 
 pub(crate) struct PoolInner {
-    ctx: Arc<ContextInner>,
+    ctx: Arc<ContextCore>,
     options: PoolOptions,
     /// Runs residency migrations and poison fills.
     queue: Queue,
@@ -215,9 +210,9 @@ impl PoolInner {
 
     /// Rules 1 and 3: takes a block back from a released buffer. Returns whether the pool
     /// kept it (else it is released deferred).
-    pub(crate) fn recycle(&self, mut mem: MemInner) -> bool {
+    fn recycle(&self, mut mem: Block) -> bool {
         let class = mem.bytes() as u64;
-        self.ctx.ledger.given_back(mem.id);
+        mem.given_back();
         let mut state = self.lock();
         state.in_use = state.in_use.saturating_sub(class);
         let keep = !self.closed.load(Ordering::Acquire)
@@ -225,8 +220,7 @@ impl PoolInner {
         if keep {
             state.pooled += class;
             state.blocks += 1;
-            self.ctx.ledger.shift(class, mem.bucket(), Bucket::Pooled);
-            mem.set_bucket(Bucket::Pooled);
+            mem.move_to(Bucket::Pooled);
             state.free.entry(mem.bytes()).or_default().push_back(mem);
         } else {
             self.leaving.add(class);
@@ -243,7 +237,7 @@ impl PoolInner {
     /// blocks held up for long do not keep the others from being seen. Failing that,
     /// none while the maximum leaves room for a new block, else the newest (ordered by a
     /// device-side wait, rule 2).
-    fn pick(&self, state: &mut PoolState, class: usize, lane: Option<Lane>) -> Option<MemInner> {
+    fn pick(&self, state: &mut PoolState, class: usize, lane: Option<Lane>) -> Option<Block> {
         let (in_use, pooled) = (state.in_use, state.pooled);
         let room = || {
             self.options
@@ -281,13 +275,13 @@ impl PoolInner {
     /// Rule 6: fills a block changing hands with [`POISON`], on `queue` when given (the
     /// new owner's queue, so that its commands need no wait for the fill), else on the
     /// pool's queue. Ordered after the old owner's commands like any command.
-    fn poison_fill(&self, mem: &MemInner, queue: Option<&Queue>) {
+    fn poison_fill(&self, mem: &Block, queue: Option<&Queue>) {
         let Some(kernel) = &self.poison else {
             return;
         };
         let words = (mem.bytes() / 4) as u64;
         let args = [
-            Arg::from_mem(mem, Access::Write),
+            Arg::block(mem, Access::Write),
             Arg::scalar(POISON),
             Arg::scalar(words),
         ];
@@ -299,7 +293,7 @@ impl PoolInner {
 
     /// Takes the largest unused block out of `state`, counting it as leaving (rule 4): the
     /// caller lets it go.
-    fn take_largest(&self, state: &mut PoolState) -> Option<MemInner> {
+    fn take_largest(&self, state: &mut PoolState) -> Option<Block> {
         loop {
             let mut largest = state.free.last_entry()?;
             let Some(block) = largest.get_mut().pop_back() else {
@@ -334,7 +328,7 @@ impl PoolInner {
     /// Releases `blocks`, already counted as leaving, deferred (which flushes their
     /// queues, so a full pool that waits for them, rule 4, does not depend on a later
     /// flush); returns their bytes.
-    fn let_go(&self, blocks: Vec<MemInner>) -> u64 {
+    fn let_go(&self, blocks: Vec<Block>) -> u64 {
         let mut total = 0;
         for block in blocks {
             let bytes = block.bytes() as u64;
@@ -397,32 +391,23 @@ impl PoolInner {
         state.in_use = state.in_use.saturating_sub(class);
     }
 
-    fn create_block(&self, class: usize, site: &'static Location<'static>) -> Result<MemInner> {
-        // SAFETY: no host pointer; `class` is within CL_DEVICE_MAX_MEM_ALLOC_SIZE.
-        let raw = unsafe {
-            cl::create_buffer(self.ctx.raw, cl::CL_MEM_READ_WRITE, class, ptr::null_mut())
-        }
-        .map_err(|s| Error::cl("clCreateBuffer", s))?;
-        let mem = MemInner::adopt(&self.ctx, raw, class, site, true);
+    fn create_block(&self, class: usize, site: &'static Location<'static>) -> Result<Block> {
+        // SAFETY: no host memory to copy.
+        let block = unsafe { Block::create(&self.ctx, class, ptr::null(), site) }?;
         if self.options.force_residency {
-            let handle: cl_mem = mem.raw();
-            // SAFETY: one live mem object; no wait list; the event is released below.
-            let migrated = unsafe {
-                opencl3::command_queue::enqueue_migrate_mem_object(
-                    self.queue.as_raw(),
-                    1,
-                    &handle,
-                    cl::CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED,
-                    0,
-                    ptr::null(),
-                )
-            }
-            .map_err(|s| Error::cl("clEnqueueMigrateMemObjects", s))?;
+            // SAFETY: the pool's queue and the new block are live.
+            let migrated = unsafe { ffi::enqueue_migrate(self.queue.as_raw(), block.raw()) }?;
             // SAFETY: `migrated` came from the enqueue above; its one reference is handed over.
-            let event = unsafe { crate::Event::from_raw(migrated) };
+            let event = unsafe { Event::from_raw(migrated) };
             event.wait()?;
         }
-        Ok(mem)
+        Ok(block)
+    }
+}
+
+impl Owner for PoolInner {
+    fn take_back(&self, block: Block) -> bool {
+        self.recycle(block)
     }
 }
 
@@ -478,18 +463,18 @@ impl Pool {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`] when its queue cannot be created, [`Error::Build`] when the poison
+    /// [`Error::Cl`](crate::Error::Cl) when its queue cannot be created, [`Error::Build`](crate::Error::Build) when the poison
     /// kernel does not build.
     pub fn new(ctx: &Context, options: PoolOptions) -> Result<Pool> {
         let poison = if options.poison {
-            let program = ctx.own_program("poison.cl", include_str!("../kernels/poison.cl"))?;
+            let program = ctx.own_program("poison.cl", include_str!("../../kernels/poison.cl"))?;
             Some(program.kernel("poison")?)
         } else {
             None
         };
         Ok(Pool {
             inner: Arc::new(PoolInner {
-                ctx: ctx.inner.clone(),
+                ctx: ctx.core.clone(),
                 options,
                 queue: ctx.queue()?,
                 poison,
@@ -500,24 +485,12 @@ impl Pool {
         })
     }
 
-    /// The size class of a `bytes` request on this pool's devices.
-    fn class_of(&self, bytes: usize) -> usize {
-        let class = bytes.max(MIN_CLASS).next_power_of_two();
-        if class as u64 <= self.inner.ctx.max_alloc {
-            class
-        } else {
-            bytes
-                .next_multiple_of(MIN_CLASS)
-                .min(self.inner.ctx.max_alloc as usize)
-        }
-    }
-
     /// A buffer of `len` elements: a pooled block of its size class when there is one
     /// (rule 2 orders it after the block's earlier commands), else a new one.
     ///
     /// # Errors
     ///
-    /// [`Error::ZeroLength`], [`Error::TooLarge`], [`Error::PoolExhausted`] (rule 4), or
+    /// [`Error::ZeroLength`](crate::Error::ZeroLength), [`Error::TooLarge`](crate::Error::TooLarge), [`Error::PoolExhausted`](crate::Error::PoolExhausted) (rule 4), or
     /// the driver's allocation error after one trim and retry.
     #[track_caller]
     pub fn acquire<T: Pod>(&self, len: usize) -> Result<ClBuffer<T>> {
@@ -565,11 +538,11 @@ impl Pool {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch`] when `queue` belongs to another context (nothing is
+    /// [`Error::ContextMismatch`](crate::Error::ContextMismatch) when `queue` belongs to another context (nothing is
     /// taken from the pool); else as [`Pool::acquire`].
     #[track_caller]
     pub fn acquire_on<T: Pod>(&self, queue: &Queue, len: usize) -> Result<ClBuffer<T>> {
-        if queue.inner.ctx.id != self.inner.ctx.id {
+        if queue.core.ctx.id != self.inner.ctx.id {
             return Err(Error::ContextMismatch);
         }
         self.take::<T>(len, Some(queue), Location::caller())
@@ -582,14 +555,13 @@ impl Pool {
         site: &'static Location<'static>,
     ) -> Result<ClBuffer<T>> {
         let inner = &self.inner;
-        let bytes = MemInner::check_size::<T>(&inner.ctx, len)?;
-        let class = self.class_of(bytes);
-        let lane = queue.map(|q| q.inner.lane);
+        let bytes = Block::check_size::<T>(&inner.ctx, len)?;
+        let class = class_of(bytes, inner.ctx.max_alloc);
+        let lane = queue.map(|q| q.core.lane);
         let reused = inner.pick(&mut inner.lock(), class, lane);
         let mut mem = match reused {
             Some(mut mem) => {
                 mem.hand_out_again(site);
-                mem.clear_failures();
                 inner.poison_fill(&mem, queue);
                 mem
             }
@@ -605,8 +577,8 @@ impl Pool {
                 created.inspect_err(|_| inner.unreserve(class as u64))?
             }
         };
-        mem.set_home(Home::Pool(inner.clone()));
-        Ok(ClBuffer::from_mem(mem, len))
+        mem.set_home(Home::Owner(inner.clone()));
+        Ok(ClBuffer::from_block(mem, len))
     }
 
     /// Releases unused blocks until at most `to_bytes` are kept; returns the bytes let go.
@@ -630,143 +602,5 @@ impl Drop for Pool {
     fn drop(&mut self) {
         self.inner.closed.store(true, Ordering::Release);
         self.inner.trim(0);
-    }
-}
-
-pub(crate) struct ArenaInner {
-    parent: MemInner,
-    next: Mutex<usize>,
-}
-
-/// One buffer carved into aligned, non-overlapping sub-buffers (rule 8): pre-allocation for
-/// users who know their peak.
-///
-/// # Examples
-///
-/// ```
-/// # fn main() -> Result<(), cl_lifetime::Error> {
-/// let ctx = cl_lifetime::Context::from_env()?;
-/// let arena = cl_lifetime::Arena::new(&ctx, 1 << 20)?;
-/// let a = arena.carve::<f32>(1000)?;
-/// let b = arena.carve::<u8>(10)?;
-/// ctx.queue()?.fill(&a, 1.0)?;
-/// assert!(arena.used() >= 4000 + 10);
-/// # drop((a, b));
-/// # Ok(())
-/// # }
-/// ```
-pub struct Arena {
-    inner: Arc<ArenaInner>,
-    align: usize,
-}
-
-impl fmt::Debug for Arena {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Arena")
-            .field("capacity", &self.capacity())
-            .field("used", &self.used())
-            .finish()
-    }
-}
-
-impl Arena {
-    /// An arena of `bytes` bytes.
-    ///
-    /// # Errors
-    ///
-    /// As [`Context::buffer`].
-    #[track_caller]
-    pub fn new(ctx: &Context, bytes: usize) -> Result<Arena> {
-        let parent = ctx.buffer::<u8>(bytes)?.into_mem();
-        let align = ctx
-            .devices()
-            .iter()
-            .map(|d| d.base_addr_align_bytes())
-            .max()
-            .unwrap_or(1) as usize;
-        Ok(Arena {
-            inner: Arc::new(ArenaInner {
-                parent,
-                next: Mutex::new(0),
-            }),
-            align,
-        })
-    }
-
-    /// A sub-buffer of `len` elements at the next aligned origin.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::ZeroLength`], [`Error::ArenaFull`], or [`Error::Cl`] from
-    /// `clCreateSubBuffer`.
-    #[track_caller]
-    pub fn carve<T: Pod>(&self, len: usize) -> Result<ClBuffer<T>> {
-        let site = Location::caller();
-        let parent = &self.inner.parent;
-        let bytes = MemInner::check_size::<T>(&parent.ctx, len)?;
-        let mut next = self
-            .inner
-            .next
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let origin = next.next_multiple_of(self.align);
-        let capacity = parent.bytes();
-        if origin.checked_add(bytes).is_none_or(|end| end > capacity) {
-            return Err(Error::ArenaFull {
-                requested: bytes as u64,
-                available: capacity.saturating_sub(origin) as u64,
-            });
-        }
-        let region = opencl3::types::cl_buffer_region {
-            origin,
-            size: bytes,
-        };
-        // SAFETY: the region lies inside the parent and its origin is aligned to every
-        // device's CL_DEVICE_MEM_BASE_ADDR_ALIGN (rule 8); `region` outlives the call.
-        let raw = unsafe {
-            cl::create_sub_buffer(
-                parent.raw(),
-                cl::CL_MEM_READ_WRITE,
-                cl::CL_BUFFER_CREATE_TYPE_REGION,
-                ptr::from_ref(&region).cast(),
-            )
-        }
-        .map_err(|s| Error::cl("clCreateSubBuffer", s))?;
-        *next = origin + bytes;
-        let mut mem = MemInner::adopt_view(&parent.ctx, raw, bytes, site);
-        mem.set_home(Home::Arena(self.inner.clone()));
-        Ok(ClBuffer::from_mem(mem, len))
-    }
-
-    /// Bytes carved so far, alignment gaps included.
-    pub fn used(&self) -> usize {
-        *self
-            .inner
-            .next
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The arena's size in bytes.
-    pub fn capacity(&self) -> usize {
-        self.inner.parent.bytes()
-    }
-
-    /// Makes the whole arena free again.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::ArenaBusy`] while sub-buffers carved from it are alive.
-    pub fn reset(&mut self) -> Result<()> {
-        let live = Arc::strong_count(&self.inner) - 1;
-        if live > 0 {
-            return Err(Error::ArenaBusy { live });
-        }
-        *self
-            .inner
-            .next
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = 0;
-        Ok(())
     }
 }

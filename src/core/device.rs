@@ -12,11 +12,9 @@
 use std::fmt;
 use std::sync::{Mutex, PoisonError};
 
-use opencl3::device as cl;
-use opencl3::platform::platform;
-use opencl3::types::{cl_device_id, cl_device_type, cl_platform_id};
-
 use crate::error::{Error, INSTALL_HINT, Result};
+use crate::ffi::{self, cl_device_id, cl_device_type, cl_platform_id};
+use crate::launch::Limits;
 
 /// The environment variable that picks the device.
 pub const DEVICE_VAR: &str = "CL_LIFETIME_DEVICE";
@@ -41,19 +39,6 @@ pub struct Device {
     pub(crate) limits: Limits,
 }
 
-/// A device's limits that launches are checked against.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Limits {
-    /// `CL_DEVICE_LOCAL_MEM_SIZE`.
-    pub(crate) local_mem: u64,
-    /// `CL_DEVICE_MAX_WORK_GROUP_SIZE`.
-    pub(crate) max_group: usize,
-    /// `CL_DEVICE_MAX_WORK_ITEM_SIZES` (three dimensions).
-    pub(crate) max_item: [usize; 3],
-    /// `CL_DEVICE_ADDRESS_BITS`: the width of `size_t` in kernels.
-    pub(crate) address_bits: u32,
-}
-
 // SAFETY: platform and device IDs are plain handles that the OpenCL runtime lets any thread
 // use (OpenCL 3.0 appendix A.2: all API calls are thread-safe except clSetKernelArg).
 unsafe impl Send for Device {}
@@ -76,43 +61,19 @@ impl fmt::Display for Device {
     }
 }
 
-fn info_string(id: cl_device_id, param: u32) -> Result<String> {
-    let value = cl::get_device_info(id, param).map_err(|s| Error::cl("clGetDeviceInfo", s))?;
-    Ok(String::from(value)
-        .trim_end_matches('\0')
-        .trim()
-        .to_string())
-}
-
-fn info_u64(id: cl_device_id, param: u32) -> Result<u64> {
-    let value = cl::get_device_info(id, param).map_err(|s| Error::cl("clGetDeviceInfo", s))?;
-    Ok(value.to_ulong())
-}
-
-fn info_u32(id: cl_device_id, param: u32) -> Result<u32> {
-    let value = cl::get_device_info(id, param).map_err(|s| Error::cl("clGetDeviceInfo", s))?;
-    Ok(value.to_uint())
-}
-
-impl Limits {
-    fn query(id: cl_device_id) -> Result<Limits> {
-        let sizes = cl::get_device_info(id, cl::CL_DEVICE_MAX_WORK_ITEM_SIZES)
-            .map_err(|s| Error::cl("clGetDeviceInfo", s))?
-            .to_vec_size();
-        let mut max_item = [1; 3];
-        for (slot, size) in max_item.iter_mut().zip(sizes) {
-            *slot = size;
-        }
-        let max_group = cl::get_device_info(id, cl::CL_DEVICE_MAX_WORK_GROUP_SIZE)
-            .map_err(|s| Error::cl("clGetDeviceInfo", s))?
-            .to_size();
-        Ok(Limits {
-            local_mem: info_u64(id, cl::CL_DEVICE_LOCAL_MEM_SIZE)?,
-            max_group,
-            max_item,
-            address_bits: info_u32(id, cl::CL_DEVICE_ADDRESS_BITS)?,
-        })
+/// A device's launch limits.
+fn limits(id: cl_device_id) -> Result<Limits> {
+    let mut max_item = [1; 3];
+    let sizes = ffi::device_sizes(id, ffi::CL_DEVICE_MAX_WORK_ITEM_SIZES)?;
+    for (slot, size) in max_item.iter_mut().zip(sizes) {
+        *slot = size;
     }
+    Ok(Limits {
+        local_mem: ffi::device_u64(id, ffi::CL_DEVICE_LOCAL_MEM_SIZE)?,
+        max_group: ffi::device_size(id, ffi::CL_DEVICE_MAX_WORK_GROUP_SIZE)?,
+        max_item,
+        address_bits: ffi::device_u32(id, ffi::CL_DEVICE_ADDRESS_BITS)?,
+    })
 }
 
 impl Device {
@@ -131,14 +92,14 @@ impl Device {
             device_index,
             platform_name: platform_name.to_string(),
             platform_vendor: platform_vendor.to_string(),
-            name: info_string(id, cl::CL_DEVICE_NAME)?,
-            version: info_string(id, cl::CL_DEVICE_VERSION)?,
-            driver_version: info_string(id, cl::CL_DRIVER_VERSION)?,
-            kind: info_u64(id, cl::CL_DEVICE_TYPE)?,
-            max_alloc: info_u64(id, cl::CL_DEVICE_MAX_MEM_ALLOC_SIZE)?,
-            base_addr_align_bits: info_u32(id, cl::CL_DEVICE_MEM_BASE_ADDR_ALIGN)?,
-            global_mem: info_u64(id, cl::CL_DEVICE_GLOBAL_MEM_SIZE)?,
-            limits: Limits::query(id)?,
+            name: ffi::device_string(id, ffi::CL_DEVICE_NAME)?,
+            version: ffi::device_string(id, ffi::CL_DEVICE_VERSION)?,
+            driver_version: ffi::device_string(id, ffi::CL_DRIVER_VERSION)?,
+            kind: ffi::device_u64(id, ffi::CL_DEVICE_TYPE)?,
+            max_alloc: ffi::device_u64(id, ffi::CL_DEVICE_MAX_MEM_ALLOC_SIZE)?,
+            base_addr_align_bits: ffi::device_u32(id, ffi::CL_DEVICE_MEM_BASE_ADDR_ALIGN)?,
+            global_mem: ffi::device_u64(id, ffi::CL_DEVICE_GLOBAL_MEM_SIZE)?,
+            limits: limits(id)?,
         })
     }
 
@@ -146,33 +107,19 @@ impl Device {
     ///
     /// # Errors
     ///
-    /// [`Error::NoLoader`] when `libOpenCL.so.1` cannot be opened; [`Error::Cl`] when a
+    /// [`Error::NoLoader`](crate::Error::NoLoader) when `libOpenCL.so.1` cannot be opened; [`Error::Cl`](crate::Error::Cl) when a
     /// query fails. No platform at all gives an empty list.
     pub fn all() -> Result<Vec<Device>> {
         // PoCL 3.1 crashes in clGetDeviceInfo when two threads enumerate at once during its
         // first initialisation; one enumeration at a time costs nothing that matters.
         static ENUMERATING: Mutex<()> = Mutex::new(());
         let _one_at_a_time = ENUMERATING.lock().unwrap_or_else(PoisonError::into_inner);
-        let platforms = match platform::get_platform_ids() {
-            Ok(p) => p,
-            // The ICD loader's "no platform" (CL_PLATFORM_NOT_FOUND_KHR).
-            Err(-1001) => return Ok(Vec::new()),
-            Err(s) => return Err(Error::cl("clGetPlatformIDs", s)),
-        };
+        let platforms = ffi::platform_ids()?;
         let mut devices = Vec::new();
         for (p, &platform_id) in platforms.iter().enumerate() {
-            let platform_info = |param| {
-                platform::get_platform_info(platform_id, param)
-                    .map(|v| String::from(v).trim_end_matches('\0').trim().to_string())
-                    .map_err(|s| Error::cl("clGetPlatformInfo", s))
-            };
-            let platform_name = platform_info(platform::CL_PLATFORM_NAME)?;
-            let platform_vendor = platform_info(platform::CL_PLATFORM_VENDOR)?;
-            let ids = match cl::get_device_ids(platform_id, cl::CL_DEVICE_TYPE_ALL) {
-                Ok(ids) => ids,
-                Err(cl::CL_DEVICE_NOT_FOUND) => continue,
-                Err(s) => return Err(Error::cl("clGetDeviceIDs", s)),
-            };
+            let platform_name = ffi::platform_string(platform_id, ffi::CL_PLATFORM_NAME)?;
+            let platform_vendor = ffi::platform_string(platform_id, ffi::CL_PLATFORM_VENDOR)?;
+            let ids = ffi::device_ids(platform_id)?;
             for (d, &id) in ids.iter().enumerate() {
                 devices.push(Device::query(
                     platform_id,
@@ -202,8 +149,8 @@ impl Device {
     ///
     /// # Errors
     ///
-    /// [`Error::NoDevice`] listing what was found when nothing matches;
-    /// [`Error::NoLoader`] without an OpenCL loader.
+    /// [`Error::NoDevice`](crate::Error::NoDevice) listing what was found when nothing matches;
+    /// [`Error::NoLoader`](crate::Error::NoLoader) without an OpenCL loader.
     pub fn select(spec: Option<&str>) -> Result<Device> {
         let devices = Device::all()?;
         let chosen = match spec {
@@ -255,7 +202,7 @@ impl Device {
 
     /// Whether it is a GPU.
     pub fn is_gpu(&self) -> bool {
-        self.kind & cl::CL_DEVICE_TYPE_GPU != 0
+        self.kind & ffi::CL_DEVICE_TYPE_GPU != 0
     }
 
     /// `CL_DEVICE_MAX_MEM_ALLOC_SIZE` in bytes: the largest single buffer.

@@ -1,0 +1,141 @@
+//! Arenas: one buffer carved into sub-buffers, for users who know their peak.
+//!
+//! # Rules
+//!
+//! - **Aligned carving.** An [`Arena`] is one buffer carved into sub-buffers whose origins
+//!   are aligned to the devices' `CL_DEVICE_MEM_BASE_ADDR_ALIGN` (design trap "sub-buffer
+//!   alignment"). Carved ranges never overlap; each sub-buffer keeps the arena alive (its
+//!   home) and has its own event record.
+
+use std::fmt;
+use std::panic::Location;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::api::buffer::ClBuffer;
+use crate::api::context::Context;
+use crate::error::{Error, Result};
+use crate::pod::Pod;
+use crate::record::block::{Block, Home};
+
+pub(crate) struct ArenaInner {
+    parent: Block,
+    next: Mutex<usize>,
+}
+
+/// One buffer carved into aligned, non-overlapping sub-buffers (the *aligned carving*
+/// rule): pre-allocation for users who know their peak.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let arena = cl_lifetime::Arena::new(&ctx, 1 << 20)?;
+/// let a = arena.carve::<f32>(1000)?;
+/// let b = arena.carve::<u8>(10)?;
+/// ctx.queue()?.fill(&a, 1.0)?;
+/// assert!(arena.used() >= 4000 + 10);
+/// # drop((a, b));
+/// # Ok(())
+/// # }
+/// ```
+pub struct Arena {
+    inner: Arc<ArenaInner>,
+    align: usize,
+}
+
+impl fmt::Debug for Arena {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Arena")
+            .field("capacity", &self.capacity())
+            .field("used", &self.used())
+            .finish()
+    }
+}
+
+impl Arena {
+    /// An arena of `bytes` bytes.
+    ///
+    /// # Errors
+    ///
+    /// As [`Context::buffer`].
+    #[track_caller]
+    pub fn new(ctx: &Context, bytes: usize) -> Result<Arena> {
+        let parent = ctx.buffer::<u8>(bytes)?.into_block();
+        let align = ctx
+            .devices()
+            .iter()
+            .map(|d| d.base_addr_align_bytes())
+            .max()
+            .unwrap_or(1) as usize;
+        Ok(Arena {
+            inner: Arc::new(ArenaInner {
+                parent,
+                next: Mutex::new(0),
+            }),
+            align,
+        })
+    }
+
+    /// A sub-buffer of `len` elements at the next aligned origin.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ZeroLength`](crate::Error::ZeroLength), [`Error::ArenaFull`](crate::Error::ArenaFull), or [`Error::Cl`](crate::Error::Cl) from
+    /// `clCreateSubBuffer`.
+    #[track_caller]
+    pub fn carve<T: Pod>(&self, len: usize) -> Result<ClBuffer<T>> {
+        let site = Location::caller();
+        let parent = &self.inner.parent;
+        let bytes = Block::check_size::<T>(&parent.ctx, len)?;
+        let mut next = self
+            .inner
+            .next
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let origin = next.next_multiple_of(self.align);
+        let capacity = parent.bytes();
+        if origin.checked_add(bytes).is_none_or(|end| end > capacity) {
+            return Err(Error::ArenaFull {
+                requested: bytes as u64,
+                available: capacity.saturating_sub(origin) as u64,
+            });
+        }
+        let mut block = Block::carve(parent, origin, bytes, site)?;
+        *next = origin + bytes;
+        block.set_home(Home::KeepAlive(self.inner.clone()));
+        Ok(ClBuffer::from_block(block, len))
+    }
+
+    /// Bytes carved so far, alignment gaps included.
+    pub fn used(&self) -> usize {
+        *self
+            .inner
+            .next
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The arena's size in bytes.
+    pub fn capacity(&self) -> usize {
+        self.inner.parent.bytes()
+    }
+
+    /// Makes the whole arena free again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ArenaBusy`](crate::Error::ArenaBusy) while sub-buffers carved from it are alive.
+    pub fn reset(&mut self) -> Result<()> {
+        let live = Arc::strong_count(&self.inner) - 1;
+        if live > 0 {
+            return Err(Error::ArenaBusy { live });
+        }
+        *self
+            .inner
+            .next
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = 0;
+        Ok(())
+    }
+}

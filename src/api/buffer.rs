@@ -1,0 +1,231 @@
+//! `ClBuffer<T>`: a typed handle to one block, released only after its own commands end.
+//!
+//! The release guarantee is the record layer's ([`crate::record`], rules *exact wait*,
+//! *failures end too*, *lent host memory*, *drop behind a gate*, *released means freed* and
+//! *failed write*); this module gives it a type.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::marker::PhantomData;
+use std::panic::Location;
+use std::ptr;
+use std::sync::Arc;
+
+use super::queue::Queue;
+use crate::core::context::ContextCore;
+use crate::error::Result;
+use crate::event::Event;
+use crate::ffi::{self, cl_mem};
+use crate::pod::Pod;
+use crate::record::block::Block;
+use crate::record::failure::settle;
+use crate::record::release::ReleaseReport;
+
+/// A device buffer of `len` elements of `T`, released only after its own commands end.
+///
+/// Create one with [`Context::buffer`](crate::Context::buffer); use it through a
+/// [`Queue`](crate::Queue). It is `Send` and `Sync`: several threads may enqueue commands
+/// on one buffer at once.
+pub struct ClBuffer<T: Pod> {
+    block: Block,
+    len: usize,
+    _elements: PhantomData<T>,
+}
+
+impl<T: Pod> fmt::Debug for ClBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClBuffer")
+            .field("len", &self.len)
+            .field("raw", &self.block.raw())
+            .field("recorded", &self.record_len())
+            .finish()
+    }
+}
+
+impl<T: Pod> ClBuffer<T> {
+    #[track_caller]
+    pub(crate) fn create(ctx: &Arc<ContextCore>, len: usize, init: Option<&[T]>) -> Result<Self> {
+        let bytes = Block::check_size::<T>(ctx, len)?;
+        let init = init.map_or(ptr::null(), |data| data.as_ptr().cast::<c_void>());
+        // SAFETY: `init` is null, or points to `len` elements of `T`, `bytes` readable
+        // bytes (checked above).
+        let block = unsafe { Block::create(ctx, bytes, init, Location::caller()) }?;
+        Ok(ClBuffer::from_block(block, len))
+    }
+
+    /// The buffer's block, for the layers above (a pool or an arena takes it).
+    pub(crate) fn into_block(self) -> Block {
+        let ClBuffer { block, .. } = self;
+        block
+    }
+
+    /// A typed handle to `block`, which holds at least `len` elements of `T`.
+    pub(crate) fn from_block(block: Block, len: usize) -> Self {
+        ClBuffer {
+            block,
+            len,
+            _elements: PhantomData,
+        }
+    }
+
+    pub(crate) fn block(&self) -> &Block {
+        &self.block
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always `false`: a buffer holds at least one element.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.block.bytes()
+    }
+
+    /// How many events the record holds now. It stays small: completed events are
+    /// pruned, and an in-order queue keeps only its newest read and write.
+    pub fn record_len(&self) -> usize {
+        self.block.record_len()
+    }
+
+    /// Waits for every command that touched the buffer, then releases it. When this
+    /// returns, those commands have ended and `clReleaseMemObject` has been called.
+    ///
+    /// A failed command does not stop the release; it is listed in the report.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`](crate::Error::Cl) when `clReleaseMemObject` itself fails.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<f32>(1024)?;
+    /// queue.fill(&buf, 1.0)?;
+    /// let report = buf.release()?;
+    /// assert!(report.waited_on <= 1);
+    /// assert!(report.failed.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn release(mut self) -> Result<ReleaseReport> {
+        self.block.retire()
+    }
+
+    /// Releases the buffer without blocking: its memory is freed on the context's reaper
+    /// thread once every command that touched it has ended. The bytes show
+    /// as pending release until then; [`Context::wait_deferred`](crate::Context::wait_deferred)
+    /// waits for them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<u8>(1 << 20)?;
+    /// queue.fill(&buf, 0)?;
+    /// buf.release_deferred(); // returns at once
+    /// ctx.wait_deferred();
+    /// assert_eq!(ctx.memory_stats().pending_release_bytes, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn release_deferred(self) {
+        self.into_block().hand_back_deferred();
+    }
+
+    /// Grows or shrinks the buffer to `new_len` elements, keeping the contents that fit:
+    /// a new block, a device-side copy ordered after every command on the old one, and a
+    /// deferred release of the old block. The host never waits.
+    ///
+    /// # Errors
+    ///
+    /// As [`Context::buffer`](crate::Context::buffer) for the new block, or from the copy;
+    /// on error the buffer is unchanged.
+    #[track_caller]
+    pub fn resize(&mut self, queue: &Queue, new_len: usize) -> Result<()> {
+        let mut grown = ClBuffer::<T>::create(&self.block.ctx, new_len, None)?;
+        let keep = self.len.min(new_len);
+        queue.copy_range(self, 0, &grown, 0, keep)?;
+        std::mem::swap(self, &mut grown);
+        grown.release_deferred();
+        Ok(())
+    }
+
+    /// The raw handle, still owned by this buffer. Commands enqueued on it directly are
+    /// not recorded: the release guarantee does not cover them.
+    pub fn as_raw(&self) -> cl_mem {
+        self.block.raw()
+    }
+}
+
+/// A non-blocking read into an owned `Vec`; [`PendingRead::wait`] returns it.
+///
+/// Dropping it without waiting blocks until the read has ended, since the device is
+/// writing into its memory.
+pub struct PendingRead<T: Pod> {
+    event: Event,
+    /// The buffer's last write when the read was enqueued (the *failed write* rule).
+    writer: Option<Event>,
+    /// Capacity `len`; length 0 until the read has completed.
+    data: Vec<T>,
+    len: usize,
+}
+
+impl<T: Pod> fmt::Debug for PendingRead<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingRead")
+            .field("event", &self.event)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl<T: Pod> PendingRead<T> {
+    pub(crate) fn new(event: Event, writer: Option<Event>, data: Vec<T>, len: usize) -> Self {
+        PendingRead {
+            event,
+            writer,
+            data,
+            len,
+        }
+    }
+
+    /// The read's event.
+    pub fn event(&self) -> &Event {
+        &self.event
+    }
+
+    /// Blocks until the read has ended and returns the data.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::DependencyFailed`](crate::Error::DependencyFailed) when the buffer's last write before the read failed
+    /// (the *failed write* rule), [`Error::CommandFailed`](crate::Error::CommandFailed) when the read
+    /// itself failed.
+    pub fn wait(mut self) -> Result<Vec<T>> {
+        settle(&self.event, self.writer.as_ref())?;
+        // SAFETY: the read completed, so the device wrote all `len` elements, and the
+        // capacity is at least `len` (allocated with it).
+        unsafe { self.data.set_len(self.len) };
+        Ok(std::mem::take(&mut self.data))
+    }
+}
+
+impl<T: Pod> Drop for PendingRead<T> {
+    fn drop(&mut self) {
+        if self.data.capacity() != 0 {
+            // The device may still be writing into `data`.
+            ffi::wait_terminal(&[self.event.as_raw()]);
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Kernel launches, and the buffer arguments that name their access.
+
+use super::buffer::ClBuffer;
+use super::queue::After;
+use crate::error::Result;
+use crate::event::Event;
+use crate::kernel::{Arg, Kernel};
+use crate::pod::Pod;
+use crate::record::submit::Touch;
+use crate::tracker::Access;
+use crate::util::inline;
+
+impl<'a> Arg<'a> {
+    /// A buffer the kernel only reads.
+    pub fn read<T: Pod>(buffer: &'a ClBuffer<T>) -> Arg<'a> {
+        Arg::block(buffer.block(), Access::Read)
+    }
+
+    /// A buffer the kernel writes (and may read).
+    pub fn write<T: Pod>(buffer: &'a ClBuffer<T>) -> Arg<'a> {
+        Arg::block(buffer.block(), Access::Write)
+    }
+
+    /// A buffer the kernel reads and writes.
+    pub fn read_write<T: Pod>(buffer: &'a ClBuffer<T>) -> Arg<'a> {
+        Arg::write(buffer)
+    }
+}
+
+impl After<'_> {
+    /// Launches `kernel` over `global` work items, letting the device pick the
+    /// work-group size. Every buffer argument records the launch with its access.
+    ///
+    /// # What is checked, and what the kernel must respect
+    ///
+    /// Before the driver sees anything, the library checks (the launch checks):
+    /// - the kernel, every buffer and every event come from this queue's context;
+    /// - `args` has one entry per kernel parameter, and each has the kind the kernel
+    ///   declares: a buffer for a `__global` or `__constant` pointer, [`Arg::local`] for a
+    ///   `__local` one, [`Arg::scalar`] of the declared size for a value (images,
+    ///   samplers, pipes and queues are refused). Where the driver gives no argument
+    ///   information, only the count is checked and the driver checks the rest;
+    /// - local memory: each [`Arg::local`] at least one byte, all of them within the
+    ///   device's `CL_DEVICE_LOCAL_MEM_SIZE`;
+    /// - work sizes: one to three dimensions, none zero, a local size within the device's
+    ///   work-group limits, and each global dimension at most 2³² − 1 groups.
+    ///
+    /// What no check can see is the kernel's body. The caller vouches that the kernel
+    /// touches only the elements of its buffer arguments that exist (usually by bounds
+    /// checks against a length passed as a scalar), writes only buffers passed with
+    /// [`Arg::write`] or [`Arg::read_write`], and stays within the local memory it is
+    /// given. A kernel that indexes past a buffer's end writes memory the buffer does not
+    /// own; on a CPU device that is host memory, which no OpenCL implementation guards.
+    /// Within that, no launch built from safe code reaches undefined behaviour.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ContextMismatch`](crate::Error::ContextMismatch), [`Error::ArgCount`](crate::Error::ArgCount), [`Error::KernelArg`](crate::Error::KernelArg) naming the
+    /// argument, what was given and what the kernel declares, [`Error::WorkSize`](crate::Error::WorkSize) with the
+    /// sizes and the device's limits, [`Error::DependencyFailed`](crate::Error::DependencyFailed) (the *failed write* rule, or a failed dependency), or
+    /// [`Error::Cl`](crate::Error::Cl) from `clEnqueueNDRangeKernel`.
+    pub fn launch(&self, kernel: &Kernel, global: &[usize], args: &[Arg<'_>]) -> Result<Event> {
+        self.launch_local(kernel, global, None, args)
+    }
+
+    /// Launches `kernel` over `global` work items in work groups of `local`.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::launch`].
+    pub fn launch_local(
+        &self,
+        kernel: &Kernel,
+        global: &[usize],
+        local: Option<&[usize]>,
+        args: &[Arg<'_>],
+    ) -> Result<Event> {
+        let queue = &self.queue.core;
+        kernel.check_launch(&queue.ctx, &queue.limits, global, local, args)?;
+        let mut touches: inline::List<Touch<'_>> = inline::List::new();
+        for touch in args.iter().filter_map(Arg::touch) {
+            touches.push(touch);
+        }
+        let queue = queue.raw;
+        self.submit().run(touches.iter(), |wait| {
+            kernel.enqueue(queue, global, local, args, wait)
+        })
+    }
+}

@@ -1,0 +1,188 @@
+//! Host mappings: a guard per mapping, unmapped (and recorded) on drop; the *mapped* rule
+//! of [`crate::record`] keeps device commands off mapped memory.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::ptr;
+
+use super::buffer::ClBuffer;
+use super::queue::{After, Queue};
+use super::transfer::check_span;
+use crate::error::{Result, Transfer};
+use crate::ffi;
+use crate::pod::Pod;
+use crate::record::block::Block;
+use crate::record::failure::settle;
+use crate::record::history::MapStep;
+use crate::record::submit::Touch;
+use crate::tracker::Access;
+
+impl After<'_> {
+    /// Maps elements `range` of `buffer` for reading on the host; blocks until the map is
+    /// done, which waits only on the buffer's writers. Unmapped when the guard drops.
+    ///
+    /// Several read mappings of one buffer may be alive at once, as OpenCL allows. PoCL 3.1
+    /// crashes when several host threads map the same buffer at the same moment (seen with
+    /// raw OpenCL calls too); on it, map a shared buffer from one thread at a time.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`](crate::Error::OutOfRange) or [`Error::ZeroLength`](crate::Error::ZeroLength) for a bad range, [`Error::Mapped`](crate::Error::Mapped)
+    /// while the buffer is mapped for writing, [`Error::CommandFailed`](crate::Error::CommandFailed) when the map failed.
+    pub fn map<'b, T: Pod>(
+        &self,
+        buffer: &'b ClBuffer<T>,
+        range: Range<usize>,
+    ) -> Result<Mapped<'b, T>> {
+        self.map_as(buffer, range, Access::Read).map(Mapped)
+    }
+
+    /// Maps elements `range` of `buffer` for reading and writing on the host; blocks until
+    /// the map is done. No device command may use the buffer until the guard drops.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::map`], and [`Error::Mapped`](crate::Error::Mapped) while any other mapping is alive.
+    pub fn map_mut<'b, T: Pod>(
+        &self,
+        buffer: &'b ClBuffer<T>,
+        range: Range<usize>,
+    ) -> Result<MappedMut<'b, T>> {
+        self.map_as(buffer, range, Access::Write).map(MappedMut)
+    }
+
+    fn map_as<'b, T: Pod>(
+        &self,
+        buffer: &'b ClBuffer<T>,
+        range: Range<usize>,
+        access: Access,
+    ) -> Result<Mapping<'b, T>> {
+        let transfer = match access {
+            Access::Read => Transfer::Map,
+            Access::Write => Transfer::MapMut,
+        };
+        let len = check_span(transfer, &range, buffer.len())?;
+        let block = buffer.block();
+        let queue = self.queue.core.raw;
+        let touch = Touch {
+            block,
+            access,
+            map: MapStep::Map(access),
+            reads: true,
+        };
+        let mut writer = None;
+        let mut mapped = ptr::null_mut();
+        let event = self.submit().run_reading(
+            &[touch],
+            |wait| {
+                // SAFETY: the queue and the buffer are live (borrowed); the range was
+                // checked; the wait list holds live events.
+                let (event, at) = unsafe {
+                    ffi::enqueue_map(
+                        queue,
+                        block.raw(),
+                        access == Access::Write,
+                        range.start * size_of::<T>(),
+                        len * size_of::<T>(),
+                        wait,
+                    )
+                }?;
+                mapped = at;
+                Ok(event)
+            },
+            Some(&mut writer),
+        )?;
+        // From here on the guard unmaps, whatever happens.
+        let mapping = Mapping {
+            queue: self.queue.clone(),
+            block,
+            ptr: mapped.cast(),
+            len,
+            access,
+            _elements: PhantomData,
+        };
+        settle(&event, writer.as_ref())?;
+        Ok(mapping)
+    }
+}
+
+/// A live mapping; unmaps on drop (the unmap is recorded like any command).
+struct Mapping<'b, T: Pod> {
+    queue: Queue,
+    block: &'b Block,
+    ptr: *mut T,
+    len: usize,
+    access: Access,
+    _elements: PhantomData<&'b mut [T]>,
+}
+
+impl<T: Pod> Drop for Mapping<'_, T> {
+    fn drop(&mut self) {
+        let queue = self.queue.core.raw;
+        let (block, mapped) = (self.block, self.ptr);
+        let touch = Touch {
+            block,
+            access: self.access,
+            map: MapStep::Unmap(self.access),
+            reads: false,
+        };
+        let unmapped = self.queue.after(&[]).submit().run(&[touch], |wait| {
+            // SAFETY: the queue and the buffer are live (borrowed); `mapped` came from
+            // clEnqueueMapBuffer on this buffer and is unmapped once, here (the guard that
+            // lent it out is gone); the wait list holds live events.
+            unsafe { ffi::enqueue_unmap(queue, block.raw(), mapped.cast(), wait) }
+        });
+        if let Err(e) = unmapped {
+            log::error!(target: "cl_lifetime::queue", "unmapping a buffer: {e}");
+        }
+    }
+}
+
+/// Part of a buffer mapped for reading on the host ([`Queue::map`]). Derefs to `[T]`;
+/// unmapped on drop.
+pub struct Mapped<'b, T: Pod>(Mapping<'b, T>);
+
+/// Part of a buffer mapped for reading and writing on the host ([`Queue::map_mut`]).
+/// Derefs to `[T]` mutably; unmapped on drop, after which device commands see the writes.
+pub struct MappedMut<'b, T: Pod>(Mapping<'b, T>);
+
+impl<T: Pod> std::ops::Deref for Mapped<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: the map completed, so `ptr` addresses `len` elements of host-visible
+        // memory until the unmap in Drop; no device command may write them meanwhile
+        // (the record refuses it while mapped).
+        unsafe { std::slice::from_raw_parts(self.0.ptr, self.0.len) }
+    }
+}
+
+impl<T: Pod> std::ops::Deref for MappedMut<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: as for `Mapped`; this is the only mapping of the buffer.
+        unsafe { std::slice::from_raw_parts(self.0.ptr, self.0.len) }
+    }
+}
+
+impl<T: Pod> std::ops::DerefMut for MappedMut<'_, T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as for `Mapped`; a writable mapping is exclusive (the record refuses any
+        // other mapping and every device command), and `&mut self` is unique.
+        unsafe { std::slice::from_raw_parts_mut(self.0.ptr, self.0.len) }
+    }
+}
+
+impl<T: Pod> fmt::Debug for Mapped<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mapped").field("len", &self.0.len).finish()
+    }
+}
+
+impl<T: Pod> fmt::Debug for MappedMut<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MappedMut")
+            .field("len", &self.0.len)
+            .finish()
+    }
+}

@@ -1,0 +1,11 @@
+//! The public API: [`Context`](context::Context), [`ClBuffer`](buffer::ClBuffer) and
+//! [`Queue`](queue::Queue), whose commands are transfers, maps and launches. Each command
+//! checks its input, then hands the buffers it touches and one closure that calls OpenCL
+//! to the record layer's enqueue protocol ([`crate::record::submit`]).
+
+pub(crate) mod buffer;
+pub(crate) mod context;
+mod launch;
+pub(crate) mod map;
+pub(crate) mod queue;
+mod transfer;

@@ -1,0 +1,312 @@
+//! Transfers: writes, reads, copies and fills, checked against the buffers' ranges.
+
+use std::ops::Range;
+use std::ptr;
+
+use super::buffer::{ClBuffer, PendingRead};
+use super::queue::After;
+use crate::error::{Error, Result, Transfer};
+use crate::event::Event;
+use crate::ffi;
+use crate::pod::Pod;
+use crate::record::failure::settle;
+use crate::record::submit::Touch;
+use crate::tracker::Access;
+
+/// Checks `range` against the buffer as [`check_range`] does, and returns its length; a
+/// reversed range is [`Error::ReversedRange`](crate::Error::ReversedRange).
+pub(super) fn check_span(
+    transfer: Transfer,
+    range: &Range<usize>,
+    buffer_len: usize,
+) -> Result<usize> {
+    let len = range
+        .end
+        .checked_sub(range.start)
+        .ok_or(Error::ReversedRange {
+            transfer,
+            start: range.start,
+            end: range.end,
+        })?;
+    check_range(transfer, range.start, len, buffer_len)?;
+    Ok(len)
+}
+
+pub(super) fn check_range(
+    transfer: Transfer,
+    offset: usize,
+    len: usize,
+    buffer_len: usize,
+) -> Result<()> {
+    if len == 0 {
+        return Err(Error::ZeroLength);
+    }
+    match offset.checked_add(len) {
+        Some(end) if end <= buffer_len => Ok(()),
+        _ => Err(Error::OutOfRange {
+            transfer,
+            offset,
+            len,
+            buffer_len,
+        }),
+    }
+}
+
+impl After<'_> {
+    fn enqueue_write<T: Pod>(
+        &self,
+        buffer: &ClBuffer<T>,
+        offset: usize,
+        data: &[T],
+    ) -> Result<Event> {
+        check_range(Transfer::Write, offset, data.len(), buffer.len())?;
+        let block = buffer.block();
+        let queue = self.queue.core.raw;
+        self.submit()
+            .run(&[Touch::new(block, Access::Write)], |wait| {
+                // SAFETY: the queue and the buffer are live (borrowed); the range was checked
+                // against the buffer; `data` stays alive until the command ends: the callers
+                // either wait for it or own the memory (the *lent host memory* rule); the
+                // wait list holds live events (retained by the locked records).
+                unsafe {
+                    ffi::enqueue_write(
+                        queue,
+                        block.raw(),
+                        offset * size_of::<T>(),
+                        size_of_val(data),
+                        data.as_ptr().cast(),
+                        wait,
+                    )
+                }
+            })
+    }
+
+    /// Enqueues a read of `len` elements into `out`, which must stay valid and unaliased
+    /// until the command ends.
+    fn enqueue_read<T: Pod>(
+        &self,
+        buffer: &ClBuffer<T>,
+        offset: usize,
+        out: *mut T,
+        len: usize,
+        writer: &mut Option<Event>,
+    ) -> Result<Event> {
+        check_range(Transfer::Read, offset, len, buffer.len())?;
+        let block = buffer.block();
+        let queue = self.queue.core.raw;
+        let touch = [Touch::new(block, Access::Read)];
+        self.submit().run_reading(
+            &touch,
+            |wait| {
+                // SAFETY: as in `enqueue_write`; the callers keep `out` alive and unaliased
+                // until the command ends (the *lent host memory* rule); every bit pattern
+                // is a valid `T: Pod`.
+                unsafe {
+                    ffi::enqueue_read(
+                        queue,
+                        block.raw(),
+                        offset * size_of::<T>(),
+                        len * size_of::<T>(),
+                        out.cast(),
+                        wait,
+                    )
+                }
+            },
+            Some(writer),
+        )
+    }
+
+    /// Writes `data` to the start of `buffer` and blocks until that write is done.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when `data` is longer than the buffer, [`Error::ZeroLength`](crate::Error::ZeroLength)
+    /// when empty, [`Error::CommandFailed`](crate::Error::CommandFailed) when the write failed.
+    pub fn write<T: Pod>(&self, buffer: &ClBuffer<T>, data: &[T]) -> Result<()> {
+        self.write_at(buffer, 0, data)
+    }
+
+    /// Writes `data` at element `offset` of `buffer` and blocks until that write is done.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::write`].
+    pub fn write_at<T: Pod>(&self, buffer: &ClBuffer<T>, offset: usize, data: &[T]) -> Result<()> {
+        let event = self.enqueue_write(buffer, offset, data)?;
+        // `data` is borrowed (the *lent host memory* rule), so this returns only when the command has ended.
+        event.wait()
+    }
+
+    /// Writes `data` to the start of `buffer` without blocking. The library owns `data`
+    /// until the write has ended.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::write`], except that a failure of the command shows in the event.
+    pub fn write_owned<T: Pod>(&self, buffer: &ClBuffer<T>, data: Vec<T>) -> Result<Event> {
+        self.write_owned_at(buffer, 0, data)
+    }
+
+    /// Writes `data` at element `offset` of `buffer` without blocking; see
+    /// [`After::write_owned`].
+    ///
+    /// # Errors
+    ///
+    /// As [`After::write_owned`].
+    pub fn write_owned_at<T: Pod>(
+        &self,
+        buffer: &ClBuffer<T>,
+        offset: usize,
+        data: Vec<T>,
+    ) -> Result<Event> {
+        let event = self.enqueue_write(buffer, offset, &data)?;
+        buffer.block().keep_alive(event.clone(), Box::new(data));
+        Ok(event)
+    }
+
+    /// Reads the start of `buffer` into `out` and blocks until that read is done.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when `out` is longer than the buffer, [`Error::ZeroLength`](crate::Error::ZeroLength)
+    /// when empty, [`Error::CommandFailed`](crate::Error::CommandFailed) when the read failed.
+    pub fn read<T: Pod>(&self, buffer: &ClBuffer<T>, out: &mut [T]) -> Result<()> {
+        self.read_at(buffer, 0, out)
+    }
+
+    /// Reads from element `offset` of `buffer` into `out` and blocks until done.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::read`].
+    pub fn read_at<T: Pod>(
+        &self,
+        buffer: &ClBuffer<T>,
+        offset: usize,
+        out: &mut [T],
+    ) -> Result<()> {
+        let mut writer = None;
+        let event = self.enqueue_read(buffer, offset, out.as_mut_ptr(), out.len(), &mut writer)?;
+        // `out` is borrowed (the *lent host memory* rule), so this returns only when the command has ended.
+        settle(&event, writer.as_ref())
+    }
+
+    /// Reads the whole buffer into a new `Vec` without blocking.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::read_owned_range`].
+    pub fn read_owned<T: Pod>(&self, buffer: &ClBuffer<T>) -> Result<PendingRead<T>> {
+        self.read_owned_range(buffer, 0..buffer.len())
+    }
+
+    /// Reads elements `range` of `buffer` into a new `Vec` without blocking; the `Vec`
+    /// comes back from [`PendingRead::wait`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`](crate::Error::OutOfRange) or [`Error::ZeroLength`](crate::Error::ZeroLength) for a bad range.
+    pub fn read_owned_range<T: Pod>(
+        &self,
+        buffer: &ClBuffer<T>,
+        range: Range<usize>,
+    ) -> Result<PendingRead<T>> {
+        let len = check_span(Transfer::Read, &range, buffer.len())?;
+        let mut data: Vec<T> = Vec::with_capacity(len);
+        // The device fills the spare capacity; `PendingRead` sets the length only after
+        // the read has completed, and owns the allocation until then (the *lent host memory* rule).
+        let mut writer = None;
+        let event = self.enqueue_read(buffer, range.start, data.as_mut_ptr(), len, &mut writer)?;
+        Ok(PendingRead::new(event, writer, data, len))
+    }
+
+    /// Copies all of `src` to the start of `dst`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when `dst` is shorter than `src`.
+    pub fn copy<T: Pod>(&self, src: &ClBuffer<T>, dst: &ClBuffer<T>) -> Result<Event> {
+        self.copy_range(src, 0, dst, 0, src.len())
+    }
+
+    /// Copies `len` elements from `src` at `src_offset` to `dst` at `dst_offset`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when either range leaves its buffer, [`Error::ZeroLength`](crate::Error::ZeroLength)
+    /// for `len == 0`, [`Error::Cl`](crate::Error::Cl) with `CL_MEM_COPY_OVERLAP` for overlapping ranges of
+    /// one buffer.
+    pub fn copy_range<T: Pod>(
+        &self,
+        src: &ClBuffer<T>,
+        src_offset: usize,
+        dst: &ClBuffer<T>,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<Event> {
+        check_range(Transfer::CopySource, src_offset, len, src.len())?;
+        check_range(Transfer::CopyDestination, dst_offset, len, dst.len())?;
+        let (s, d) = (src.block(), dst.block());
+        let queue = self.queue.core.raw;
+        let touches = [Touch::new(s, Access::Read), Touch::new(d, Access::Write)];
+        self.submit().run(&touches, |wait| {
+            // SAFETY: the queue and both buffers are live (borrowed); both ranges were
+            // checked against their buffers; the wait list holds live events.
+            unsafe {
+                ffi::enqueue_copy(
+                    queue,
+                    s.raw(),
+                    d.raw(),
+                    src_offset * size_of::<T>(),
+                    dst_offset * size_of::<T>(),
+                    len * size_of::<T>(),
+                    wait,
+                )
+            }
+        })
+    }
+
+    /// Sets every element of `buffer` to `value`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`](crate::Error::Cl) from `clEnqueueFillBuffer` (the pattern size must be 1, 2, 4, ...,
+    /// 128 bytes).
+    pub fn fill<T: Pod>(&self, buffer: &ClBuffer<T>, value: T) -> Result<Event> {
+        self.fill_range(buffer, value, 0..buffer.len())
+    }
+
+    /// Sets the elements `range` of `buffer` to `value`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`](crate::Error::OutOfRange) or [`Error::ZeroLength`](crate::Error::ZeroLength) for a bad range, [`Error::Cl`](crate::Error::Cl) as
+    /// [`After::fill`].
+    pub fn fill_range<T: Pod>(
+        &self,
+        buffer: &ClBuffer<T>,
+        value: T,
+        range: Range<usize>,
+    ) -> Result<Event> {
+        let len = check_span(Transfer::Fill, &range, buffer.len())?;
+        let block = buffer.block();
+        let queue = self.queue.core.raw;
+        self.submit()
+            .run(&[Touch::new(block, Access::Write)], |wait| {
+                // SAFETY: the queue and the buffer are live (borrowed); the range was checked;
+                // the wait list holds live events; `value` is `size_of::<T>()` readable bytes,
+                // copied by OpenCL before it returns.
+                unsafe {
+                    ffi::enqueue_fill(
+                        queue,
+                        block.raw(),
+                        ptr::from_ref(&value).cast(),
+                        size_of::<T>(),
+                        range.start * size_of::<T>(),
+                        len * size_of::<T>(),
+                        wait,
+                    )
+                }
+            })
+    }
+}

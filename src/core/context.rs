@@ -1,0 +1,95 @@
+//! The shared state of one context, which every queue, buffer and event of it reaches.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::device::Device;
+use super::gates::OpenGates;
+use super::reaper::Reaper;
+use super::stats::{Ledger, Stats};
+use crate::error::{Error, Result};
+use crate::ffi::{self, cl_context};
+use crate::util::next_id;
+
+/// How long a release waits by default, after `clReleaseMemObject`, for the driver to free
+/// the memory; [`Context::set_free_grace`](crate::Context::set_free_grace) changes it.
+pub const FREE_GRACE: Duration = Duration::from_secs(2);
+
+/// One OpenCL context and what the library keeps per context: its devices, counters,
+/// ledger, reaper thread and open gates. Queues, buffers and programs hold it in an `Arc`,
+/// so the context is released after the last of them.
+pub(crate) struct ContextCore {
+    pub(crate) raw: cl_context,
+    pub(crate) id: u64,
+    /// The first of `devices`: the default for queues.
+    pub(crate) device: Device,
+    pub(crate) devices: Vec<Device>,
+    /// The smallest `CL_DEVICE_MAX_MEM_ALLOC_SIZE` of `devices`.
+    pub(crate) max_alloc: u64,
+    pub(crate) stats: Stats,
+    pub(crate) ledger: Ledger,
+    pub(crate) reaper: Reaper,
+    /// The context's user events that have not been set.
+    pub(crate) gates: Arc<OpenGates>,
+    /// How long a release waits for the driver to free the memory, in nanoseconds.
+    free_grace: AtomicU64,
+}
+
+// SAFETY: a cl_context may be used from any thread (OpenCL 3.0 appendix A.2: every call
+// is thread-safe except clSetKernelArg); the other fields are thread-safe themselves.
+unsafe impl Send for ContextCore {}
+// SAFETY: as above.
+unsafe impl Sync for ContextCore {}
+
+impl ContextCore {
+    /// A new context over `devices` (at least one, all of one platform).
+    pub(crate) fn create(devices: &[Device]) -> Result<ContextCore> {
+        let Some(first) = devices.first() else {
+            return Err(Error::NoDevice {
+                looked_for: "a context over no devices".to_string(),
+                found: Vec::new(),
+                hint: crate::error::INSTALL_HINT,
+            });
+        };
+        let ids: Vec<_> = devices.iter().map(|d| d.id).collect();
+        let raw = ffi::create_context(&ids)?;
+        log::debug!(target: "cl_lifetime::context", "context on {devices:?}");
+        Ok(ContextCore {
+            raw,
+            id: next_id(),
+            device: first.clone(),
+            devices: devices.to_vec(),
+            max_alloc: devices
+                .iter()
+                .map(Device::max_alloc_bytes)
+                .min()
+                .unwrap_or(0),
+            stats: Stats::default(),
+            ledger: Ledger::default(),
+            reaper: Reaper::default(),
+            gates: Arc::default(),
+            free_grace: AtomicU64::new(FREE_GRACE.as_nanos() as u64),
+        })
+    }
+
+    /// How long a release waits for the driver to free the memory.
+    pub(crate) fn free_grace(&self) -> Duration {
+        Duration::from_nanos(self.free_grace.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set_free_grace(&self, grace: Duration) {
+        let nanos = u64::try_from(grace.as_nanos()).unwrap_or(u64::MAX);
+        self.free_grace.store(nanos, Ordering::Relaxed);
+    }
+}
+
+impl Drop for ContextCore {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from clCreateContext and is released once, here; every queue,
+        // buffer and program of the library holds an Arc to this struct, so none is left.
+        if let Err(e) = unsafe { ffi::release_context(self.raw) } {
+            log::error!(target: "cl_lifetime::context", "{e}");
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! The core layer: the per-context and per-queue state every higher layer shares, with
+//! no protocol in it.
+//!
+//! - [`device`]: platforms, devices and the selection rule;
+//! - [`context::ContextCore`]: one context's handle, devices, counters, ledger, reaper
+//!   and open gates;
+//! - [`queue::QueueCore`]: one queue's handle, lane and unflushed-work flag;
+//! - [`stats`]: the enqueue counters and the memory ledger;
+//! - [`reaper`]: the thread that finishes deferred releases;
+//! - [`gates`]: whether failures are possible, the failure epoch, and a context's
+//!   user events not set yet.
+
+pub(crate) mod context;
+pub(crate) mod device;
+pub(crate) mod gates;
+pub(crate) mod queue;
+pub(crate) mod reaper;
+pub(crate) mod stats;

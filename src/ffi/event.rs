@@ -1,0 +1,70 @@
+use std::ptr;
+use std::time::Duration;
+
+use opencl3::event as cl;
+
+use super::{cl_context, cl_event, cl_int, cl_uint};
+use crate::error::{Error, Result};
+
+pub(crate) use cl::CL_COMPLETE;
+
+/// `CL_EVENT_COMMAND_EXECUTION_STATUS`, or the status of the failed query.
+pub(crate) fn execution_status(raw: cl_event) -> std::result::Result<cl_int, cl_int> {
+    cl::get_event_info(raw, cl::CL_EVENT_COMMAND_EXECUTION_STATUS).map(|s| s.to_int())
+}
+
+/// `CL_EVENT_COMMAND_TYPE`.
+pub(crate) fn command_type(raw: cl_event) -> Result<cl_uint> {
+    cl::get_event_info(raw, cl::CL_EVENT_COMMAND_TYPE)
+        .map(|t| t.to_uint())
+        .map_err(|s| Error::cl("clGetEventInfo", s))
+}
+
+/// `CL_EVENT_CONTEXT`, or null when it cannot be read.
+pub(crate) fn event_context(raw: cl_event) -> cl_context {
+    cl::get_event_info(raw, cl::CL_EVENT_CONTEXT)
+        .map_or(ptr::null_mut(), |c| c.to_ptr() as cl_context)
+}
+
+/// `clReleaseEvent`.
+///
+/// # Safety
+///
+/// The caller owns one reference to `raw` (from a `clEnqueue*` call,
+/// `clCreateUserEvent` or `clRetainEvent`) and gives it up here, exactly once.
+pub(crate) unsafe fn release_event(raw: cl_event) -> Result<()> {
+    // SAFETY: as the caller vouches.
+    unsafe { cl::release_event(raw) }.map_err(|s| Error::cl("clReleaseEvent", s))
+}
+
+/// `clCreateUserEvent`: a new event with one reference, owned by the caller.
+pub(crate) fn create_user_event(context: cl_context) -> Result<cl_event> {
+    cl::create_user_event(context).map_err(|s| Error::cl("clCreateUserEvent", s))
+}
+
+/// `clSetUserEventStatus`.
+pub(crate) fn set_user_event_status(raw: cl_event, status: cl_int) -> Result<()> {
+    cl::set_user_event_status(raw, status).map_err(|s| Error::cl("clSetUserEventStatus", s))
+}
+
+/// Blocks until every event in `raws` is complete or failed. `clWaitForEvents` returns
+/// early with `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST` when one of them failed
+/// (design trap "a failed wait returns early"), so after an error each event is waited on
+/// by itself; an event whose wait errors for another reason is polled until it is
+/// terminal. An empty list returns at once, without calling `clWaitForEvents` (trap "empty
+/// wait lists").
+pub(crate) fn wait_terminal(raws: &[cl_event]) {
+    if raws.is_empty() || cl::wait_for_events(raws).is_ok() {
+        return;
+    }
+    for &raw in raws {
+        if cl::wait_for_events(&[raw]).is_ok() {
+            continue;
+        }
+        let mut pause = Duration::from_micros(50);
+        while execution_status(raw).unwrap_or(-1) > CL_COMPLETE {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+    }
+}

@@ -1,0 +1,121 @@
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+use opencl3::memory as cl;
+
+use super::{cl_context, cl_mem};
+use crate::error::{ClStatus, Error, Result};
+
+/// `clCreateBuffer` of `bytes` read-write bytes, copied from `init` when it is not null
+/// (`CL_MEM_COPY_HOST_PTR`).
+///
+/// # Safety
+///
+/// `init` is null, or points to `bytes` readable bytes (OpenCL copies them before
+/// returning).
+pub(crate) unsafe fn create_buffer(
+    context: cl_context,
+    bytes: usize,
+    init: *const c_void,
+) -> Result<cl_mem> {
+    let flags = if init.is_null() {
+        cl::CL_MEM_READ_WRITE
+    } else {
+        cl::CL_MEM_READ_WRITE | cl::CL_MEM_COPY_HOST_PTR
+    };
+    // SAFETY: as the caller vouches for `init`; `context` is a plain handle the driver
+    // checks.
+    unsafe { cl::create_buffer(context, flags, bytes, init.cast_mut()) }
+        .map_err(|s| Error::cl("clCreateBuffer", s))
+}
+
+/// `clCreateSubBuffer` of `size` bytes at `origin` of `parent`, read-write.
+///
+/// # Safety
+///
+/// `parent` is a live buffer.
+pub(crate) unsafe fn create_sub_buffer(
+    parent: cl_mem,
+    origin: usize,
+    size: usize,
+) -> Result<cl_mem> {
+    let region = opencl3::types::cl_buffer_region { origin, size };
+    // SAFETY: `parent` is live (the caller vouches); `region` outlives the call, and the
+    // driver checks it against the parent.
+    unsafe {
+        cl::create_sub_buffer(
+            parent,
+            cl::CL_MEM_READ_WRITE,
+            cl::CL_BUFFER_CREATE_TYPE_REGION,
+            ptr::from_ref(&region).cast(),
+        )
+    }
+    .map_err(|s| Error::cl("clCreateSubBuffer", s))
+}
+
+/// `clReleaseMemObject`.
+///
+/// # Safety
+///
+/// The caller owns one reference to `raw` and gives it up here, exactly once.
+pub(crate) unsafe fn release_mem(raw: cl_mem) -> Result<()> {
+    // SAFETY: as the caller vouches.
+    unsafe { cl::release_mem_object(raw) }.map_err(|s| Error::cl("clReleaseMemObject", s))
+}
+
+/// Set by the destructor callback when the driver frees the memory.
+#[derive(Default)]
+pub(crate) struct Freed {
+    done: Mutex<bool>,
+    signal: Condvar,
+}
+
+impl Freed {
+    /// Whether the callback has fired.
+    pub(crate) fn fired(&self) -> bool {
+        *self.done.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits up to `limit` for the callback; returns whether it fired.
+    pub(crate) fn wait(&self, limit: Duration) -> bool {
+        let done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+        let (done, _) = self
+            .signal
+            .wait_timeout_while(done, limit, |done| !*done)
+            .unwrap_or_else(PoisonError::into_inner);
+        *done
+    }
+}
+
+/// The destructor callback: it only signals (design trap "nothing blocking in callbacks").
+extern "C" fn on_freed(_mem: cl_mem, user: *mut c_void) {
+    // SAFETY: `user` is the `Arc<Freed>` leaked in `watch_free`, and OpenCL calls this
+    // callback exactly once, so the reference is taken back exactly once.
+    let freed = unsafe { Arc::from_raw(user.cast_const().cast::<Freed>()) };
+    *freed.done.lock().unwrap_or_else(PoisonError::into_inner) = true;
+    freed.signal.notify_all();
+}
+
+/// Registers a destructor callback on `raw` that signals the returned [`Freed`]; `None`
+/// when the driver refuses.
+///
+/// # Safety
+///
+/// `raw` is a live buffer.
+pub(crate) unsafe fn watch_free(raw: cl_mem) -> Option<Arc<Freed>> {
+    let freed = Arc::new(Freed::default());
+    let user = Arc::into_raw(freed.clone()).cast_mut().cast::<c_void>();
+    // SAFETY: `raw` is live (the caller vouches); `user` is a leaked Arc that the callback
+    // takes back.
+    match unsafe { cl::set_mem_object_destructor_callback(raw, on_freed, user) } {
+        Ok(()) => Some(freed),
+        Err(status) => {
+            // SAFETY: the callback was not registered, so it will never take `user` back.
+            drop(unsafe { Arc::from_raw(user.cast_const().cast::<Freed>()) });
+            log::debug!(target: "cl_lifetime::buffer", "no destructor callback: {}", ClStatus(status));
+            None
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! The raw layer: the only module that calls OpenCL.
+//!
+//! Each function is one OpenCL call (through `opencl3`'s thin wrappers), or a fixed short
+//! sequence of them, and returns the library's [`Error`](crate::Error) naming the call. A
+//! function is `unsafe` exactly when the call has preconditions its argument types do not
+//! carry (a live handle given up, a host pointer, a wait list of live events); its
+//! `# Safety` section lists them, and every caller's `// SAFETY:` comment says why they
+//! hold. Nothing here keeps state or decides policy: which events to wait on, when to
+//! release and what a status means are decided above.
+//!
+//! Handles stay raw (`cl_mem`, `cl_event`, ...). The layers above own them in RAII types
+//! that release them exactly once: [`crate::event::Event`], the record layer's block, and
+//! the queue, context, program and kernel cores.
+
+mod context;
+mod device;
+mod event;
+mod mem;
+mod program;
+mod queue;
+
+pub(crate) use context::*;
+pub(crate) use device::*;
+pub(crate) use event::*;
+pub(crate) use mem::*;
+pub(crate) use program::*;
+pub(crate) use queue::*;
+
+pub(crate) use opencl3::error_codes as codes;
+pub(crate) use opencl3::types::{
+    cl_command_queue, cl_context, cl_device_id, cl_event, cl_int, cl_kernel, cl_mem,
+    cl_platform_id, cl_program, cl_uint,
+};
+
+/// A wait list as `clEnqueue*` takes it: null when empty.
+fn wait_ptr(wait: &[cl_event]) -> *const cl_event {
+    if wait.is_empty() {
+        std::ptr::null()
+    } else {
+        wait.as_ptr()
+    }
+}
+
+/// A wait list's length as `clEnqueue*` takes it. Wait lists are built from a handful of
+/// buffers' records, far below `u32::MAX`.
+fn wait_len(wait: &[cl_event]) -> cl_uint {
+    cl_uint::try_from(wait.len()).unwrap_or(cl_uint::MAX)
+}

@@ -1,0 +1,155 @@
+use std::ffi::CStr;
+use std::ptr;
+
+use opencl3::kernel as clk;
+use opencl3::program as clp;
+
+use super::{cl_context, cl_device_id, cl_int, cl_kernel, cl_mem, cl_program};
+use crate::error::{ClStatus, Error, Result};
+
+pub(crate) use clk::{
+    CL_KERNEL_ARG_ADDRESS_QUALIFIER, CL_KERNEL_ARG_NAME, CL_KERNEL_ARG_TYPE_NAME,
+};
+
+/// `clCreateProgramWithSource`: a new program with one reference, owned by the caller.
+pub(crate) fn create_program(context: cl_context, source: &str) -> Result<cl_program> {
+    clp::create_program_with_source(context, &[source])
+        .map_err(|s| Error::cl("clCreateProgramWithSource", s))
+}
+
+/// `clBuildProgram` for `devices`, or the failed build's status.
+pub(crate) fn build_program(
+    program: cl_program,
+    devices: &[cl_device_id],
+    options: &CStr,
+) -> std::result::Result<(), cl_int> {
+    clp::build_program(program, devices, options, None, ptr::null_mut())
+}
+
+/// Whether `program` built for `device` (`CL_PROGRAM_BUILD_STATUS`).
+pub(crate) fn built_for(program: cl_program, device: cl_device_id) -> bool {
+    clp::get_program_build_info(program, device, clp::CL_PROGRAM_BUILD_STATUS)
+        .is_ok_and(|s| s.to_int() == clp::CL_BUILD_SUCCESS)
+}
+
+/// The build log of `program` for `device`, or why there is none.
+pub(crate) fn build_log(program: cl_program, device: cl_device_id) -> String {
+    clp::get_program_build_info(program, device, clp::CL_PROGRAM_BUILD_LOG)
+        .map(|v| String::from(v).trim_end_matches('\0').to_string())
+        .unwrap_or_else(|s| format!("(no build log: {})", ClStatus(s)))
+}
+
+/// `CL_PROGRAM_KERNEL_NAMES`, split.
+pub(crate) fn kernel_names(program: cl_program) -> Result<Vec<String>> {
+    let names = clp::get_program_info(program, clp::CL_PROGRAM_KERNEL_NAMES)
+        .map_err(|s| Error::cl("clGetProgramInfo", s))?;
+    Ok(String::from(names)
+        .trim_end_matches('\0')
+        .split(';')
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
+/// `clReleaseProgram`.
+///
+/// # Safety
+///
+/// The caller owns one reference to `raw` and gives it up here, exactly once.
+pub(crate) unsafe fn release_program(raw: cl_program) -> Result<()> {
+    // SAFETY: as the caller vouches.
+    unsafe { clp::release_program(raw) }.map_err(|s| Error::cl("clReleaseProgram", s))
+}
+
+/// `clCreateKernel`, or the status of the failure (`CL_INVALID_KERNEL_NAME` for a name
+/// the program lacks).
+pub(crate) fn create_kernel(
+    program: cl_program,
+    name: &CStr,
+) -> std::result::Result<cl_kernel, cl_int> {
+    clk::create_kernel(program, name)
+}
+
+/// `CL_KERNEL_NUM_ARGS`.
+pub(crate) fn kernel_num_args(kernel: cl_kernel) -> Result<usize> {
+    clk::get_kernel_info(kernel, clk::CL_KERNEL_NUM_ARGS)
+        .map(|n| n.to_uint() as usize)
+        .map_err(|s| Error::cl("clGetKernelInfo", s))
+}
+
+/// A `cl_uint` of `clGetKernelArgInfo` for argument `index`.
+pub(crate) fn kernel_arg_uint(
+    kernel: cl_kernel,
+    index: u32,
+    what: u32,
+) -> std::result::Result<u32, cl_int> {
+    clk::get_kernel_arg_info(kernel, index, what).map(|v| v.to_uint())
+}
+
+/// A string of `clGetKernelArgInfo` for argument `index`.
+pub(crate) fn kernel_arg_string(
+    kernel: cl_kernel,
+    index: u32,
+    what: u32,
+) -> std::result::Result<String, cl_int> {
+    clk::get_kernel_arg_info(kernel, index, what)
+        .map(|v| String::from(v).trim_end_matches('\0').to_string())
+}
+
+/// `clSetKernelArg` of a buffer (or NULL) for argument `index`.
+///
+/// # Safety
+///
+/// `kernel` is live and no other thread sets its arguments or enqueues it meanwhile;
+/// `mem` is null or a live buffer.
+pub(crate) unsafe fn set_arg_mem(
+    kernel: cl_kernel,
+    index: u32,
+    mem: cl_mem,
+) -> std::result::Result<(), cl_int> {
+    let value = if mem.is_null() {
+        ptr::null()
+    } else {
+        ptr::from_ref(&mem).cast()
+    };
+    // SAFETY: as the caller vouches; OpenCL copies the handle value before returning.
+    unsafe { clk::set_kernel_arg(kernel, index, size_of::<cl_mem>(), value) }
+}
+
+/// `clSetKernelArg` of a value passed by copy.
+///
+/// # Safety
+///
+/// As [`set_arg_mem`] for `kernel`.
+pub(crate) unsafe fn set_arg_bytes(
+    kernel: cl_kernel,
+    index: u32,
+    bytes: &[u8],
+) -> std::result::Result<(), cl_int> {
+    // SAFETY: as the caller vouches; `bytes` is readable for its length and copied.
+    unsafe { clk::set_kernel_arg(kernel, index, bytes.len(), bytes.as_ptr().cast()) }
+}
+
+/// `clSetKernelArg` declaring `size` bytes of local memory.
+///
+/// # Safety
+///
+/// As [`set_arg_mem`] for `kernel`.
+pub(crate) unsafe fn set_arg_local(
+    kernel: cl_kernel,
+    index: u32,
+    size: usize,
+) -> std::result::Result<(), cl_int> {
+    // SAFETY: as the caller vouches; a NULL value with a size declares local memory.
+    unsafe { clk::set_kernel_arg(kernel, index, size, ptr::null()) }
+}
+
+/// `clReleaseKernel`.
+///
+/// # Safety
+///
+/// The caller owns one reference to `raw` and gives it up here, exactly once.
+pub(crate) unsafe fn release_kernel(raw: cl_kernel) -> Result<()> {
+    // SAFETY: as the caller vouches.
+    unsafe { clk::release_kernel(raw) }.map_err(|s| Error::cl("clReleaseKernel", s))
+}

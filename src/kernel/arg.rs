@@ -1,0 +1,84 @@
+//! Launch arguments.
+
+use std::fmt;
+use std::ptr;
+
+use crate::launch::Given;
+use crate::pod::Pod;
+use crate::record::block::Block;
+use crate::record::submit::Touch;
+use crate::tracker::Access;
+
+/// Largest scalar argument, in bytes (a `double16` is 128).
+pub(crate) const MAX_SCALAR: usize = 128;
+
+pub(crate) enum ArgKind<'a> {
+    Buffer(&'a Block, Access),
+    Scalar { bytes: [u8; MAX_SCALAR], len: usize },
+    Local(usize),
+}
+
+/// One kernel argument, naming how the kernel uses it.
+pub struct Arg<'a>(pub(crate) ArgKind<'a>);
+
+impl fmt::Debug for Arg<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            ArgKind::Buffer(block, access) => write!(f, "Arg::{access:?}(buffer {})", block.id),
+            ArgKind::Scalar { len, .. } => write!(f, "Arg::scalar({len} bytes)"),
+            ArgKind::Local(size) => write!(f, "Arg::local({size} bytes)"),
+        }
+    }
+}
+
+impl<'a> Arg<'a> {
+    /// A value passed by copy, such as a `u32` length or a `[f32; 4]`.
+    pub fn scalar<T: Pod>(value: T) -> Arg<'a> {
+        const {
+            assert!(
+                size_of::<T>() <= MAX_SCALAR,
+                "scalar arguments are at most 128 bytes"
+            )
+        };
+        let mut bytes = [0u8; MAX_SCALAR];
+        // SAFETY: `T: Pod` is plain data of `size_of::<T>()` bytes, which fit in `bytes`
+        // (checked above); the regions do not overlap.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                ptr::from_ref(&value).cast::<u8>(),
+                bytes.as_mut_ptr(),
+                size_of::<T>(),
+            );
+        }
+        Arg(ArgKind::Scalar {
+            bytes,
+            len: size_of::<T>(),
+        })
+    }
+
+    /// Local memory for `len` elements of `T` per work group.
+    pub fn local<T: Pod>(len: usize) -> Arg<'a> {
+        Arg(ArgKind::Local(len.saturating_mul(size_of::<T>())))
+    }
+
+    /// What the launch checks see ([`crate::launch`]).
+    pub(crate) fn given(&self) -> Given {
+        match self.0 {
+            ArgKind::Buffer(..) => Given::Buffer,
+            ArgKind::Scalar { len, .. } => Given::Scalar(len),
+            ArgKind::Local(size) => Given::Local(size),
+        }
+    }
+
+    /// A block the kernel uses with `access`.
+    pub(crate) fn block(block: &'a Block, access: Access) -> Arg<'a> {
+        Arg(ArgKind::Buffer(block, access))
+    }
+
+    pub(crate) fn touch(&self) -> Option<Touch<'a>> {
+        match self.0 {
+            ArgKind::Buffer(block, access) => Some(Touch::kernel_arg(block, access)),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! Where `.cl` files are found, and which build options are refused: no OpenCL here.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// The environment variable naming extra kernel folders.
+pub const KERNELS_VAR: &str = "CL_LIFETIME_KERNELS";
+
+/// The *kernel lookup* rule: where `name` is looked for, in order, as absolute paths: the working directory
+/// `cwd`, the value of `CL_LIFETIME_KERNELS` and the executable's path are given.
+pub(crate) fn search_paths(
+    name: &str,
+    cwd: &Path,
+    kernels_var: Option<&std::ffi::OsStr>,
+    exe: Option<&Path>,
+) -> Vec<PathBuf> {
+    let mut names = vec![PathBuf::from(name)];
+    if Path::new(name).extension().is_none() {
+        names.push(PathBuf::from(format!("{name}.cl")));
+    }
+    let mut dirs: Vec<PathBuf> = vec![cwd.to_path_buf()];
+    if !Path::new(name).is_absolute() {
+        if let Some(list) = kernels_var {
+            dirs.extend(
+                std::env::split_paths(list)
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .map(|d| cwd.join(d)),
+            );
+        }
+        dirs.push(cwd.join("kernels"));
+        if let Some(dir) = exe.and_then(Path::parent) {
+            dirs.push(dir.to_path_buf());
+            dirs.push(dir.join("kernels"));
+        }
+    }
+    let mut paths = Vec::new();
+    for dir in &dirs {
+        for n in &names {
+            let path = dir.join(n);
+            if !paths.contains(&path) {
+                paths.push(path);
+            }
+        }
+    }
+    paths
+}
+
+/// The *kernel lookup* rule: the first of [`search_paths`] that is a file.
+pub(crate) fn find_file(name: &str) -> Result<PathBuf> {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let exe = std::env::current_exe().ok();
+    let kernels_var = std::env::var_os(KERNELS_VAR);
+    let searched = search_paths(name, &cwd, kernels_var.as_deref(), exe.as_deref());
+    match searched.iter().find(|p| p.is_file()) {
+        Some(found) => Ok(found.canonicalize().unwrap_or_else(|_| found.clone())),
+        None => Err(Error::KernelFileNotFound {
+            name: name.to_string(),
+            searched,
+            cwd,
+        }),
+    }
+}
+
+/// The *checked options* rule: options that must not reach the driver.
+pub(crate) fn check_options(options: &str) -> Result<()> {
+    let refuse = |reason: &str| Error::BuildOptions {
+        options: options.to_string(),
+        reason: reason.to_string(),
+    };
+    if options.contains('\0') {
+        return Err(refuse("the options contain a NUL byte"));
+    }
+    let words: Vec<&str> = options.split_whitespace().collect();
+    for (at, word) in words.iter().enumerate() {
+        if matches!(*word, "-D" | "-I")
+            && words.get(at + 1).is_none_or(|next| next.starts_with('-'))
+        {
+            return Err(refuse(&format!("`{word}` is not followed by its value")));
+        }
+    }
+    Ok(())
+}

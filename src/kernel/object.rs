@@ -1,0 +1,272 @@
+//! Kernel objects: argument checks, the argument cache, and the enqueue under one lock.
+
+use std::fmt;
+use std::ptr;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use super::arg::{Arg, ArgKind, MAX_SCALAR};
+use super::program::ProgramInner;
+use crate::core::context::ContextCore;
+use crate::error::{ClStatus, Error, Result};
+use crate::ffi::{self, cl_command_queue, cl_event, cl_kernel};
+use crate::launch::{self, Limits, Param};
+use crate::record::hooks::ArgHolder;
+
+/// The launch checks' *declared kinds* rule ([`crate::launch`]): what the kernel declares for each of its `count` parameters, or `None`
+/// where the driver gives no argument information (the *no argument information* rule).
+fn params(raw: cl_kernel, count: usize, address_bits: u32) -> Option<Box<[Param]>> {
+    let one = |index: u32| -> std::result::Result<Param, i32> {
+        let address = ffi::kernel_arg_uint(raw, index, ffi::CL_KERNEL_ARG_ADDRESS_QUALIFIER)?;
+        let type_name = ffi::kernel_arg_string(raw, index, ffi::CL_KERNEL_ARG_TYPE_NAME)?;
+        let name = ffi::kernel_arg_string(raw, index, ffi::CL_KERNEL_ARG_NAME).unwrap_or_default();
+        Ok(Param::new(address, &type_name, &name, address_bits))
+    };
+    match (0..count as u32).map(one).collect() {
+        Ok(params) => Some(params),
+        Err(status) => {
+            log::debug!(target: "cl_lifetime::program", "no kernel argument information: {}", ClStatus(status));
+            None
+        }
+    }
+}
+
+/// What one argument of a kernel object holds now (the *arguments set once* rule).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Bound {
+    /// Never set, or its last set failed.
+    Unknown,
+    /// A NULL buffer.
+    Null,
+    /// The block with this ID (unique for the process).
+    Mem(u64),
+    /// These bytes.
+    Scalar { bytes: [u8; MAX_SCALAR], len: usize },
+    /// Local memory of this size.
+    Local(usize),
+}
+
+struct KernelState {
+    raw: cl_kernel,
+    /// The *arguments set once* rule: one entry per argument.
+    bound: Vec<Bound>,
+}
+
+pub(crate) struct KernelInner {
+    /// The *one lock per kernel* rule: covers setting arguments and enqueueing.
+    state: Mutex<KernelState>,
+    name: String,
+    num_args: usize,
+    /// What each parameter declares (`None`: no argument information).
+    params: Option<Box<[Param]>>,
+    program: Arc<ProgramInner>,
+}
+
+// SAFETY: every use of the cl_kernel goes through the Mutex, which makes clSetKernelArg
+// plus enqueue one critical section (the *one lock per kernel* rule; OpenCL 3.0 appendix A.2 names
+// clSetKernelArg as the one call that is not thread-safe on a shared kernel).
+unsafe impl Send for KernelInner {}
+// SAFETY: as above.
+unsafe impl Sync for KernelInner {}
+
+impl KernelInner {
+    fn state_mut(&mut self) -> &mut KernelState {
+        self.state.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl ArgHolder for KernelInner {
+    /// The *unbind at release* rule: resets every argument that holds block `mem_id` to
+    /// NULL. Called by the block's release, before `clReleaseMemObject`.
+    fn unbind(&self, mem_id: u64) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let raw = state.raw;
+        for (index, bound) in state.bound.iter_mut().enumerate() {
+            if *bound == Bound::Mem(mem_id) {
+                // SAFETY: a NULL value is allowed for a buffer argument (OpenCL 3.0,
+                // clSetKernelArg); the kernel lock is held.
+                let reset = unsafe { ffi::set_arg_mem(raw, index as u32, ptr::null_mut()) };
+                *bound = match reset {
+                    Ok(()) => Bound::Null,
+                    Err(status) => {
+                        log::debug!(target: "cl_lifetime::program", "resetting argument {index} of {}: {}", self.name, ClStatus(status));
+                        Bound::Unknown
+                    }
+                };
+            }
+        }
+    }
+}
+
+impl Drop for KernelInner {
+    fn drop(&mut self) {
+        let raw = self.state_mut().raw;
+        // SAFETY: `raw` came from clCreateKernel and is released once, here.
+        if let Err(e) = unsafe { ffi::release_kernel(raw) } {
+            log::error!(target: "cl_lifetime::program", "{e}");
+        }
+    }
+}
+
+/// A kernel of a built program. Cheap to clone; clones share one `cl_kernel` and its lock.
+#[derive(Clone)]
+pub struct Kernel {
+    inner: Arc<KernelInner>,
+}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernel")
+            .field("name", &self.inner.name)
+            .field("num_args", &self.inner.num_args)
+            .finish()
+    }
+}
+
+impl Kernel {
+    /// Takes ownership of `raw`, the kernel `name` of `program`.
+    pub(crate) fn adopt(raw: cl_kernel, name: &str, program: &Arc<ProgramInner>) -> Result<Kernel> {
+        let mut kernel = KernelInner {
+            state: Mutex::new(KernelState {
+                raw,
+                bound: Vec::new(),
+            }),
+            name: name.to_string(),
+            num_args: 0,
+            params: None,
+            program: program.clone(),
+        };
+        // `kernel` owns `raw` from here on, so an error below releases it.
+        kernel.num_args = ffi::kernel_num_args(raw)?;
+        kernel.state_mut().bound = vec![Bound::Unknown; kernel.num_args];
+        kernel.params = params(raw, kernel.num_args, program.address_bits);
+        Ok(Kernel {
+            inner: Arc::new(kernel),
+        })
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// How many arguments it declares.
+    pub fn num_args(&self) -> usize {
+        self.inner.num_args
+    }
+
+    /// The launch checks ([`crate::launch`]) against the queue's device `limits`.
+    pub(crate) fn check_launch(
+        &self,
+        ctx: &ContextCore,
+        limits: &Limits,
+        global: &[usize],
+        local: Option<&[usize]>,
+        args: &[Arg<'_>],
+    ) -> Result<()> {
+        if self.inner.program.ctx_id != ctx.id {
+            return Err(Error::ContextMismatch);
+        }
+        if args.len() != self.inner.num_args {
+            return Err(Error::ArgCount {
+                kernel: self.inner.name.clone(),
+                expected: self.inner.num_args,
+                given: args.len(),
+            });
+        }
+        launch::check_work(global, local, limits)?;
+        launch::check_args(
+            &self.inner.name,
+            self.inner.params.as_deref(),
+            args.iter().map(Arg::given),
+            limits,
+        )
+    }
+
+    /// The *one lock per kernel* and *arguments set once* rules: sets the arguments that
+    /// changed and enqueues, under the kernel's lock.
+    pub(crate) fn enqueue(
+        &self,
+        queue: cl_command_queue,
+        global: &[usize],
+        local: Option<&[usize]>,
+        args: &[Arg<'_>],
+        wait: &[cl_event],
+    ) -> Result<cl_event> {
+        let mut state = self
+            .inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.set_args(&mut state, args)?;
+        // SAFETY: `queue` is live (the caller's), the kernel is live (owned here), its
+        // arguments are all set to live objects of the declared kinds (`check_launch`,
+        // then `set_args` under this lock), `global` and `local` have the same dimensions
+        // (`check_launch`), and the wait list holds live events (retained by the records
+        // and dependencies the caller holds locked).
+        unsafe { ffi::enqueue_kernel(queue, state.raw, global, local, wait) }.map_err(|status| {
+            match status {
+                ffi::codes::CL_INVALID_WORK_GROUP_SIZE
+                | ffi::codes::CL_INVALID_WORK_ITEM_SIZE
+                | ffi::codes::CL_INVALID_GLOBAL_WORK_SIZE
+                | ffi::codes::CL_INVALID_GLOBAL_OFFSET => Error::WorkSize {
+                    global: global.to_vec(),
+                    local: local.map(<[usize]>::to_vec),
+                    reason: "the driver refused it (an OpenCL 1.x device needs each global \
+                         dimension to be a multiple of the local one)"
+                        .to_string(),
+                    status: Some(ClStatus(status)),
+                },
+                _ => Error::cl("clEnqueueNDRangeKernel", status),
+            }
+        })
+    }
+
+    /// The *arguments set once* rule: sets each argument whose value differs from what the
+    /// kernel holds.
+    fn set_args(&self, state: &mut KernelState, args: &[Arg<'_>]) -> Result<()> {
+        let raw = state.raw;
+        for ((index, arg), bound) in args.iter().enumerate().zip(state.bound.iter_mut()) {
+            let wanted = match &arg.0 {
+                ArgKind::Buffer(block, _) => Bound::Mem(block.id),
+                ArgKind::Scalar { bytes, len } => Bound::Scalar {
+                    bytes: *bytes,
+                    len: *len,
+                },
+                ArgKind::Local(size) => Bound::Local(*size),
+            };
+            if *bound == wanted {
+                continue;
+            }
+            let set = match &arg.0 {
+                // SAFETY: the kernel lock is held; `block` is a live buffer (borrowed for
+                // the launch).
+                ArgKind::Buffer(block, _) => unsafe {
+                    ffi::set_arg_mem(raw, index as u32, block.raw())
+                },
+                // SAFETY: the kernel lock is held; `bytes` holds `len` initialized bytes.
+                ArgKind::Scalar { bytes, len } => unsafe {
+                    ffi::set_arg_bytes(raw, index as u32, &bytes[..*len])
+                },
+                // SAFETY: the kernel lock is held.
+                ArgKind::Local(size) => unsafe { ffi::set_arg_local(raw, index as u32, *size) },
+            };
+            if let Err(status) = set {
+                *bound = Bound::Unknown;
+                return Err(Error::KernelArg {
+                    kernel: self.inner.name.clone(),
+                    index,
+                    declared: launch::declared(self.inner.params.as_deref(), index),
+                    given: arg.given().to_string(),
+                    reason: "the driver refused it".to_string(),
+                    status: Some(ClStatus(status)),
+                });
+            }
+            if let ArgKind::Buffer(block, _) = &arg.0 {
+                let holder: Weak<dyn ArgHolder> = Arc::downgrade(&self.inner) as Weak<KernelInner>;
+                block.bound_to(holder);
+            }
+            *bound = wanted;
+        }
+        Ok(())
+    }
+}

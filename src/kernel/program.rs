@@ -1,0 +1,135 @@
+//! Built programs and the kernels they contain.
+
+use std::ffi::CString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::files::check_options;
+use super::object::Kernel;
+use crate::core::context::ContextCore;
+use crate::error::{ClStatus, Error, Result};
+use crate::ffi::{self, cl_program};
+
+/// The *argument checks* rule: what every build adds to the user's options.
+const ARG_INFO: &str = "-cl-kernel-arg-info";
+
+pub(crate) struct ProgramInner {
+    pub(super) raw: cl_program,
+    pub(super) ctx_id: u64,
+    pub(super) file: PathBuf,
+    /// The first device's `CL_DEVICE_ADDRESS_BITS` (the size of `size_t` parameters).
+    pub(super) address_bits: u32,
+}
+
+// SAFETY: a cl_program may be used from any thread (OpenCL 3.0 appendix A.2: every call is
+// thread-safe except clSetKernelArg); the struct is immutable.
+unsafe impl Send for ProgramInner {}
+// SAFETY: as above.
+unsafe impl Sync for ProgramInner {}
+
+impl Drop for ProgramInner {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from clCreateProgramWithSource and is released once, here;
+        // kernels made from it hold an Arc to this struct.
+        if let Err(e) = unsafe { ffi::release_program(self.raw) } {
+            log::error!(target: "cl_lifetime::program", "{e}");
+        }
+    }
+}
+
+impl ProgramInner {
+    /// The *checked options* and *argument checks* rules: builds `source`, named `file`,
+    /// for the context's devices.
+    pub(crate) fn build(
+        ctx: &ContextCore,
+        file: &Path,
+        source: &str,
+        options: &str,
+    ) -> Result<Arc<ProgramInner>> {
+        check_options(options)?;
+        let given = options;
+        let options = &format!("{options} {ARG_INFO}");
+        // Owned from here on, so a failed build releases it.
+        let program = ProgramInner {
+            raw: ffi::create_program(ctx.raw, source)?,
+            ctx_id: ctx.id,
+            file: file.to_path_buf(),
+            address_bits: ctx.device.limits.address_bits,
+        };
+        // `check_options` refused a NUL byte.
+        let c_options = CString::new(options.as_str()).unwrap_or_default();
+        let ids: Vec<_> = ctx.devices.iter().map(|d| d.id).collect();
+        let built = ffi::build_program(program.raw, &ids, &c_options);
+        log::debug!(target: "cl_lifetime::program", "built {} ({options}) for {:?}: {built:?}", file.display(), ctx.devices);
+        if let Err(status) = built {
+            // Report the first device whose build failed, with its full log.
+            let failed = ctx
+                .devices
+                .iter()
+                .find(|d| !ffi::built_for(program.raw, d.id))
+                .unwrap_or(&ctx.device);
+            return Err(Error::Build {
+                file: file.to_path_buf(),
+                device: failed.to_string(),
+                options: given.to_string(),
+                status: ClStatus(status),
+                log: ffi::build_log(program.raw, failed.id),
+            });
+        }
+        Ok(Arc::new(program))
+    }
+}
+
+/// A built program.
+#[derive(Clone)]
+pub struct Program {
+    inner: Arc<ProgramInner>,
+}
+
+impl fmt::Debug for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Program")
+            .field("file", &self.inner.file)
+            .finish()
+    }
+}
+
+impl Program {
+    pub(crate) fn from_inner(inner: Arc<ProgramInner>) -> Program {
+        Program { inner }
+    }
+
+    /// The file it was built from.
+    pub fn file(&self) -> &Path {
+        &self.inner.file
+    }
+
+    /// The names of its kernels.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`](crate::Error::Cl) when the program cannot be queried.
+    pub fn kernel_names(&self) -> Result<Vec<String>> {
+        ffi::kernel_names(self.inner.raw)
+    }
+
+    /// A new kernel object for the kernel `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownKernel`](crate::Error::UnknownKernel) listing the kernels the program has.
+    pub fn kernel(&self, name: &str) -> Result<Kernel> {
+        let unknown = || Error::UnknownKernel {
+            name: name.to_string(),
+            file: self.inner.file.clone(),
+            available: self.kernel_names().unwrap_or_default(),
+        };
+        let c_name = CString::new(name).map_err(|_| unknown())?;
+        match ffi::create_kernel(self.inner.raw, &c_name) {
+            Ok(raw) => Kernel::adopt(raw, name, &self.inner),
+            Err(ffi::codes::CL_INVALID_KERNEL_NAME) => Err(unknown()),
+            Err(s) => Err(Error::cl("clCreateKernel", s)),
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! A block: one `cl_mem`, its record, its place in the ledger and its home.
+
+use std::any::Any;
+use std::ffi::c_void;
+use std::panic::Location;
+use std::ptr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use super::history::Record;
+use super::hooks::{ArgHolder, Owner};
+use crate::core::context::ContextCore;
+use crate::core::stats::Bucket;
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::ffi::{self, Freed, cl_mem};
+use crate::tracker::Lane;
+use crate::util::next_id;
+
+/// One device allocation and everything the library knows about it. A `ClBuffer` is a
+/// typed handle to one; a pool keeps unused ones. Its drop releases it (the *release*
+/// rules of [`crate::record`]).
+pub(crate) struct Block {
+    pub(super) raw: cl_mem,
+    pub(crate) id: u64,
+    pub(super) bytes: usize,
+    pub(crate) ctx: Arc<ContextCore>,
+    pub(super) record: Mutex<Record>,
+    pub(super) allocated_at: &'static Location<'static>,
+    pub(super) freed: Option<Arc<Freed>>,
+    /// Where the ledger counts its bytes.
+    pub(super) bucket: Bucket,
+    /// Where the block goes at its release instead of back to the driver.
+    pub(super) home: Option<Home>,
+    /// Kernels that may hold this block as an argument, reset at the release (the
+    /// *unbind at release* rule of [`crate::kernel`]).
+    kernels: Mutex<Vec<Weak<dyn ArgHolder>>>,
+}
+
+/// The owner a block returns to, or keeps alive.
+pub(crate) enum Home {
+    /// Taken back at release, with its record.
+    Owner(Arc<dyn Owner>),
+    /// Kept alive until the block's release is done (an arena, for its sub-buffers):
+    /// never read, only held.
+    KeepAlive(#[allow(dead_code)] Arc<dyn Any + Send + Sync>),
+}
+
+// SAFETY: a cl_mem may be used from any thread (OpenCL 3.0 appendix A.2: every call is
+// thread-safe except clSetKernelArg); the record and the kernel list are behind Mutexes.
+unsafe impl Send for Block {}
+// SAFETY: as above.
+unsafe impl Sync for Block {}
+
+impl Block {
+    /// The size check every allocation makes: `len` elements of `T`, at least one byte,
+    /// within `CL_DEVICE_MAX_MEM_ALLOC_SIZE` of every device.
+    pub(crate) fn check_size<T>(ctx: &ContextCore, len: usize) -> Result<usize> {
+        if len == 0 || size_of::<T>() == 0 {
+            return Err(Error::ZeroLength);
+        }
+        let max = ctx.max_alloc;
+        len.checked_mul(size_of::<T>())
+            .filter(|&b| b as u64 <= max)
+            .ok_or(Error::TooLarge {
+                bytes: (len as u64).saturating_mul(size_of::<T>() as u64),
+                max,
+            })
+    }
+
+    /// A new block of `bytes` from the driver, copied from `init` when it is not null,
+    /// handed out at `site`: the one place the library creates buffers.
+    ///
+    /// # Safety
+    ///
+    /// `init` is null or points to `bytes` readable bytes.
+    pub(crate) unsafe fn create(
+        ctx: &Arc<ContextCore>,
+        bytes: usize,
+        init: *const c_void,
+        site: &'static Location<'static>,
+    ) -> Result<Block> {
+        // SAFETY: as the caller vouches.
+        let raw = unsafe { ffi::create_buffer(ctx.raw, bytes, init) }?;
+        Ok(Block::adopt(ctx, raw, bytes, site, Bucket::Live))
+    }
+
+    /// A sub-buffer of `bytes` at `origin` of `parent`, handed out at `site`. Its bytes are
+    /// the parent's, counted there (bucket `Freed`).
+    pub(crate) fn carve(
+        parent: &Block,
+        origin: usize,
+        bytes: usize,
+        site: &'static Location<'static>,
+    ) -> Result<Block> {
+        // SAFETY: `parent` is live while borrowed; the driver checks the region.
+        let raw = unsafe { ffi::create_sub_buffer(parent.raw, origin, bytes) }?;
+        Ok(Block::adopt(&parent.ctx, raw, bytes, site, Bucket::Freed))
+    }
+
+    /// Takes ownership of `raw` (one reference) as a block of `bytes` handed out at
+    /// `site`, counted in `bucket` (`Live` for a new allocation).
+    fn adopt(
+        ctx: &Arc<ContextCore>,
+        raw: cl_mem,
+        bytes: usize,
+        site: &'static Location<'static>,
+        bucket: Bucket,
+    ) -> Block {
+        let mut block = Block {
+            raw,
+            id: next_id(),
+            bytes,
+            ctx: ctx.clone(),
+            record: Mutex::default(),
+            allocated_at: site,
+            // SAFETY: `raw` was just created and is owned here.
+            freed: unsafe { ffi::watch_free(raw) },
+            bucket: Bucket::Freed,
+            home: None,
+            kernels: Mutex::default(),
+        };
+        if bucket == Bucket::Live {
+            log::debug!(target: "cl_lifetime::buffer", "allocated {bytes} bytes at {site}");
+            block.move_to(Bucket::Live);
+            ctx.ledger.handed_out(block.id, bytes as u64, site, true);
+        }
+        block
+    }
+
+    /// Moves the block's bytes to `to` in the ledger: the one place a block's bytes change
+    /// buckets.
+    pub(crate) fn move_to(&mut self, to: Bucket) {
+        self.ctx.ledger.shift(self.bytes as u64, self.bucket, to);
+        self.bucket = to;
+    }
+
+    /// The program no longer holds the block: it leaves the leak report.
+    pub(crate) fn given_back(&self) {
+        if self.bucket == Bucket::Live {
+            self.ctx.ledger.given_back(self.id);
+        }
+    }
+
+    /// Moves the block out, leaving a hollow `Block` whose drop does nothing.
+    pub(crate) fn take_block(&mut self) -> Block {
+        Block {
+            raw: std::mem::replace(&mut self.raw, ptr::null_mut()),
+            id: self.id,
+            bytes: self.bytes,
+            ctx: self.ctx.clone(),
+            record: Mutex::new(std::mem::take(
+                self.record
+                    .get_mut()
+                    .unwrap_or_else(PoisonError::into_inner),
+            )),
+            allocated_at: self.allocated_at,
+            freed: self.freed.take(),
+            bucket: std::mem::replace(&mut self.bucket, Bucket::Freed),
+            home: None,
+            kernels: Mutex::new(std::mem::take(
+                self.kernels
+                    .get_mut()
+                    .unwrap_or_else(PoisonError::into_inner),
+            )),
+        }
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub(crate) fn raw(&self) -> cl_mem {
+        self.raw
+    }
+
+    /// Hands a kept block out again, at `site`: it goes back to the live bytes and the
+    /// failures of its earlier owner are forgotten, so none reaches the new owner's
+    /// report.
+    pub(crate) fn hand_out_again(&mut self, site: &'static Location<'static>) {
+        self.allocated_at = site;
+        self.move_to(Bucket::Live);
+        self.ctx
+            .ledger
+            .handed_out(self.id, self.bytes as u64, site, false);
+        self.record
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .forget_failures();
+    }
+
+    pub(crate) fn set_home(&mut self, home: Home) {
+        self.home = Some(home);
+    }
+
+    /// Takes the block's owner, if it has one (a pool).
+    pub(super) fn take_owner(&mut self) -> Option<Arc<dyn Owner>> {
+        match self.home.take() {
+            Some(Home::Owner(owner)) => Some(owner),
+            other => {
+                self.home = other;
+                None
+            }
+        }
+    }
+
+    /// Whether a command on `lane` could use this block with no wait (the pool's
+    /// *stream-ordered reuse* rule): see [`Record::free_for`].
+    pub(crate) fn free_for(&mut self, lane: Lane) -> bool {
+        self.record
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .free_for(lane)
+    }
+
+    /// Notes that `kernel` now holds this block as an argument.
+    pub(crate) fn bound_to(&self, kernel: Weak<dyn ArgHolder>) {
+        let mut kernels = self.kernels.lock().unwrap_or_else(PoisonError::into_inner);
+        if !kernels.iter().any(|k| k.ptr_eq(&kernel)) {
+            kernels.retain(|k| k.strong_count() > 0);
+            kernels.push(kernel);
+        }
+    }
+
+    /// The *unbind at release* rule: no kernel object keeps this block alive once it is
+    /// released.
+    pub(super) fn unbind_kernels(&mut self) {
+        let kernels = std::mem::take(
+            self.kernels
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for kernel in kernels.iter().filter_map(Weak::upgrade) {
+            kernel.unbind(self.id);
+        }
+    }
+
+    /// Locks the record (see the lock order in [`crate::record`]).
+    pub(crate) fn lock_record(&self) -> MutexGuard<'_, Record> {
+        self.record.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many events the record holds.
+    pub(crate) fn record_len(&self) -> usize {
+        self.lock_record().events().len()
+    }
+
+    /// Keeps `payload` (host memory a command uses) until `event` has ended (the *lent
+    /// host memory* rule).
+    pub(crate) fn keep_alive(&self, event: Event, payload: Box<dyn Any + Send>) {
+        self.lock_record().keep_alive(event, payload);
+    }
+}

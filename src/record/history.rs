@@ -1,0 +1,254 @@
+//! The record of one buffer: its event set, with what the tracker does not know (the
+//! failures seen, the taint after a failure, the mappings alive, the last write, lent
+//! host memory).
+
+use std::any::Any;
+
+use super::failure::{self, FailedCommand};
+use crate::core::gates;
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::status::Status;
+use crate::tracker::{Access, Entry, EventSet, Lane, State};
+
+/// How a command changes a buffer's mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MapStep {
+    /// An ordinary command: refused while a mapping conflicts with its access.
+    None,
+    /// Maps the buffer for host access of this kind.
+    Map(Access),
+    /// Ends a mapping of this kind.
+    Unmap(Access),
+}
+
+/// Host mappings of a buffer that are alive.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Mapped {
+    #[default]
+    No,
+    /// This many read-only mappings.
+    Reading(usize),
+    /// One writable mapping.
+    Writing,
+}
+
+/// Everything recorded about a buffer's commands.
+#[derive(Default)]
+pub(crate) struct Record {
+    events: EventSet<Event>,
+    /// Tracker rule 5: a recorded command failed while superseded ones may still run, so
+    /// wait lists leave nothing out until the shadow has drained.
+    tainted: bool,
+    /// The failure epoch this record last looked at.
+    seen_failures: u64,
+    mapped: Mapped,
+    failed: Vec<FailedCommand>,
+    /// A recorded command was seen to fail (tracker rule 5 then trusts no cover until the
+    /// shadow has drained).
+    saw_failure: bool,
+    /// The newest command that wrote the buffer, kept after it ends: a command that reads
+    /// the buffer after it failed reads data that was never written (rule 6).
+    last_write: Option<Event>,
+    /// Host memory that in-flight commands use (rule 3), with the event that ends the use.
+    host: Vec<(Event, Box<dyn Any + Send>)>,
+}
+
+impl Record {
+    pub(crate) fn events(&self) -> &EventSet<Event> {
+        &self.events
+    }
+
+    /// Tracker rule 5: whether wait lists must leave nothing out. Looks for failed events
+    /// only when a failure has happened somewhere since the last look and superseded
+    /// commands may still run.
+    pub(crate) fn after_failure(&mut self) -> bool {
+        let epoch = gates::failure_epoch();
+        if self.seen_failures != epoch {
+            self.seen_failures = epoch;
+            if self.events.shadow_len() != 0
+                && self
+                    .events
+                    .entries()
+                    .iter()
+                    .any(|e| matches!(e.event.status(), Ok(Status::Failed(_))))
+            {
+                self.tainted = true;
+            }
+        }
+        self.tainted
+    }
+
+    /// A device command may not write memory the host has mapped, nor read memory the
+    /// host may be writing; two writable mappings may not alias.
+    pub(crate) fn check_map(&self, access: Access, step: MapStep) -> Result<()> {
+        let allowed = match (step, self.mapped) {
+            (MapStep::Unmap(_), _) | (_, Mapped::No) => true,
+            (MapStep::None | MapStep::Map(Access::Read), Mapped::Reading(_)) => {
+                access == Access::Read
+            }
+            _ => false,
+        };
+        if allowed { Ok(()) } else { Err(Error::Mapped) }
+    }
+
+    pub(crate) fn apply_map(&mut self, step: MapStep) {
+        self.mapped = match (step, self.mapped) {
+            (MapStep::Map(Access::Write), _) => Mapped::Writing,
+            (MapStep::Map(Access::Read), Mapped::Reading(n)) => Mapped::Reading(n + 1),
+            (MapStep::Map(Access::Read), _) => Mapped::Reading(1),
+            (MapStep::Unmap(_), Mapped::Reading(n)) if n > 1 => Mapped::Reading(n - 1),
+            (MapStep::Unmap(_), _) => Mapped::No,
+            (MapStep::None, mapped) => mapped,
+        };
+    }
+
+    pub(crate) fn fold(&mut self, count: usize, lane: Lane, marker: Event) {
+        self.events.fold(count, lane, marker);
+    }
+
+    /// What became of `e`; a failure is kept for the report and taints the record. The
+    /// failed event itself goes when its last handle does: the event keeps its own
+    /// dependencies, and is kept past its last handle while they may still notify it
+    /// (DESIGN.md trap 17; see [`crate::event`]).
+    fn ended(e: &Event, failed: &mut Vec<FailedCommand>, saw: &mut bool) -> State {
+        // An unreadable status counts as failed: nothing can wait on it either.
+        let state = e.state();
+        if state == State::Failed {
+            *saw |= failure::collect(failed, e);
+        }
+        state
+    }
+
+    /// Tracker rule 6 trusts queue order only while no failure has been possible in the
+    /// process, and none has been seen in this record.
+    fn trust_queue_order(&mut self, failures_possible: bool) {
+        self.events
+            .prune_each(failures_possible || self.saw_failure);
+    }
+
+    /// Records `event`; `failures_possible` is what the enqueue read from
+    /// the *failures possible* flag ([`crate::core::gates`]).
+    pub(crate) fn record(
+        &mut self,
+        lane: Lane,
+        access: Access,
+        event: Event,
+        had_wait_list: bool,
+        failures_possible: bool,
+    ) {
+        self.trust_queue_order(failures_possible);
+        if access == Access::Write {
+            self.last_write = Some(event.clone());
+        }
+        let (failed, saw) = (&mut self.failed, &mut self.saw_failure);
+        self.events.record(lane, access, event, had_wait_list, |e| {
+            Self::ended(e, failed, saw)
+        });
+        if self.saw_failure {
+            self.tainted = true;
+        }
+        // Once every superseded command has ended, cover holds again (tracker rule 5).
+        if self.events.shadow_len() == 0 {
+            self.tainted = false;
+            self.saw_failure = false;
+        }
+        self.prune_host();
+    }
+
+    /// Drops every event that has ended, keeping the failures for the report.
+    pub(crate) fn prune_ended(&mut self) {
+        self.trust_queue_order(gates::failures_possible());
+        let (failed, saw) = (&mut self.failed, &mut self.saw_failure);
+        self.events.prune(|e| Self::ended(e, failed, saw));
+        self.prune_host();
+    }
+
+    /// Rule 3: host memory goes as soon as the command that used it has ended.
+    fn prune_host(&mut self) {
+        if !self.host.is_empty() {
+            self.host.retain(|(e, _)| !e.is_terminal());
+        }
+    }
+
+    /// Rule 6: the failure of the buffer's last write, if it failed (asks the driver until
+    /// the write has ended, then remembers).
+    pub(crate) fn failed_write(&self) -> Option<FailedCommand> {
+        let write = self.last_write.as_ref()?;
+        failure::failure_of(write)
+    }
+
+    /// The newest write, for a host read to check once it has ended (rule 6).
+    pub(crate) fn last_write(&self) -> Option<&Event> {
+        self.last_write.as_ref()
+    }
+
+    /// Whether every command recorded here, and every use of lent host memory, has ended
+    /// (asks the driver; never blocks).
+    pub(crate) fn all_ended(&mut self) -> bool {
+        self.prune_ended();
+        self.events.is_empty() && self.events.shadow_len() == 0 && self.host.is_empty()
+    }
+
+    /// Forgets the failures of an earlier owner (a pool block changing hands), and the
+    /// events that have ended, so none of them reaches the new owner's report.
+    pub(crate) fn forget_failures(&mut self) {
+        self.failed.clear();
+        self.saw_failure = false;
+        self.last_write = None;
+        self.events.prune_each(true);
+        self.events.prune(Event::state);
+    }
+
+    /// Whether a command on `lane` could use the buffer with no wait (the pool's
+    /// *stream-ordered reuse* rule): every recorded command has ended or ran on `lane`, an
+    /// in-order queue. Newest first, and it stops at the first that has not, so a buffer
+    /// still in use costs one status query (an ended command's status is read from the
+    /// driver once, then kept).
+    pub(crate) fn free_for(&self, lane: Lane) -> bool {
+        let ordered = |e: &Entry<Event>| lane.in_order && e.lane == lane;
+        self.events
+            .entries()
+            .iter()
+            .rev()
+            .chain(self.events.shadow())
+            .all(|e| ordered(e) || e.event.state().has_ended())
+    }
+
+    /// Takes what a release must wait on: every recorded event and every event of lent
+    /// host memory, each once, and the failures kept so far.
+    pub(crate) fn take_for_release(&mut self) -> (Vec<Event>, Vec<FailedCommand>) {
+        let mut events: Vec<Event> = self.events.take().into_iter().map(|e| e.event).collect();
+        events.extend(self.host.iter().map(|(e, _)| e.clone()));
+        events.sort_by_key(|e| e.as_raw() as usize);
+        events.dedup_by_key(|e| e.as_raw());
+        (events, std::mem::take(&mut self.failed))
+    }
+
+    /// After the release's wait: every command that used lent host memory has ended, and
+    /// the last write is of no more interest.
+    pub(crate) fn released(&mut self) {
+        self.host.clear();
+        self.last_write = None;
+    }
+
+    /// Flushes the library queues whose commands this record holds, for a release that
+    /// polls them on the library's thread: a command never flushed may never start
+    /// (Oclgrind runs nothing before a flush), and polling a status flushes nothing.
+    pub(crate) fn flush_producers(&self) {
+        let entries = self.events.entries().iter().chain(self.events.shadow());
+        let events = entries
+            .map(|e| &e.event)
+            .chain(self.host.iter().map(|(e, _)| e));
+        for event in events {
+            if let Err(e) = event.flush_producer() {
+                log::debug!(target: "cl_lifetime::buffer", "flushing before a deferred release: {e}");
+            }
+        }
+    }
+
+    pub(crate) fn keep_alive(&mut self, event: Event, payload: Box<dyn Any + Send>) {
+        self.prune_host();
+        self.host.push((event, payload));
+    }
+}

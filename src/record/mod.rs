@@ -1,0 +1,76 @@
+//! The record layer: a buffer's block, its event record, the enqueue protocol that keeps
+//! the record, and the releases that honour it.
+//!
+//! - [`block::Block`]: one `cl_mem` with its record, ledger bucket and home;
+//! - [`history::Record`]: the tracker's [`EventSet`](crate::tracker::EventSet) plus what
+//!   the tracker does not know (failures, mappings, the last write, lent host memory);
+//! - [`submit`]: the enqueue protocol (gather, enqueue, commit, fold) in one place;
+//! - [`release`]: blocking, deferred and owner releases, and their report;
+//! - [`failure`]: reading and collecting failures;
+//! - [`hooks`]: the traits through which a pool takes blocks back and kernels are told to
+//!   let go of them, without this layer knowing either.
+//!
+//! # Rules
+//!
+//! - **Exact wait.** A release waits with `clWaitForEvents` on exactly the buffer's
+//!   record (nothing when it is empty: design trap "empty wait lists"), then calls
+//!   `clReleaseMemObject`. It never waits on work that did not touch the buffer: no
+//!   `clFinish`.
+//! - **Failures end too.** A command that failed still ends: the memory is released
+//!   anyway and the failure is reported (design trap "a failed wait returns early").
+//! - **Lent host memory.** Host memory lent to a non-blocking command is kept alive until
+//!   the command ends, and no longer: it goes at the next command or prune on the buffer
+//!   after the command has ended, and at the latest after the release's wait (design trap
+//!   "borrowed host memory").
+//! - **Drop behind a gate.** `Drop` does the same as `release`, logs what went wrong, and
+//!   never panics. A drop that would wait behind a user event of its context that has not
+//!   been set (the natural drop order `let gate; let buf;`, or an unwind) hands the
+//!   release to the reaper thread instead and says so in the log; an explicit `release`
+//!   waits, as asked, and names in the log the unset user events it may be behind once it
+//!   has waited [`STALL_LOG_AFTER`](release::STALL_LOG_AFTER).
+//! - **Released means freed.** The library's destructor callback (which only signals:
+//!   design trap "nothing blocking in callbacks") has fired before `release` returns. Some
+//!   drivers drop their own reference to the buffer a moment after the last event
+//!   completes (PoCL does, on its worker thread), so `release` waits for that signal too,
+//!   up to the context's free grace; a reference held outside the library (a forgotten
+//!   mapping, a raw retain) can delay it longer, which the report shows as
+//!   `freed: false`, with the time spent in `free_wait`.
+//! - **Failed write.** A failed write leaves the buffer's contents undefined: a command
+//!   that reads the buffer after its last write failed is refused with
+//!   [`Error::DependencyFailed`](crate::Error::DependencyFailed) naming that write (a host
+//!   read that was already enqueued returns that error when it ends). A write that reads
+//!   nothing of the buffer (`write`, `write_owned`, `fill`, a copy into it) replaces the
+//!   failed one, and reads succeed again.
+//! - **Mapped.** A mapped buffer refuses device commands that conflict with the mapping
+//!   ([`Error::Mapped`](crate::Error::Mapped)): nothing writes memory the host reads, and a
+//!   writable mapping is exclusive.
+//!
+//! # Lock order
+//!
+//! The library's locks, outermost first. A thread holding one may take only those below
+//! it, and no lock is held across a host wait for the device (`clWaitForEvents`) or
+//! across a call into user code.
+//!
+//! | lock | owner | taken by | held across |
+//! |---|---|---|---|
+//! | pool state | [`crate::alloc`] | acquire, recycle, trim | a block's `free_for` status queries; never an enqueue |
+//! | program cache | [`crate::api`] `Context` | `program` | the build (`clBuildProgram`) |
+//! | records of a command's buffers, in buffer-ID order | [`block::Block`] | [`submit::Submit`] | status queries, flushes of other queues, the enqueue, the fold's marker |
+//! | kernel state | [`crate::kernel`] | a launch's enqueue (inside the records), a release's unbind (no record held) | `clSetKernelArg` and `clEnqueueNDRangeKernel` |
+//! | a block's kernel list | [`block::Block`] | `set_args` (inside the kernel state) | nothing |
+//! | an event's dependency list | [`crate::event`] | status reads | nothing |
+//! | graveyard (try-lock only) | [`crate::event`] | sweep, bury | nothing: events are dropped outside it |
+//! | pool's leaving bytes | [`crate::alloc`] | reserve, the reaper's done | nothing |
+//! | reaper state | [`crate::core::reaper`] | submit, the thread, `wait_idle` | nothing: jobs are polled and dropped outside it |
+//! | open gates | [`crate::core::gates`] | user events | nothing |
+//!
+//! A release takes a block's record through `&mut` (no lock): the block is its own. Two
+//! records are never locked but by [`submit::Submit`], always in buffer-ID order, so
+//! commands on overlapping buffers cannot deadlock.
+
+pub(crate) mod block;
+pub(crate) mod failure;
+pub(crate) mod history;
+pub(crate) mod hooks;
+pub(crate) mod release;
+pub(crate) mod submit;

@@ -1,0 +1,339 @@
+//! Releases: blocking ([`Block::retire`]), on the reaper thread ([`DeferredRelease`]), or
+//! back to the block's owner; and the report of what was waited for.
+
+use std::panic::Location;
+use std::ptr;
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::block::{Block, Home};
+use super::failure::{self, FailedCommand};
+use crate::core::gates::OpenGates;
+use crate::core::reaper::Deferred;
+use crate::core::stats::Bucket;
+use crate::error::Result;
+use crate::event::{Event, graveyard};
+use crate::ffi::{self, Freed, cl_event};
+use crate::util::sites;
+use crate::util::stages::Stages;
+
+/// How long an explicit release waits behind unset user events before it says so in the
+/// log (rule 4).
+pub const STALL_LOG_AFTER: Duration = Duration::from_secs(1);
+
+/// What [`ClBuffer::release`](crate::ClBuffer::release) did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReleaseReport {
+    /// How many recorded events had not ended when it was called, and so were waited on
+    /// (0 for an empty or finished record).
+    pub waited_on: usize,
+    /// How long the wait took.
+    pub waited: Duration,
+    /// Commands on the buffer that failed; the memory was released all the same.
+    pub failed: Vec<FailedCommand>,
+    /// Whether the driver had freed the memory (its destructor callback fired) when
+    /// `release` returned. `false` only when something outside the library still held a
+    /// reference after the context's [free grace](crate::Context::free_grace).
+    pub freed: bool,
+    /// How long the release waited, after `clReleaseMemObject`, for the driver to free
+    /// the memory (buffer rule 5): about zero normally, the whole grace when `freed` is
+    /// `false`.
+    pub free_wait: Duration,
+    /// Whether the block went back to its [`Pool`](crate::Pool) instead, carrying its
+    /// events to the next owner (nothing was waited for). A pool block the pool does not
+    /// keep (over its threshold, or the pool is gone) is released deferred instead, and
+    /// this is `false`; so is `freed`, since the release has not happened yet.
+    pub recycled: bool,
+}
+
+impl Block {
+    pub(crate) fn retire(&mut self) -> Result<ReleaseReport> {
+        let (mut report, freed) = self.retire_then(true)?;
+        if let Some(freed) = freed {
+            let start = Instant::now();
+            report.freed = freed.wait(self.ctx.free_grace());
+            report.free_wait = start.elapsed();
+            if !report.freed {
+                log::warn!(
+                    target: "cl_lifetime::buffer",
+                    "buffer allocated at {} not freed {:?} after its release: \
+                     something outside the library still holds a reference",
+                    self.allocated_at,
+                    report.free_wait
+                );
+            }
+        }
+        Ok(report)
+    }
+
+    /// Rules 1 to 4, or back to the pool: waits for the recorded commands (`block`; the
+    /// reaper calls this only once they have all ended) and releases the memory. Returns
+    /// the destructor signal still to wait for (rule 5), if it has not fired yet.
+    fn retire_then(&mut self, block: bool) -> Result<(ReleaseReport, Option<Arc<Freed>>)> {
+        if self.raw.is_null() {
+            let report = ReleaseReport {
+                freed: true,
+                ..ReleaseReport::default()
+            };
+            return Ok((report, None));
+        }
+        if let Some(owner) = self.take_owner() {
+            let recycled = owner.take_back(self.take_block());
+            let report = ReleaseReport {
+                recycled,
+                ..ReleaseReport::default()
+            };
+            return Ok((report, None));
+        }
+        let mut stages = Stages::start();
+        let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
+        self.given_back();
+        let record = self
+            .record
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        stages.mark("ledger");
+        record.prune_ended();
+        stages.mark("status of the recorded events");
+        let (events, mut failed) = record.take_for_release();
+        let raws: Vec<cl_event> = events.iter().map(Event::as_raw).collect();
+
+        let waited = if raws.is_empty() || !block {
+            Duration::ZERO
+        } else {
+            let start = Instant::now();
+            wait_reporting_stalls(&raws, &self.ctx.gates, self.allocated_at);
+            start.elapsed()
+        };
+
+        stages.mark("wait");
+        failed.extend(events.iter().filter_map(failure::failure_of));
+        record.released();
+
+        stages.mark("failures");
+        self.unbind_kernels();
+        stages.mark("kernel arguments reset");
+        // SAFETY: `raw` came from clCreateBuffer and is released once, here (it was
+        // swapped out for null above); every event that used it has ended (waited for
+        // above, or found ended by the reaper before it called this).
+        let released = unsafe { ffi::release_mem(raw) };
+        log::debug!(
+            target: "cl_lifetime::buffer",
+            "released {} bytes allocated at {} after waiting {:?} on {} events",
+            self.bytes,
+            self.allocated_at,
+            waited,
+            raws.len()
+        );
+        self.move_to(Bucket::Freed);
+        stages.mark("clReleaseMemObject");
+        released?;
+        let freed = self.freed.take().filter(|f| !f.fired());
+        drop(events);
+        stages.mark("events released");
+        stages.log(self.allocated_at);
+        let report = ReleaseReport {
+            waited_on: raws.len(),
+            waited,
+            failed,
+            freed: freed.is_none(),
+            free_wait: Duration::ZERO,
+            recycled: false,
+        };
+        Ok((report, freed))
+    }
+
+    /// Releases the block on the reaper thread (the reaper's rules, [`crate::core::reaper`]).
+    pub(crate) fn release_deferred(self) {
+        self.release_deferred_then(None);
+    }
+
+    /// [`Block::release_deferred`], calling `done` once the release is done (the driver
+    /// freed the memory, or its grace passed): a pool counts the bytes until then.
+    pub(crate) fn release_deferred_then(mut self, done: Option<Box<dyn FnOnce() + Send>>) {
+        self.record
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .flush_producers();
+        self.given_back();
+        // A sub-buffer's bytes are its arena's, counted there (bucket `Freed`).
+        if self.bucket != Bucket::Freed {
+            self.move_to(Bucket::Pending);
+        }
+        let ctx = self.ctx.clone();
+        ctx.reaper.submit(Box::new(DeferredRelease {
+            block: self,
+            freeing: None,
+            done,
+        }));
+    }
+
+    /// Gives the block back without blocking: to its owner when it has one (a pool), else
+    /// released deferred. A home that only keeps something alive (an arena) stays with
+    /// the block until its release is done.
+    pub(crate) fn hand_back_deferred(mut self) {
+        match self.take_owner() {
+            Some(owner) => {
+                owner.take_back(self.take_block());
+            }
+            None => self.release_deferred(),
+        }
+    }
+
+    /// Rule 4: whether this block's release would wait behind a user event of its
+    /// context that has not been set. Answers `false` at once when every gate is set.
+    fn behind_open_gate(&mut self) -> bool {
+        self.ctx.gates.count() != 0
+            && !self
+                .record
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .all_ended()
+    }
+}
+
+/// Waits until every event in `raws` has ended. While user events of the context are
+/// not set, polls instead of blocking in `clWaitForEvents`, and after
+/// [`STALL_LOG_AFTER`] says in the log which unset user events the release may be behind
+/// (rule 4).
+fn wait_reporting_stalls(raws: &[cl_event], gates: &OpenGates, allocated_at: &Location<'_>) {
+    if gates.count() == 0 {
+        ffi::wait_terminal(raws);
+        return;
+    }
+    let start = Instant::now();
+    let mut pause = Duration::from_micros(20);
+    let mut said = false;
+    let ended =
+        |raw: &cl_event| ffi::execution_status(*raw).map_or(true, |s| s <= ffi::CL_COMPLETE);
+    while !raws.iter().all(ended) {
+        if !said && start.elapsed() >= STALL_LOG_AFTER {
+            said = true;
+            log::warn!(
+                target: "cl_lifetime::buffer",
+                "the release of the buffer allocated at {allocated_at} has waited {:?} for its \
+                 commands; user events of its context not set yet (created at {}) may hold them",
+                start.elapsed(),
+                sites(&gates.sites())
+            );
+        }
+        if gates.count() == 0 {
+            ffi::wait_terminal(raws);
+            return;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(5));
+    }
+}
+
+/// A deferred release, advanced by the reaper without blocking (reaper rule 4): first the
+/// recorded commands end, then the memory is released, then the driver frees it (or the
+/// grace passes).
+struct DeferredRelease {
+    block: Block,
+    /// Released; waiting for the destructor callback until the deadline.
+    freeing: Option<(Arc<Freed>, Instant)>,
+    /// Called when the release is done (when the reaper drops it).
+    done: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Drop for DeferredRelease {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            done();
+        }
+    }
+}
+
+impl Deferred for DeferredRelease {
+    fn poll(&mut self) -> bool {
+        // Failed events kept for their dependencies go as those end, also while the
+        // program enqueues nothing more.
+        graveyard::sweep();
+        if let Some((freed, deadline)) = &self.freeing {
+            if freed.fired() {
+                return true;
+            }
+            if Instant::now() < *deadline {
+                return false;
+            }
+            log::warn!(
+                target: "cl_lifetime::buffer",
+                "deferred release of the buffer allocated at {} not freed {:?} after \
+                 clReleaseMemObject: something outside the library still holds a reference",
+                self.block.allocated_at,
+                self.block.ctx.free_grace()
+            );
+            return true;
+        }
+        let block = &mut self.block;
+        if !block.raw.is_null()
+            && !block
+                .record
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .all_ended()
+        {
+            return false;
+        }
+        match block.retire_then(false) {
+            Ok((report, freed)) => {
+                for failure in &report.failed {
+                    log::warn!(
+                        target: "cl_lifetime::buffer",
+                        "a {:?} command on a buffer released deferred failed: {}",
+                        failure.command,
+                        failure.status
+                    );
+                }
+                match freed {
+                    Some(freed) => {
+                        let deadline = Instant::now() + block.ctx.free_grace();
+                        self.freeing = Some((freed, deadline));
+                        false
+                    }
+                    None => true,
+                }
+            }
+            Err(e) => {
+                log::error!(target: "cl_lifetime::buffer", "deferred release: {e}");
+                true
+            }
+        }
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        let pooled = matches!(self.home, Some(Home::Owner(_)));
+        if !self.raw.is_null() && !pooled && self.behind_open_gate() {
+            // Rule 4: the caller may be about to set the gate (it drops after this
+            // buffer), or unwinding past it; waiting here could be forever.
+            log::info!(
+                target: "cl_lifetime::buffer",
+                "the buffer allocated at {} was dropped while user events of its context \
+                 are not set (created at {}); it is released on the library's thread",
+                self.allocated_at,
+                sites(&self.ctx.gates.sites())
+            );
+            let mut block = self.take_block();
+            // An arena home stays with the sub-buffer until its release is done.
+            block.home = self.home.take();
+            block.release_deferred();
+            return;
+        }
+        match self.retire() {
+            Ok(report) => {
+                for failure in &report.failed {
+                    log::warn!(
+                        target: "cl_lifetime::buffer",
+                        "a {:?} command on a dropped buffer failed: {}",
+                        failure.command,
+                        failure.status
+                    );
+                }
+            }
+            Err(e) => log::error!(target: "cl_lifetime::buffer", "dropping a buffer: {e}"),
+        }
+    }
+}

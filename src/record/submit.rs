@@ -1,0 +1,405 @@
+//! The enqueue protocol, in one place: gather the hazards, enqueue, commit the event on
+//! every buffer touched, then fold.
+//!
+//! 1. **Lock** the records of every buffer the command touches, in buffer-ID order (the
+//!    *lock order* of [`crate::record`]), a buffer touched twice once with the stronger
+//!    access.
+//! 2. **Gather** the checks and the wait list ([`Submit::gather`]): mappings, the *failed
+//!    write* rule, failed dependencies, then the hazards of each record and the extra
+//!    dependencies, flushing the queues they came from.
+//! 3. **Enqueue** through the caller's closure, which alone calls OpenCL; gathered again
+//!    (a few times) when an event of the wait list failed meanwhile and the driver
+//!    refused the enqueue.
+//! 4. **Commit** ([`Submit::commit`]): nothing from here on can fail, so every buffer
+//!    touched records the command (one that did not could be released while it runs).
+//! 5. **Fold** a record that has grown past [`FOLD_AT`](crate::tracker::FOLD_AT) live
+//!    entries: its oldest reads become one marker. A fold that cannot be enqueued leaves
+//!    the record as it is (longer, still complete).
+
+use std::sync::{Arc, MutexGuard};
+
+use super::block::Block;
+use super::failure::failure_of;
+use super::history::{MapStep, Record};
+use crate::core::gates::{self, failures_possible};
+use crate::core::queue::QueueCore;
+use crate::error::{Error, Result};
+use crate::event::{Event, graveyard};
+use crate::ffi::{self, cl_event};
+use crate::status::Status;
+use crate::tracker::{Access, Entry};
+use crate::util::inline;
+
+/// One buffer a command touches, and how.
+pub(crate) struct Touch<'a> {
+    pub(crate) block: &'a Block,
+    pub(crate) access: Access,
+    pub(crate) map: MapStep,
+    /// Whether the command may read the buffer's contents (the *failed write* rule): every
+    /// read, a kernel's writable argument (it may read too) and a map; not a write, fill
+    /// or copy into it, nor an unmap.
+    pub(crate) reads: bool,
+}
+
+impl<'a> Touch<'a> {
+    /// A command that reads the buffer when `access` is `Read`, and only writes it
+    /// otherwise.
+    pub(crate) fn new(block: &'a Block, access: Access) -> Self {
+        Touch {
+            block,
+            access,
+            map: MapStep::None,
+            reads: access == Access::Read,
+        }
+    }
+
+    /// A kernel argument: a writable one may be read too.
+    pub(crate) fn kernel_arg(block: &'a Block, access: Access) -> Self {
+        Touch {
+            reads: true,
+            ..Touch::new(block, access)
+        }
+    }
+}
+
+/// A record locked for one command.
+struct Locked<'a> {
+    block: &'a Block,
+    access: Access,
+    map: MapStep,
+    reads: bool,
+    record: MutexGuard<'a, Record>,
+}
+
+/// What [`Submit::gather`] found: the wait list, the events it holds (kept by the new
+/// event once a failure is possible), and the wait-list length without same-queue
+/// elision (for the statistics).
+struct Gathered {
+    wait: inline::WaitList,
+    holds: inline::List<Event>,
+    unelided: usize,
+}
+
+/// One command on `queue`, after the hazards of the buffers it touches and the extra
+/// dependencies `deps`.
+pub(crate) struct Submit<'a> {
+    pub(crate) queue: &'a Arc<QueueCore>,
+    pub(crate) deps: &'a [&'a Event],
+}
+
+impl Submit<'_> {
+    /// The protocol: locks the records of `touches`, computes the wait list, enqueues
+    /// through `enqueue`, and records the new event on every buffer touched.
+    pub(crate) fn run<'t>(
+        &self,
+        touches: impl IntoIterator<Item = &'t Touch<'t>>,
+        enqueue: impl FnMut(&[cl_event]) -> Result<cl_event>,
+    ) -> Result<Event> {
+        self.run_reading(touches, enqueue, None)
+    }
+
+    /// [`Submit::run`], also handing back in `writer` the last write of the (one) buffer
+    /// touched, for a host read to check once it has ended (the *failed write* rule).
+    pub(crate) fn run_reading<'t>(
+        &self,
+        touches: impl IntoIterator<Item = &'t Touch<'t>>,
+        mut enqueue: impl FnMut(&[cl_event]) -> Result<cl_event>,
+        writer: Option<&mut Option<Event>>,
+    ) -> Result<Event> {
+        let queue = self.queue;
+        if !self.deps.iter().all(|d| d.in_context(&queue.ctx)) {
+            return Err(Error::ContextMismatch);
+        }
+        let mut locked = self.lock(touches)?;
+        // Reading an event's status costs microseconds on some drivers (NVIDIA), so the
+        // statuses of dependencies and hazards are read only once a failure is possible.
+        let failures_possible = failures_possible();
+        // An event of the wait list can fail between the gathering and the enqueue, and
+        // NVIDIA then refuses the enqueue with the failed status: gather again (the failed
+        // event is left out, or refuses the command) a few times.
+        let mut attempts = 0;
+        let (raw, holds, had_wait_list) = loop {
+            let Gathered {
+                wait,
+                holds,
+                unelided,
+            } = self.gather(&mut locked, failures_possible)?;
+            let wait = wait.as_slice();
+            match enqueue(wait) {
+                Ok(raw) => {
+                    queue.ctx.stats.count_enqueue(wait.len(), unelided);
+                    break (raw, holds, !wait.is_empty());
+                }
+                Err(e)
+                    if failures_possible
+                        && attempts < 3
+                        && holds
+                            .iter()
+                            .any(|h| matches!(h.status(), Ok(Status::Failed(_)))) =>
+                {
+                    log::debug!(target: "cl_lifetime::queue", "enqueue refused after a dependency failed ({e}); gathering again");
+                    attempts += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        queue.mark_dirty();
+        let deps = (holds.len() != 0).then(|| holds.into_boxed_slice());
+        let event = Event::from_enqueue(raw, queue, deps);
+        self.commit(
+            &mut locked,
+            &event,
+            had_wait_list,
+            failures_possible,
+            writer,
+        );
+        Ok(event)
+    }
+
+    /// Step 1: the records of `touches`, locked in buffer-ID order.
+    fn lock<'t>(
+        &self,
+        touches: impl IntoIterator<Item = &'t Touch<'t>>,
+    ) -> Result<inline::List<Locked<'t>>> {
+        let mut order: inline::List<&Touch<'_>> = inline::List::new();
+        for touch in touches {
+            if touch.block.ctx.id != self.queue.ctx.id {
+                return Err(Error::ContextMismatch);
+            }
+            order.push(touch);
+        }
+        order.sort_by_key(|t| t.block.id);
+        let mut locked: inline::List<Locked<'_>> = inline::List::new();
+        for touch in order.iter() {
+            match locked.last_mut() {
+                Some(last) if last.block.id == touch.block.id => {
+                    if touch.access == Access::Write {
+                        last.access = Access::Write;
+                    }
+                    last.reads |= touch.reads;
+                }
+                _ => locked.push(Locked {
+                    block: touch.block,
+                    access: touch.access,
+                    map: touch.map,
+                    reads: touch.reads,
+                    record: touch.block.lock_record(),
+                }),
+            }
+        }
+        Ok(locked)
+    }
+
+    /// Step 2: the checks and the wait list, with the events it holds. Those are needed
+    /// only once a failure is possible (a failed command must outlive its dependencies),
+    /// so until then the enqueue path clones and allocates nothing for them.
+    fn gather(
+        &self,
+        locked: &mut inline::List<Locked<'_>>,
+        failures_possible: bool,
+    ) -> Result<Gathered> {
+        for l in locked.iter() {
+            l.record.check_map(l.access, l.map)?;
+            // The failed write rule: nothing reads data whose write failed.
+            if failures_possible && l.reads {
+                if let Some(failed) = l.record.failed_write() {
+                    return Err(failed.into());
+                }
+            }
+        }
+        if failures_possible {
+            graveyard::sweep();
+            // A driver never runs a command whose wait list holds a failed event.
+            if let Some(failed) = self.deps.iter().find_map(|d| failure_of(d)) {
+                return Err(failed.into());
+            }
+        }
+        let mut gathered = Gathered {
+            wait: inline::WaitList::new(),
+            holds: inline::List::new(),
+            unelided: self.deps.len(),
+        };
+        for dep in self.deps {
+            self.add(&mut gathered, dep, failures_possible)?;
+        }
+        // PoCL stops ordering an in-order queue's later commands after earlier pending
+        // ones once a command on it has failed, so after a failure in the context the
+        // queue's order is not trusted: every unended hazard goes in the wait list.
+        let failure_seen = self.queue.ctx.gates.failure_seen();
+        for l in locked.iter_mut() {
+            self.gather_hazards(l, failure_seen, failures_possible, &mut gathered)?;
+        }
+        if locked.len() > 1 || !self.deps.is_empty() {
+            gathered.wait.sort_dedup();
+        }
+        Ok(gathered)
+    }
+
+    /// The hazards of one record (the tracker's *hazards* and *same-queue elision* rules,
+    /// or all of them after a failure: the *shadow* rule).
+    fn gather_hazards(
+        &self,
+        l: &mut Locked<'_>,
+        failure_seen: bool,
+        failures_possible: bool,
+        gathered: &mut Gathered,
+    ) -> Result<()> {
+        gathered.unelided += l.record.events().hazards_without_elision(l.access);
+        let after_failure = l.record.after_failure() || failure_seen;
+        let record: &Record = &l.record;
+        let reads = l.reads;
+        let mut add = |entry: &Entry<Event>| -> Result<()> {
+            // A finished command needs no wait, and a failed one must not be waited on:
+            // drivers fail (or never run) a command whose wait list holds one. The status
+            // is read once here: the last write may have failed since the check above, and
+            // then a reader is refused (the failed write rule).
+            let ended = failures_possible && entry.event.is_terminal();
+            if ended && reads && entry.access == Access::Write {
+                let last = record.last_write().map(Event::as_raw);
+                if last == Some(entry.event.as_raw()) {
+                    if let Some(failed) = failure_of(&entry.event) {
+                        return Err(failed.into());
+                    }
+                }
+            }
+            if !ended {
+                self.add(gathered, &entry.event, failures_possible)?;
+            }
+            Ok(())
+        };
+        let events = record.events();
+        if after_failure {
+            events
+                .hazards_after_failure(l.access)
+                .try_for_each(&mut add)
+        } else {
+            events
+                .hazards(self.queue.lane, l.access)
+                .try_for_each(&mut add)
+        }
+    }
+
+    /// Adds `event` to the wait list, flushing its queue first when it is another one
+    /// (design trap "flush before a cross-queue wait").
+    fn add(&self, gathered: &mut Gathered, event: &Event, failures_possible: bool) -> Result<()> {
+        if !event.same_queue(self.queue) {
+            event.flush_producer()?;
+        }
+        gathered.wait.push(event.as_raw());
+        if failures_possible {
+            gathered.holds.push(event.clone());
+        }
+        Ok(())
+    }
+
+    /// Steps 4 and 5: records `event` on every locked record, then folds those that grew
+    /// past their bound. Infallible: a fold that fails is logged and leaves its record
+    /// longer, still complete.
+    fn commit(
+        &self,
+        locked: &mut inline::List<Locked<'_>>,
+        event: &Event,
+        had_wait_list: bool,
+        failures_possible: bool,
+        mut writer: Option<&mut Option<Event>>,
+    ) {
+        for l in locked.iter_mut() {
+            if let Some(writer) = writer.as_deref_mut() {
+                *writer = l.record.last_write().cloned();
+            }
+            l.record.record(
+                self.queue.lane,
+                l.access,
+                event.clone(),
+                had_wait_list,
+                failures_possible,
+            );
+            l.record.apply_map(l.map);
+        }
+        for l in locked.iter_mut() {
+            if let Err(e) = self.fold(&mut l.record) {
+                log::warn!(target: "cl_lifetime::queue", "folding a record's reads: {e}");
+            }
+        }
+    }
+
+    /// Step 5: folds a record's oldest reads into one marker on this queue when it has
+    /// grown past its bound (the tracker's *bound* rule).
+    fn fold(&self, record: &mut Record) -> Result<()> {
+        #[cfg(test)]
+        if tests::FAIL_FOLDS.get() && !record.events().reads_to_fold().is_empty() {
+            return Err(Error::cl(
+                "clEnqueueMarkerWithWaitList",
+                ffi::codes::CL_OUT_OF_HOST_MEMORY,
+            ));
+        }
+        let queue = self.queue;
+        let failures_possible = gates::failures_possible();
+        let (count, holds): (usize, Vec<Event>) = {
+            let reads = record.events().reads_to_fold();
+            if reads.is_empty() {
+                return Ok(());
+            }
+            // The marker stands for every read folded; those that have ended need no
+            // wait, and a failed one must not be waited on (see `gather`).
+            let live: Vec<Event> = reads
+                .iter()
+                .filter(|e| !(failures_possible && e.is_terminal()))
+                .map(|&e| e.clone())
+                .collect();
+            for event in &live {
+                if !event.same_queue(queue) {
+                    event.flush_producer()?;
+                }
+            }
+            (reads.len(), live)
+        };
+        let folded: Vec<cl_event> = holds.iter().map(Event::as_raw).collect();
+        // SAFETY: `queue` is live (held by `self`); the wait list holds live events
+        // (retained by `holds`) and outlives the call.
+        let raw = unsafe { ffi::enqueue_marker(queue.raw, &folded) }?;
+        queue.mark_dirty();
+        let deps = (!holds.is_empty()).then(|| holds.into_boxed_slice());
+        record.fold(count, queue.lane, Event::from_enqueue(raw, queue, deps));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Makes every fold on this thread fail, as an enqueue the driver refuses would.
+        pub(crate) static FAIL_FOLDS: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// A fold that fails after the enqueue must not leave the other buffers of the
+    /// command without its event (they could be released while it runs).
+    #[test]
+    fn a_command_is_recorded_on_every_buffer_even_when_a_fold_fails() {
+        let Ok(ctx) = crate::Context::from_env() else {
+            return;
+        };
+        let Ok(ooo) = ctx.out_of_order_queue() else {
+            return;
+        };
+        let a = ctx.buffer::<u32>(16).unwrap();
+        let b = ctx.buffer::<u32>(16).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let reads: Vec<_> = (0..crate::tracker::FOLD_AT)
+            .map(|_| ooo.after(&[gate.event()]).read_owned(&a).unwrap())
+            .collect();
+        FAIL_FOLDS.set(true);
+        let copied = ooo.after(&[gate.event()]).copy(&a, &b);
+        FAIL_FOLDS.set(false);
+        let on_b = b.record_len();
+        gate.complete().unwrap();
+        for read in reads {
+            read.wait().unwrap();
+        }
+        let copy = copied.expect("the copy was enqueued, so it is reported");
+        copy.wait().unwrap();
+        assert_eq!(on_b, 1, "the copy is missing from its destination's record");
+    }
+}
