@@ -18,7 +18,7 @@ use crate::status::{CommandKind, Status};
 pub(crate) struct EventInner {
     raw: cl_event,
     /// The library's queue that produced it, if any: flushed before the event enters
-    /// another queue's wait list (DESIGN.md trap 5).
+    /// another queue's wait list (design trap "flush before a cross-queue wait").
     pub(crate) queue: Option<Arc<QueueCore>>,
     /// Its context, known when it was made (a queue's, a user event's) or read from the
     /// driver once when adopted, so that `after` can check it without a driver call.
@@ -138,7 +138,7 @@ fn drop_iteratively(deps: Box<[Event]>) {
 ///
 /// PoCL walks an event's notify list when a dependency of it ends: if the last
 /// reference to a failed event goes while another of its dependencies is still pending,
-/// PoCL reads freed memory and aborts (DESIGN.md trap 17). So an event dropped in that
+/// PoCL reads freed memory and aborts (design trap "PoCL's failed-event notify list"). So an event dropped in that
 /// state is kept here, unreleased, with its dependencies, and released by a later
 /// [`sweep`](graveyard::sweep) once they have all ended. Nothing else is kept: a failed
 /// event whose dependencies have ended, and every event that did not fail, is released
@@ -269,7 +269,7 @@ impl Event {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`](crate::Error::Cl) when the status cannot be queried.
+    /// [`Error::Cl`] when the status cannot be queried.
     pub fn status(&self) -> Result<Status> {
         let seen = self.inner.seen.load(Ordering::Acquire);
         if seen != UNKNOWN {
@@ -376,7 +376,7 @@ impl Event {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`](crate::Error::Cl) when the type cannot be queried.
+    /// [`Error::Cl`] when the type cannot be queried.
     pub fn command_kind(&self) -> Result<CommandKind> {
         Ok(CommandKind::from_raw(ffi::command_type(self.inner.raw)?))
     }
@@ -385,7 +385,7 @@ impl Event {
     ///
     /// # Errors
     ///
-    /// [`Error::CommandFailed`](crate::Error::CommandFailed) when it ended with an error status.
+    /// [`Error::CommandFailed`] when it ended with an error status.
     pub fn wait(&self) -> Result<()> {
         ffi::wait_terminal(&[self.inner.raw]);
         match self.status()? {
@@ -395,7 +395,7 @@ impl Event {
     }
 
     /// Flushes the library queue this event came from, if it has unflushed work, so that
-    /// another queue can wait on it (DESIGN.md trap 5).
+    /// another queue can wait on it (design trap "flush before a cross-queue wait").
     pub(crate) fn flush_producer(&self) -> Result<()> {
         match &self.inner.queue {
             Some(queue) => queue.flush_if_dirty(),
@@ -458,7 +458,7 @@ impl UserEvent {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`](crate::Error::Cl) with `CL_INVALID_OPERATION` when the gate was already set.
+    /// [`Error::Cl`] with `CL_INVALID_OPERATION` when the gate was already set.
     pub fn complete(&self) -> Result<()> {
         self.set_status(ffi::CL_COMPLETE)
     }
@@ -468,7 +468,7 @@ impl UserEvent {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`](crate::Error::Cl) with `CL_INVALID_VALUE` for a status that is not negative, or
+    /// [`Error::Cl`] with `CL_INVALID_VALUE` for a status that is not negative, or
     /// `CL_INVALID_OPERATION` when the gate was already set.
     pub fn fail(&self, status: cl_int) -> Result<()> {
         if status >= 0 {
@@ -521,7 +521,7 @@ impl Drop for UserEvent {
 ///
 /// # Errors
 ///
-/// [`Error::CommandFailed`](crate::Error::CommandFailed) with the first failed status, after all have ended.
+/// [`Error::CommandFailed`] with the first failed status, after all have ended.
 pub fn wait_all(events: &[&Event]) -> Result<()> {
     let raws: Vec<cl_event> = events.iter().map(|e| e.as_raw()).collect();
     ffi::wait_terminal(&raws);

@@ -2,26 +2,26 @@
 //!
 //! # Rules
 //!
-//! 1. Every program is built with `-cl-kernel-arg-info`, and when a kernel object is
+//! 1. **Argument information.** Every program is built with `-cl-kernel-arg-info`, and when a kernel object is
 //!    created the library reads each parameter's address space and type once
 //!    (`clGetKernelArgInfo`).
-//! 2. A `__global` or `__constant` pointer takes a buffer ([`Arg::read`],
+//! 2. **Declared kinds.** A `__global` or `__constant` pointer takes a buffer ([`Arg::read`],
 //!    [`Arg::write`], [`Arg::read_write`]) and nothing else; a `__local` pointer takes
 //!    [`Arg::local`]; a parameter passed by value takes [`Arg::scalar`] of its size. The
 //!    sizes of OpenCL's built-in scalar and vector types are known (`size_t` and its kin
 //!    from `CL_DEVICE_ADDRESS_BITS`); for a struct or a typedef the driver checks the
 //!    size. Images, samplers, pipes and device queues are refused: the library cannot
 //!    pass them.
-//! 3. Local memory: each [`Arg::local`] is at least one byte, and together they fit in
+//! 3. **Local memory.** Each [`Arg::local`] is at least one byte, and together they fit in
 //!    the device's `CL_DEVICE_LOCAL_MEM_SIZE`.
-//! 4. Work sizes: one to three dimensions, none of them zero. A local size has as many
+//! 4. **Work sizes.** One to three dimensions, none of them zero. A local size has as many
 //!    dimensions, each within `CL_DEVICE_MAX_WORK_ITEM_SIZES`, their product within
 //!    `CL_DEVICE_MAX_WORK_GROUP_SIZE`. Each global dimension is at most 2³² − 1 work
 //!    groups (of the local size given, or of the largest group the device allows when the
 //!    driver chooses): a larger range cannot end in practice (NVIDIA refuses it, PoCL
 //!    runs it for ever).
-//! 5. Where the driver gives no argument information (`CL_KERNEL_ARG_INFO_NOT_AVAILABLE`)
-//!    the kinds of rule 2 cannot be checked: the count, local memory and work sizes still
+//! 5. **No argument information.** Where the driver gives no argument information (`CL_KERNEL_ARG_INFO_NOT_AVAILABLE`)
+//!    the declared kinds cannot be checked: the count, local memory and work sizes still
 //!    are, and what a scalar is given for reaches the driver unchecked.
 //!
 //! What no check can see is the kernel's body: a kernel that indexes past a buffer's end
@@ -56,10 +56,10 @@ const ADDRESS_GLOBAL: u32 = 0x119B;
 const ADDRESS_LOCAL: u32 = 0x119C;
 const ADDRESS_CONSTANT: u32 = 0x119D;
 
-/// Rule 4: the most work groups one global dimension may hold.
+/// The *work sizes* rule: the most work groups one global dimension may hold.
 const MAX_GROUPS: u128 = u32::MAX as u128;
 
-/// What a parameter takes (rule 2).
+/// What a parameter takes (the *declared kinds* rule).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ParamKind {
     /// A `__global` or `__constant` pointer.
@@ -81,7 +81,7 @@ pub(crate) struct Param {
 }
 
 impl Param {
-    /// Rule 2, from `clGetKernelArgInfo`'s address qualifier, type name and name.
+    /// The *declared kinds* rule, from `clGetKernelArgInfo`'s address qualifier, type name and name.
     pub(crate) fn new(address: u32, type_name: &str, name: &str, address_bits: u32) -> Param {
         let space = match address {
             ADDRESS_GLOBAL => "__global ",
@@ -170,7 +170,7 @@ impl fmt::Display for Given {
     }
 }
 
-/// Rule 2 for one argument: why `given` does not fit `param`, if it does not.
+/// The *declared kinds* rule for one argument: why `given` does not fit `param`, if it does not.
 fn mismatch(param: ParamKind, given: Given) -> Option<String> {
     match (param, given) {
         (ParamKind::Unsupported, _) => {
@@ -196,7 +196,7 @@ pub(crate) fn declared(params: Option<&[Param]>, index: usize) -> String {
         .map_or_else(|| "unknown".to_string(), |p| p.declared.clone())
 }
 
-/// Rules 2, 3 and 5: checks `given` against the kernel's parameters (`None`: the driver
+/// The *declared kinds*, *local memory* and *no argument information* rules: checks `given` against the kernel's parameters (`None`: the driver
 /// gives no argument information).
 pub(crate) fn check_args(
     kernel: &str,
@@ -235,7 +235,7 @@ pub(crate) fn check_args(
     Ok(())
 }
 
-/// Rule 4.
+/// The *work sizes* rule.
 pub(crate) fn check_work(global: &[usize], local: Option<&[usize]>, limits: &Limits) -> Result<()> {
     let refuse = |reason: String| Error::WorkSize {
         global: global.to_vec(),

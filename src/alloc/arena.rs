@@ -81,7 +81,7 @@ impl Arena {
     ///
     /// # Errors
     ///
-    /// [`Error::ZeroLength`](crate::Error::ZeroLength), [`Error::ArenaFull`](crate::Error::ArenaFull), or [`Error::Cl`](crate::Error::Cl) from
+    /// [`Error::ZeroLength`], [`Error::ArenaFull`], or [`Error::Cl`] from
     /// `clCreateSubBuffer`.
     #[track_caller]
     pub fn carve<T: Pod>(&self, len: usize) -> Result<ClBuffer<T>> {
@@ -125,7 +125,7 @@ impl Arena {
     ///
     /// # Errors
     ///
-    /// [`Error::ArenaBusy`](crate::Error::ArenaBusy) while sub-buffers carved from it are alive.
+    /// [`Error::ArenaBusy`] while sub-buffers carved from it are alive.
     pub fn reset(&mut self) -> Result<()> {
         let live = Arc::strong_count(&self.inner) - 1;
         if live > 0 {

@@ -1,42 +1,42 @@
-//! An event-aware pool, and arenas for users who know their peak.
+//! An event-aware pool of blocks that are reused without waiting for the device.
 //!
-//! # Pool rules
+//! # Rules
 //!
-//! 1. Blocks come in size classes (powers of two from 256 bytes; a block larger than the
+//! 1. **Size classes.** Blocks come in size classes (powers of two from 256 bytes; a block larger than the
 //!    largest power of two the device allows is its own class). A released pool buffer
 //!    goes back to its class **with its event record**: nothing is waited for.
-//! 2. The next owner inherits that record, so the queue rules order it after the old
+//! 2. **Inherited record.** The next owner inherits that record, so the enqueue protocol orders it after the old
 //!    owner's commands: on the same in-order queue with no wait at all, on another queue
 //!    through its first command's wait list (a device-side wait, never a host wait). A
 //!    block whose earlier commands could still overlap the new owner's is never handed out
 //!    unordered, which is what PyOpenCL's pool gets wrong across queues (its issue #447).
-//! 3. The pool keeps at most [`PoolOptions::release_threshold`] unused bytes (like
+//! 3. **Threshold and trim.** The pool keeps at most [`PoolOptions::release_threshold`] unused bytes (like
 //!    `cudaMemPoolAttrReleaseThreshold`); [`Pool::trim`] releases unused blocks down to a
 //!    size. Blocks leave through deferred releases: the caller never waits.
-//! 4. [`PoolOptions::max_bytes`] bounds the device memory the pool holds: blocks in use,
+//! 4. **Maximum.** [`PoolOptions::max_bytes`] bounds the device memory the pool holds: blocks in use,
 //!    unused blocks, and blocks it has let go whose deferred releases are not done yet
 //!    (until the driver has freed them, or their grace has passed). An allocation that
 //!    would pass it first trims unused blocks, then waits for the pool's pending releases,
-//!    and fails with [`Error::PoolExhausted`](crate::Error::PoolExhausted) when the blocks in use leave no room, or
+//!    and fails with [`Error::PoolExhausted`] when the blocks in use leave no room, or
 //!    when it would have to wait while a user event of the context is not set (a release
 //!    could be behind it: the wait would have no end). None of this happens while an
 //!    unused block of the size class is left: that one is handed out, ordered by a
-//!    device-side wait if it is still in use (rules 2 and 7). A driver allocation failure
+//!    device-side wait if it is still in use (*inherited record*, *stream-ordered reuse*). A driver allocation failure
 //!    trims everything and retries once before it is returned.
-//! 5. [`PoolOptions::force_residency`] migrates each new block to the device at allocation
+//! 5. **Forced residency.** [`PoolOptions::force_residency`] migrates each new block to the device at allocation
 //!    (`CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED`), so out-of-memory shows there and not at
-//!    first use (DESIGN.md trap 13).
-//! 6. [`PoolOptions::poison`] fills every recycled block with [`POISON`] through the
+//!    first use (design trap "late allocation failure").
+//! 6. **Poison.** [`PoolOptions::poison`] fills every recycled block with [`POISON`] through the
 //!    `poison` kernel (embedded from `kernels/poison.cl`) when it changes hands, on the
 //!    new owner's queue for [`Pool::acquire_on`] (else on the pool's), ordered like any
 //!    command, so reads of stale data show up in tests.
-//! 7. [`Pool::acquire_on`] is the stream-ordered form (`cudaMallocAsync`'s). Of the size
+//! 7. **Stream-ordered reuse.** [`Pool::acquire_on`] is the stream-ordered form (`cudaMallocAsync`'s). Of the size
 //!    class's unused blocks it looks at the oldest eight (those it passes over go to the
 //!    back) and takes the first one a command on the given queue can use with no wait:
 //!    every command recorded on it has ended, or ran on that queue (when it is in order).
 //!    Failing that, it allocates a new block while the maximum allows, so queues do not
 //!    serialise on one block. Only at the maximum does it hand out a block still in use
-//!    on another queue (ordered by a device-side wait, rule 2). So if, whenever it calls
+//!    on another queue (ordered by a device-side wait: *inherited record*). So if, whenever it calls
 //!    `acquire_on`, a program holds or has commands pending on at most `k` blocks of a
 //!    class (`k` below eight), the pool makes at most `k + 1` blocks of that class,
 //!    whatever the device's timing.
@@ -73,11 +73,11 @@ const POISON_ITEMS: usize = 256;
 pub const POISON: u32 = 0xDEAD_BEEF;
 
 /// How many pooled blocks of a class [`Pool::acquire_on`] looks at before it allocates
-/// (rule 7, which names the number): each costs at most one query of a pending status.
+/// (the *stream-ordered reuse* rule, which names the number): each costs at most one query of a pending status.
 const SCAN: usize = 8;
 
 /// How long a wait for the pool's pending releases sleeps before it looks at the
-/// context's user events again (rule 4).
+/// context's user events again (the *maximum* rule).
 const WAIT_SLICE: Duration = Duration::from_millis(5);
 
 /// How a [`Pool`] behaves.
@@ -89,9 +89,9 @@ pub struct PoolOptions {
     pub release_threshold: u64,
     /// The most bytes the pool may hold, in use and unused. Default: unlimited.
     pub max_bytes: Option<u64>,
-    /// Migrate each new block to the device at allocation (rule 5). Default: off.
+    /// Migrate each new block to the device at allocation (the *forced residency* rule). Default: off.
     pub force_residency: bool,
-    /// Fill recycled blocks with [`POISON`] (rule 6). Default: off.
+    /// Fill recycled blocks with [`POISON`] (the *poison* rule). Default: off.
     pub poison: bool,
 }
 
@@ -152,7 +152,7 @@ struct PoolState {
     blocks: usize,
 }
 
-/// Rule 4: the bytes of blocks the pool has let go whose deferred releases are not done
+/// The *maximum* rule: the bytes of blocks the pool has let go whose deferred releases are not done
 /// yet. Raised under the pool's state lock; lowered by the reaper, which takes only this
 /// lock (the pool's state lock comes first where both are taken).
 #[derive(Default)]
@@ -208,7 +208,7 @@ impl PoolInner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Rules 1 and 3: takes a block back from a released buffer. Returns whether the pool
+    /// The *size classes* and *threshold and trim* rules: takes a block back from a released buffer. Returns whether the pool
     /// kept it (else it is released deferred).
     fn recycle(&self, mut mem: Block) -> bool {
         let class = mem.bytes() as u64;
@@ -230,13 +230,13 @@ impl PoolInner {
         keep
     }
 
-    /// Rule 7: an unused block of `class` for `lane`, taken out of `state`. Without a lane,
+    /// The *stream-ordered reuse* rule: an unused block of `class` for `lane`, taken out of `state`. Without a lane,
     /// the newest. With one, the first of the class's oldest [`SCAN`] blocks that a command
     /// there can use with no wait (every recorded command has ended, or ran on that
     /// in-order queue); the blocks looked at and passed over go to the back, so that
     /// blocks held up for long do not keep the others from being seen. Failing that,
     /// none while the maximum leaves room for a new block, else the newest (ordered by a
-    /// device-side wait, rule 2).
+    /// device-side wait: *inherited record*).
     fn pick(&self, state: &mut PoolState, class: usize, lane: Option<Lane>) -> Option<Block> {
         let (in_use, pooled) = (state.in_use, state.pooled);
         let room = || {
@@ -272,7 +272,7 @@ impl PoolInner {
         Some(block)
     }
 
-    /// Rule 6: fills a block changing hands with [`POISON`], on `queue` when given (the
+    /// The *poison* rule: fills a block changing hands with [`POISON`], on `queue` when given (the
     /// new owner's queue, so that its commands need no wait for the fill), else on the
     /// pool's queue. Ordered after the old owner's commands like any command.
     fn poison_fill(&self, mem: &Block, queue: Option<&Queue>) {
@@ -291,7 +291,7 @@ impl PoolInner {
         }
     }
 
-    /// Takes the largest unused block out of `state`, counting it as leaving (rule 4): the
+    /// Takes the largest unused block out of `state`, counting it as leaving (the *maximum* rule): the
     /// caller lets it go.
     fn take_largest(&self, state: &mut PoolState) -> Option<Block> {
         loop {
@@ -310,7 +310,7 @@ impl PoolInner {
         }
     }
 
-    /// Rule 3: releases unused blocks, largest first, until at most `to_bytes` are kept.
+    /// The *threshold and trim* rule: releases unused blocks, largest first, until at most `to_bytes` are kept.
     fn trim(&self, to_bytes: u64) -> u64 {
         let mut released = Vec::new();
         {
@@ -326,7 +326,7 @@ impl PoolInner {
     }
 
     /// Releases `blocks`, already counted as leaving, deferred (which flushes their
-    /// queues, so a full pool that waits for them, rule 4, does not depend on a later
+    /// queues, so a full pool that waits for them (the *maximum* rule) does not depend on a later
     /// flush); returns their bytes.
     fn let_go(&self, blocks: Vec<Block>) -> u64 {
         let mut total = 0;
@@ -339,7 +339,7 @@ impl PoolInner {
         total
     }
 
-    /// Rule 4: reserves `class` bytes of the maximum for a new block. Unused blocks are
+    /// The *maximum* rule: reserves `class` bytes of the maximum for a new block. Unused blocks are
     /// trimmed as needed, in one critical section so that threads cannot overshoot it;
     /// the blocks the pool let go count until their releases are done, and are waited
     /// for, unless a user event of the context is not set (one may hold them back for
@@ -463,7 +463,7 @@ impl Pool {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`](crate::Error::Cl) when its queue cannot be created, [`Error::Build`](crate::Error::Build) when the poison
+    /// [`Error::Cl`] when its queue cannot be created, [`Error::Build`] when the poison
     /// kernel does not build.
     pub fn new(ctx: &Context, options: PoolOptions) -> Result<Pool> {
         let poison = if options.poison {
@@ -486,26 +486,26 @@ impl Pool {
     }
 
     /// A buffer of `len` elements: a pooled block of its size class when there is one
-    /// (rule 2 orders it after the block's earlier commands), else a new one.
+    /// (the *inherited record* rule orders it after the block's earlier commands), else a new one.
     ///
     /// # Errors
     ///
-    /// [`Error::ZeroLength`](crate::Error::ZeroLength), [`Error::TooLarge`](crate::Error::TooLarge), [`Error::PoolExhausted`](crate::Error::PoolExhausted) (rule 4), or
+    /// [`Error::ZeroLength`], [`Error::TooLarge`], [`Error::PoolExhausted`] (rule 4), or
     /// the driver's allocation error after one trim and retry.
     #[track_caller]
     pub fn acquire<T: Pod>(&self, len: usize) -> Result<ClBuffer<T>> {
         self.take::<T>(len, None, Location::caller())
     }
 
-    /// Rule 7: a buffer of `len` elements for use on `queue`, the stream-ordered form
+    /// The *stream-ordered reuse* rule: a buffer of `len` elements for use on `queue`, the stream-ordered form
     /// (`cudaMallocAsync`'s). It looks at the oldest eight pooled blocks of the size class
     /// (those passed over go to the back) and takes the first that a command on
     /// `queue` can use with no wait: every command recorded on it has ended, or ran on
     /// `queue` (when it is in order). Failing that, it allocates a new block while
     /// [`PoolOptions::max_bytes`] allows, so that queues do not wait on each other's
     /// blocks; only at the maximum does it hand out a block still in use on another
-    /// queue, ordered after those commands by a device-side wait (rule 2). With
-    /// [`PoolOptions::poison`], a reused block is poisoned on `queue` (rule 6).
+    /// queue, ordered after those commands by a device-side wait (*inherited record*). With
+    /// [`PoolOptions::poison`], a reused block is poisoned on `queue` (the *poison* rule).
     ///
     /// So if, whenever it calls `acquire_on`, a program holds or has commands pending on
     /// at most `k` blocks of a class (`k` below eight), the pool makes at most `k + 1`
@@ -538,7 +538,7 @@ impl Pool {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch`](crate::Error::ContextMismatch) when `queue` belongs to another context (nothing is
+    /// [`Error::ContextMismatch`] when `queue` belongs to another context (nothing is
     /// taken from the pool); else as [`Pool::acquire`].
     #[track_caller]
     pub fn acquire_on<T: Pod>(&self, queue: &Queue, len: usize) -> Result<ClBuffer<T>> {

@@ -24,7 +24,7 @@ use crate::record::release::ReleaseReport;
 /// A device buffer of `len` elements of `T`, released only after its own commands end.
 ///
 /// Create one with [`Context::buffer`](crate::Context::buffer); use it through a
-/// [`Queue`](crate::Queue). It is `Send` and `Sync`: several threads may enqueue commands
+/// [`Queue`]. It is `Send` and `Sync`: several threads may enqueue commands
 /// on one buffer at once.
 pub struct ClBuffer<T: Pod> {
     block: Block,

@@ -97,8 +97,8 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::NoLoader`](crate::Error::NoLoader) or [`Error::NoDevice`](crate::Error::NoDevice) as [`Device::select`];
-    /// [`Error::Cl`](crate::Error::Cl) when `clCreateContext` fails.
+    /// [`Error::NoLoader`] or [`Error::NoDevice`] as [`Device::select`];
+    /// [`Error::Cl`] when `clCreateContext` fails.
     pub fn from_env() -> Result<Context> {
         Context::new(&Device::from_env()?)
     }
@@ -107,7 +107,7 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`](crate::Error::Cl) when `clCreateContext` fails.
+    /// [`Error::Cl`] when `clCreateContext` fails.
     pub fn new(device: &Device) -> Result<Context> {
         Context::with_devices(std::slice::from_ref(device))
     }
@@ -117,7 +117,7 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::NoDevice`](crate::Error::NoDevice) for an empty list; [`Error::Cl`](crate::Error::Cl) when `clCreateContext` fails
+    /// [`Error::NoDevice`] for an empty list; [`Error::Cl`] when `clCreateContext` fails
     /// (`CL_INVALID_DEVICE` for devices of different platforms, for example).
     pub fn with_devices(devices: &[Device]) -> Result<Context> {
         let core = Arc::new(ContextCore::create(devices)?);
@@ -145,7 +145,7 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`](crate::Error::Cl) when the queue cannot be created.
+    /// [`Error::Cl`] when the queue cannot be created.
     pub fn queue(&self) -> Result<Queue> {
         self.queue_of(&self.core.device, false)
     }
@@ -154,7 +154,7 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`](crate::Error::Cl) with `CL_INVALID_QUEUE_PROPERTIES` when the device has none.
+    /// [`Error::Cl`] with `CL_INVALID_QUEUE_PROPERTIES` when the device has none.
     pub fn out_of_order_queue(&self) -> Result<Queue> {
         self.queue_of(&self.core.device, true)
     }
@@ -163,7 +163,7 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch`](crate::Error::ContextMismatch) when `device` is not in the context; [`Error::Cl`](crate::Error::Cl) as
+    /// [`Error::ContextMismatch`] when `device` is not in the context; [`Error::Cl`] as
     /// [`Context::queue`] and [`Context::out_of_order_queue`].
     pub fn queue_on(&self, device: &Device, out_of_order: bool) -> Result<Queue> {
         let device = self
@@ -199,8 +199,8 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::ZeroLength`](crate::Error::ZeroLength), [`Error::TooLarge`](crate::Error::TooLarge) past `CL_DEVICE_MAX_MEM_ALLOC_SIZE`, or
-    /// [`Error::Cl`](crate::Error::Cl) from `clCreateBuffer`.
+    /// [`Error::ZeroLength`], [`Error::TooLarge`] past `CL_DEVICE_MAX_MEM_ALLOC_SIZE`, or
+    /// [`Error::Cl`] from `clCreateBuffer`.
     #[track_caller]
     pub fn buffer<T: Pod>(&self, len: usize) -> Result<ClBuffer<T>> {
         ClBuffer::create(&self.core, len, None)
@@ -220,7 +220,7 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`](crate::Error::Cl) when `clCreateUserEvent` fails.
+    /// [`Error::Cl`] when `clCreateUserEvent` fails.
     #[track_caller]
     pub fn user_event(&self) -> Result<UserEvent> {
         UserEvent::new(
@@ -244,7 +244,10 @@ impl Context {
     pub fn set_free_grace(&self, grace: std::time::Duration) {
         self.core.set_free_grace(grace);
     }
+}
 
+/// Programs.
+impl Context {
     /// The program in the `.cl` file `file`, built with `options`, once per context and
     /// contents (a file that changed on disk is built again).
     ///
@@ -254,9 +257,9 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::KernelFileNotFound`](crate::Error::KernelFileNotFound) listing every absolute path tried and the working
-    /// directory; [`Error::BuildOptions`](crate::Error::BuildOptions) for options the library refuses (a bare `-D` or
-    /// `-I` with no value); [`Error::Build`](crate::Error::Build) with the device and the full build log.
+    /// [`Error::KernelFileNotFound`] listing every absolute path tried and the working
+    /// directory; [`Error::BuildOptions`] for options the library refuses (a bare `-D` or
+    /// `-I` with no value); [`Error::Build`] with the device and the full build log.
     pub fn program(&self, file: &str, options: &str) -> Result<Program> {
         let path = files::find_file(file)?;
         let source =
@@ -272,7 +275,7 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::BuildOptions`](crate::Error::BuildOptions) as [`Context::program`]; [`Error::Build`](crate::Error::Build) with the device
+    /// [`Error::BuildOptions`] as [`Context::program`]; [`Error::Build`] with the device
     /// and the full build log.
     pub fn program_from_source(&self, name: &str, source: &str, options: &str) -> Result<Program> {
         self.cached_program(PathBuf::from(format!("<source>/{name}")), source, options)

@@ -2,43 +2,13 @@
 //!
 //! Users never pass `cl_event`s by hand: the order of their calls is the order the device
 //! honours, across any number of queues, in-order or out-of-order, on any device of the
-//! context.
-//!
-//! # Rules
-//!
-//! 1. Every command that touches a buffer records its event there, with its access:
-//!    writes, reads, copies (both ends), fills, maps, unmaps and kernel launches.
-//! 2. The records of all buffers a command touches are locked, in buffer-ID order, from
-//!    before the wait list is computed until the new event is recorded, so the order of
-//!    the records is the order of the enqueues, whatever the threads do.
-//! 3. The wait list is the buffers' hazards ([`tracker`](crate::tracker) rules 1 and 2:
-//!    read after write, write after read or write, nothing from the command's own in-order
-//!    queue), plus the extra dependencies given to [`Queue::after`]. Once a failure is
-//!    possible (a user event exists, an event was adopted from a raw handle, or a failure
-//!    was seen), the status of every event that would enter the wait list is read first:
-//!    ended hazards are left out, since drivers never run a command whose wait list holds
-//!    a failed event (PoCL leaves it queued forever, and its in-order queue with it); a
-//!    dependency given to `after` that has failed refuses the command with
-//!    [`Error::DependencyFailed`](crate::Error::DependencyFailed), and so does a command that reads a buffer whose last
-//!    write failed (buffer rule 6). Once a failure has been seen in the context, the command's own
-//!    in-order queue is not trusted either (PoCL stops ordering a queue's later commands
-//!    after its pending ones once one of them has failed): every unended hazard goes in
-//!    the wait list. Before any of that, no status is read on the enqueue path (it costs
-//!    microseconds on NVIDIA).
-//!    Once a failure is possible, the new event keeps the events of its wait list until it
-//!    is seen complete: a failed command is not released while a dependency of it may
-//!    still end (see [`crate::event`]).
-//! 4. An event from another queue is flushed before it enters this queue's wait list
-//!    (DESIGN.md trap 5); each queue is flushed only if it has unflushed work.
-//! 5. A record that grows past [`FOLD_AT`](crate::tracker::FOLD_AT) live entries has its
-//!    oldest reads folded into one `clEnqueueMarkerWithWaitList` event.
-//! 6. Host memory handed to a non-blocking command is owned by the library until the
-//!    command ends (trap 14); a transfer from or into borrowed memory blocks, and waits
-//!    only for its own command (and so only for the hazards before it), after the records
-//!    are unlocked.
-//! 7. A mapped buffer refuses device commands that conflict with the mapping
-//!    ([`Error::Mapped`](crate::Error::Mapped)): nothing writes memory the host reads, and a writable mapping is
-//!    exclusive.
+//! context. Each command checks its input here, then goes through the enqueue protocol
+//! ([`crate::record::submit`], rules *every command recorded*, *locked in ID order*,
+//! *hazards and dependencies*, *failures change the wait list*, *flush before a
+//! cross-queue wait* and *fold*). A transfer from or into borrowed memory blocks, and
+//! waits only for its own command (and so only for the hazards before it), after the
+//! records are unlocked; owned memory is kept until the command ends (the record layer's
+//! *lent host memory* rule).
 
 use std::fmt;
 use std::ops::Range;

@@ -14,7 +14,7 @@ use crate::record::submit::Touch;
 use crate::tracker::Access;
 
 /// Checks `range` against the buffer as [`check_range`] does, and returns its length; a
-/// reversed range is [`Error::ReversedRange`](crate::Error::ReversedRange).
+/// reversed range is [`Error::ReversedRange`].
 pub(super) fn check_span(
     transfer: Transfer,
     range: &Range<usize>,
@@ -120,8 +120,8 @@ impl After<'_> {
     ///
     /// # Errors
     ///
-    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when `data` is longer than the buffer, [`Error::ZeroLength`](crate::Error::ZeroLength)
-    /// when empty, [`Error::CommandFailed`](crate::Error::CommandFailed) when the write failed.
+    /// [`Error::OutOfRange`] when `data` is longer than the buffer, [`Error::ZeroLength`]
+    /// when empty, [`Error::CommandFailed`] when the write failed.
     pub fn write<T: Pod>(&self, buffer: &ClBuffer<T>, data: &[T]) -> Result<()> {
         self.write_at(buffer, 0, data)
     }
@@ -168,8 +168,8 @@ impl After<'_> {
     ///
     /// # Errors
     ///
-    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when `out` is longer than the buffer, [`Error::ZeroLength`](crate::Error::ZeroLength)
-    /// when empty, [`Error::CommandFailed`](crate::Error::CommandFailed) when the read failed.
+    /// [`Error::OutOfRange`] when `out` is longer than the buffer, [`Error::ZeroLength`]
+    /// when empty, [`Error::CommandFailed`] when the read failed.
     pub fn read<T: Pod>(&self, buffer: &ClBuffer<T>, out: &mut [T]) -> Result<()> {
         self.read_at(buffer, 0, out)
     }
@@ -205,7 +205,7 @@ impl After<'_> {
     ///
     /// # Errors
     ///
-    /// [`Error::OutOfRange`](crate::Error::OutOfRange) or [`Error::ZeroLength`](crate::Error::ZeroLength) for a bad range.
+    /// [`Error::OutOfRange`] or [`Error::ZeroLength`] for a bad range.
     pub fn read_owned_range<T: Pod>(
         &self,
         buffer: &ClBuffer<T>,
@@ -219,12 +219,14 @@ impl After<'_> {
         let event = self.enqueue_read(buffer, range.start, data.as_mut_ptr(), len, &mut writer)?;
         Ok(PendingRead::new(event, writer, data, len))
     }
+}
 
+impl After<'_> {
     /// Copies all of `src` to the start of `dst`.
     ///
     /// # Errors
     ///
-    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when `dst` is shorter than `src`.
+    /// [`Error::OutOfRange`] when `dst` is shorter than `src`.
     pub fn copy<T: Pod>(&self, src: &ClBuffer<T>, dst: &ClBuffer<T>) -> Result<Event> {
         self.copy_range(src, 0, dst, 0, src.len())
     }
@@ -233,8 +235,8 @@ impl After<'_> {
     ///
     /// # Errors
     ///
-    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when either range leaves its buffer, [`Error::ZeroLength`](crate::Error::ZeroLength)
-    /// for `len == 0`, [`Error::Cl`](crate::Error::Cl) with `CL_MEM_COPY_OVERLAP` for overlapping ranges of
+    /// [`Error::OutOfRange`] when either range leaves its buffer, [`Error::ZeroLength`]
+    /// for `len == 0`, [`Error::Cl`] with `CL_MEM_COPY_OVERLAP` for overlapping ranges of
     /// one buffer.
     pub fn copy_range<T: Pod>(
         &self,
@@ -270,7 +272,7 @@ impl After<'_> {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`](crate::Error::Cl) from `clEnqueueFillBuffer` (the pattern size must be 1, 2, 4, ...,
+    /// [`Error::Cl`] from `clEnqueueFillBuffer` (the pattern size must be 1, 2, 4, ...,
     /// 128 bytes).
     pub fn fill<T: Pod>(&self, buffer: &ClBuffer<T>, value: T) -> Result<Event> {
         self.fill_range(buffer, value, 0..buffer.len())
@@ -280,7 +282,7 @@ impl After<'_> {
     ///
     /// # Errors
     ///
-    /// [`Error::OutOfRange`](crate::Error::OutOfRange) or [`Error::ZeroLength`](crate::Error::ZeroLength) for a bad range, [`Error::Cl`](crate::Error::Cl) as
+    /// [`Error::OutOfRange`] or [`Error::ZeroLength`] for a bad range, [`Error::Cl`] as
     /// [`After::fill`].
     pub fn fill_range<T: Pod>(
         &self,
@@ -308,5 +310,54 @@ impl After<'_> {
                     )
                 }
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_range_inside_the_buffer_passes_and_one_past_its_end_is_out_of_range() {
+        assert!(check_range(Transfer::Read, 0, 10, 10).is_ok());
+        assert!(check_range(Transfer::Read, 9, 1, 10).is_ok());
+        assert!(matches!(
+            check_range(Transfer::Write, 9, 2, 10),
+            Err(Error::OutOfRange {
+                transfer: Transfer::Write,
+                offset: 9,
+                len: 2,
+                buffer_len: 10
+            })
+        ));
+        assert!(matches!(
+            check_range(Transfer::Fill, usize::MAX, 2, 10),
+            Err(Error::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            check_range(Transfer::Read, 0, 0, 10),
+            Err(Error::ZeroLength)
+        ));
+    }
+
+    #[test]
+    fn a_span_gives_its_length_and_a_reversed_one_names_both_ends() {
+        assert_eq!(check_span(Transfer::Fill, &(2..5), 10).ok(), Some(3));
+        assert!(matches!(
+            check_span(Transfer::Map, &(5..2), 10),
+            Err(Error::ReversedRange {
+                transfer: Transfer::Map,
+                start: 5,
+                end: 2
+            })
+        ));
+        assert!(matches!(
+            check_span(Transfer::Read, &(4..4), 10),
+            Err(Error::ZeroLength)
+        ));
+        assert!(matches!(
+            check_span(Transfer::Read, &(8..11), 10),
+            Err(Error::OutOfRange { .. })
+        ));
     }
 }

@@ -2,11 +2,11 @@
 //!
 //! # Rules
 //!
-//! 1. `CL_LIFETIME_DEVICE` picks the device: `P:D` (platform and device indices, as
+//! 1. **Named device.** `CL_LIFETIME_DEVICE` picks the device: `P:D` (platform and device indices, as
 //!    `clinfo -l` lists them) or a case-insensitive substring of the device name, the
 //!    platform name or the platform vendor (`nvidia`, `pocl`, `oclgrind`).
-//! 2. Without it: the first GPU, else the first device of any kind.
-//! 3. No loader, no platform, or no match is a typed error that says what was looked
+//! 2. **Default device.** Without it: the first GPU, else the first device of any kind.
+//! 3. **Typed misses.** No loader, no platform, or no match is a typed error that says what was looked
 //!    for, what was found and how to install PoCL. Nothing panics or waits.
 
 use std::fmt;
@@ -107,7 +107,7 @@ impl Device {
     ///
     /// # Errors
     ///
-    /// [`Error::NoLoader`](crate::Error::NoLoader) when `libOpenCL.so.1` cannot be opened; [`Error::Cl`](crate::Error::Cl) when a
+    /// [`Error::NoLoader`] when `libOpenCL.so.1` cannot be opened; [`Error::Cl`] when a
     /// query fails. No platform at all gives an empty list.
     pub fn all() -> Result<Vec<Device>> {
         // PoCL 3.1 crashes in clGetDeviceInfo when two threads enumerate at once during its
@@ -149,8 +149,8 @@ impl Device {
     ///
     /// # Errors
     ///
-    /// [`Error::NoDevice`](crate::Error::NoDevice) listing what was found when nothing matches;
-    /// [`Error::NoLoader`](crate::Error::NoLoader) without an OpenCL loader.
+    /// [`Error::NoDevice`] listing what was found when nothing matches;
+    /// [`Error::NoLoader`] without an OpenCL loader.
     pub fn select(spec: Option<&str>) -> Result<Device> {
         let devices = Device::all()?;
         let chosen = match spec {
@@ -232,7 +232,7 @@ impl Device {
     }
 }
 
-/// Applies rule 1 to `spec`.
+/// The *named device* rule for `spec`.
 fn pick<'a>(devices: &'a [Device], spec: &str) -> Option<&'a Device> {
     let spec = spec.trim();
     if let Some((p, d)) = spec.split_once(':') {
@@ -246,4 +246,81 @@ fn pick<'a>(devices: &'a [Device], spec: &str) -> Option<&'a Device> {
             .iter()
             .any(|s| s.to_lowercase().contains(&needle))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A device as the selection rules see it: names and indices, no driver behind it.
+    fn device(p: usize, d: usize, platform: &str, vendor: &str, name: &str) -> Device {
+        Device {
+            platform: std::ptr::null_mut(),
+            id: std::ptr::null_mut(),
+            platform_index: p,
+            device_index: d,
+            platform_name: platform.to_string(),
+            platform_vendor: vendor.to_string(),
+            name: name.to_string(),
+            version: "OpenCL 3.0".to_string(),
+            driver_version: String::new(),
+            kind: 0,
+            max_alloc: 0,
+            base_addr_align_bits: 0,
+            global_mem: 0,
+            limits: Limits {
+                local_mem: 0,
+                max_group: 1,
+                max_item: [1; 3],
+                address_bits: 64,
+            },
+        }
+    }
+
+    fn machine() -> Vec<Device> {
+        vec![
+            device(
+                0,
+                0,
+                "NVIDIA CUDA",
+                "NVIDIA Corporation",
+                "NVIDIA H100 80GB HBM3",
+            ),
+            device(
+                1,
+                0,
+                "Portable Computing Language",
+                "The pocl project",
+                "cpu-x86-64",
+            ),
+            device(
+                1,
+                1,
+                "Portable Computing Language",
+                "The pocl project",
+                "cpu-x86-64",
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_named_device_is_found_by_indices() {
+        let devices = machine();
+        assert_eq!(pick(&devices, "1:1").map(Device::indices), Some((1, 1)));
+        assert_eq!(pick(&devices, " 0 : 0 ").map(Device::indices), Some((0, 0)));
+        assert!(pick(&devices, "2:0").is_none());
+    }
+
+    #[test]
+    fn a_named_device_is_found_by_any_name_case_blind() {
+        let devices = machine();
+        assert_eq!(pick(&devices, "nvidia").map(Device::indices), Some((0, 0)));
+        assert_eq!(pick(&devices, "POCL").map(Device::indices), Some((1, 0)));
+        assert_eq!(pick(&devices, "h100").map(Device::indices), Some((0, 0)));
+        assert_eq!(
+            pick(&devices, "Portable").map(Device::indices),
+            Some((1, 0))
+        );
+        assert!(pick(&devices, "oclgrind").is_none());
+    }
 }

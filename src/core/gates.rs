@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 /// Counts failures seen anywhere (a gate failed, a failed status read), so a record need
-/// look for failed events (tracker rule 5) only after one has happened.
+/// look for failed events (the tracker's *shadow* rule) only after one has happened.
 static FAILURE_EPOCH: AtomicU64 = AtomicU64::new(0);
 
 /// Whether a command may have failed without the library seeing it: set once a user

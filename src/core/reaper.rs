@@ -2,37 +2,37 @@
 //!
 //! # Rules
 //!
-//! 1. [`ClBuffer::release_deferred`](crate::ClBuffer::release_deferred) returns at once:
+//! 1. **Returns at once.** [`ClBuffer::release_deferred`](crate::ClBuffer::release_deferred) returns at once:
 //!    the buffer and its event record go to the context's reaper thread, which frees the
 //!    memory once the events have ended (the OpenCL `cudaFreeAsync`).
-//! 2. Nothing blocking runs in an event callback, and `clReleaseMemObject` never runs in one
-//!    (DESIGN.md trap 6): the reaper is an ordinary thread. NVIDIA's `clReleaseMemObject`,
-//!    which can block for a whole kernel (trap 7), blocks the reaper, never the caller.
-//! 3. [`Context::wait_deferred`](crate::Context::wait_deferred) waits until every deferred
+//! 2. **An ordinary thread.** Nothing blocking runs in an event callback, and `clReleaseMemObject` never runs in one
+//!    (design trap "nothing blocking in callbacks"): the reaper is an ordinary thread. NVIDIA's `clReleaseMemObject`,
+//!    which can block for a whole kernel (design trap "NVIDIA's release blocks"), blocks the reaper, never the caller.
+//! 3. **Wait deferred.** [`Context::wait_deferred`](crate::Context::wait_deferred) waits until every deferred
 //!    release submitted before the call is done; dropping the last handle of a context
 //!    does the same, unless a user event of the context is still unset (then a release
 //!    may be behind it, and the reaper finishes on its own).
-//! 4. Whatever has finished is freed first: the reaper never blocks on one release. It
+//! 4. **Finished first.** Whatever has finished is freed first: the reaper never blocks on one release. It
 //!    asks each pending release to advance ([`Deferred::poll`]: its commands ended? then
 //!    release; the driver freed it, or its grace passed? then done), and between rounds
 //!    with nothing done it sleeps, from 20 µs doubling up to 1 ms, waking at once for a
 //!    new release. So a busy buffer, or one whose free is held up by a reference outside
 //!    the library, holds up no other.
-//! 5. The thread starts with the first release and ends when the context is gone.
+//! 5. **Thread life.** The thread starts with the first release and ends when the context is gone.
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::{self, JoinHandle, ThreadId};
 use std::time::Duration;
 
-/// A deferred release, advanced step by step without blocking (rule 4).
+/// A deferred release, advanced step by step without blocking (the *finished first* rule).
 pub(crate) trait Deferred: Send {
     /// Advances the release as far as it can without blocking; `true` once it is done.
     fn poll(&mut self) -> bool;
 }
 
-/// The first pause between rounds that finished nothing (rule 4).
+/// The first pause between rounds that finished nothing (the *finished first* rule).
 const FIRST_PAUSE: Duration = Duration::from_micros(20);
-/// The longest pause between rounds that finished nothing (rule 4).
+/// The longest pause between rounds that finished nothing (the *finished first* rule).
 const LONGEST_PAUSE: Duration = Duration::from_millis(1);
 
 #[derive(Default)]
@@ -67,7 +67,7 @@ pub(crate) struct Reaper {
 }
 
 impl Reaper {
-    /// Rule 1: hands `job` to the reaper thread, starting it if needed. If the thread cannot
+    /// The *returns at once* rule: hands `job` to the reaper thread, starting it if needed. If the thread cannot
     /// be started, the job runs here instead, to the end: late is better than leaked.
     pub(crate) fn submit(&self, mut job: Box<dyn Deferred>) {
         let mut thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner);
@@ -101,7 +101,7 @@ impl Reaper {
         Ok((handle, id))
     }
 
-    /// Rule 3: blocks until every job submitted before this call is done.
+    /// The *wait deferred* rule: blocks until every job submitted before this call is done.
     pub(crate) fn wait_idle(&self) {
         let state = self.shared.lock();
         let target = state.submitted;
@@ -113,7 +113,7 @@ impl Reaper {
     }
 }
 
-/// The reaper thread (rule 4).
+/// The reaper thread (the *finished first* rule).
 fn run(shared: &Shared) {
     let mut pending: Vec<Box<dyn Deferred>> = Vec::new();
     let mut pause = FIRST_PAUSE;

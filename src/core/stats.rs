@@ -175,3 +175,69 @@ impl Ledger {
         leaks
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_move_between_buckets_and_the_peak_counts_all_three() {
+        let ledger = Ledger::default();
+        ledger.shift(100, Bucket::Freed, Bucket::Live);
+        ledger.shift(50, Bucket::Freed, Bucket::Live);
+        ledger.shift(100, Bucket::Live, Bucket::Pooled);
+        ledger.shift(50, Bucket::Live, Bucket::Pending);
+        let m = ledger.memory();
+        assert_eq!(
+            (
+                m.live_bytes,
+                m.pooled_bytes,
+                m.pending_release_bytes,
+                m.peak_bytes
+            ),
+            (0, 100, 50, 150)
+        );
+        ledger.shift(100, Bucket::Pooled, Bucket::Live);
+        ledger.shift(50, Bucket::Pending, Bucket::Freed);
+        ledger.shift(10, Bucket::Freed, Bucket::Live);
+        let m = ledger.memory();
+        assert_eq!(
+            (
+                m.live_bytes,
+                m.pooled_bytes,
+                m.pending_release_bytes,
+                m.peak_bytes
+            ),
+            (110, 0, 0, 150)
+        );
+    }
+
+    #[test]
+    fn the_leak_report_lists_what_was_handed_out_and_not_given_back_largest_first() {
+        let ledger = Ledger::default();
+        let site = std::panic::Location::caller();
+        ledger.handed_out(1, 10, site, true);
+        ledger.handed_out(2, 30, site, false);
+        ledger.handed_out(3, 20, site, true);
+        ledger.given_back(3);
+        let leaks: Vec<u64> = ledger.leaks().iter().map(|l| l.0).collect();
+        assert_eq!(leaks, [30, 10]);
+        let m = ledger.memory();
+        assert_eq!((m.allocations, m.driver_allocations, m.reuses), (3, 2, 1));
+    }
+
+    #[test]
+    fn hazard_counts_are_averaged_per_enqueue() {
+        let stats = Stats::default();
+        assert_eq!(stats.hazards().per_enqueue(), 0.0);
+        stats.count_enqueue(2, 3);
+        stats.count_enqueue(0, 1);
+        let h = stats.hazards();
+        assert_eq!(
+            (h.enqueues, h.wait_entries, h.wait_entries_without_elision),
+            (2, 2, 4)
+        );
+        assert_eq!(h.per_enqueue(), 1.0);
+        assert_eq!(h.per_enqueue_without_elision(), 2.0);
+    }
+}

@@ -81,3 +81,74 @@ pub(crate) fn check_options(options: &str) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn the_kernel_lookup_rule_tries_each_place_in_order() {
+        let cwd = Path::new("/work/app");
+        let list = std::env::join_paths(["extra", "/opt/k"]).unwrap();
+        let paths = search_paths("add", cwd, Some(&list), Some(Path::new("/usr/bin/app")));
+        let expected: Vec<PathBuf> = [
+            "/work/app/add",
+            "/work/app/add.cl",
+            "/work/app/extra/add",
+            "/work/app/extra/add.cl",
+            "/opt/k/add",
+            "/opt/k/add.cl",
+            "/work/app/kernels/add",
+            "/work/app/kernels/add.cl",
+            "/usr/bin/add",
+            "/usr/bin/add.cl",
+            "/usr/bin/kernels/add",
+            "/usr/bin/kernels/add.cl",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(paths, expected);
+    }
+
+    #[test]
+    fn a_name_with_an_extension_or_an_absolute_path_is_looked_for_as_given() {
+        let cwd = Path::new("/work/app");
+        let paths = search_paths("add.cl", cwd, None, None);
+        assert_eq!(
+            paths,
+            [
+                PathBuf::from("/work/app/add.cl"),
+                PathBuf::from("/work/app/kernels/add.cl")
+            ]
+        );
+        let paths = search_paths("/k/add.cl", cwd, Some(OsStr::new("x")), None);
+        assert_eq!(paths, [PathBuf::from("/k/add.cl")]);
+    }
+
+    #[test]
+    fn a_bare_define_or_include_and_a_nul_are_refused() {
+        for bad in [
+            "-D",
+            "-DX=1 -I",
+            "-D -cl-fast-relaxed-math",
+            "-I -DX",
+            "a\0b",
+        ] {
+            assert!(
+                matches!(check_options(bad), Err(Error::BuildOptions { .. })),
+                "{bad:?}"
+            );
+        }
+        for good in [
+            "",
+            "-D X=1",
+            "-DX=1",
+            "-I dir -cl-std=CL1.2",
+            "-D N=4 -I inc",
+        ] {
+            assert!(check_options(good).is_ok(), "{good:?}");
+        }
+    }
+}

@@ -109,7 +109,7 @@ impl Program {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`](crate::Error::Cl) when the program cannot be queried.
+    /// [`Error::Cl`] when the program cannot be queried.
     pub fn kernel_names(&self) -> Result<Vec<String>> {
         ffi::kernel_names(self.inner.raw)
     }
@@ -118,7 +118,7 @@ impl Program {
     ///
     /// # Errors
     ///
-    /// [`Error::UnknownKernel`](crate::Error::UnknownKernel) listing the kernels the program has.
+    /// [`Error::UnknownKernel`] listing the kernels the program has.
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
         let unknown = || Error::UnknownKernel {
             name: name.to_string(),

@@ -37,20 +37,20 @@ enum Mapped {
 #[derive(Default)]
 pub(crate) struct Record {
     events: EventSet<Event>,
-    /// Tracker rule 5: a recorded command failed while superseded ones may still run, so
+    /// The tracker's *shadow* rule: a recorded command failed while superseded ones may still run, so
     /// wait lists leave nothing out until the shadow has drained.
     tainted: bool,
     /// The failure epoch this record last looked at.
     seen_failures: u64,
     mapped: Mapped,
     failed: Vec<FailedCommand>,
-    /// A recorded command was seen to fail (tracker rule 5 then trusts no cover until the
+    /// A recorded command was seen to fail (the *shadow* rule then trusts no cover until the
     /// shadow has drained).
     saw_failure: bool,
     /// The newest command that wrote the buffer, kept after it ends: a command that reads
-    /// the buffer after it failed reads data that was never written (rule 6).
+    /// the buffer after it failed reads data that was never written (the *failed write* rule).
     last_write: Option<Event>,
-    /// Host memory that in-flight commands use (rule 3), with the event that ends the use.
+    /// Host memory that in-flight commands use (the *lent host memory* rule), with the event that ends the use.
     host: Vec<(Event, Box<dyn Any + Send>)>,
 }
 
@@ -59,7 +59,7 @@ impl Record {
         &self.events
     }
 
-    /// Tracker rule 5: whether wait lists must leave nothing out. Looks for failed events
+    /// The tracker's *shadow* rule: whether wait lists must leave nothing out. Looks for failed events
     /// only when a failure has happened somewhere since the last look and superseded
     /// commands may still run.
     pub(crate) fn after_failure(&mut self) -> bool {
@@ -110,7 +110,7 @@ impl Record {
     /// What became of `e`; a failure is kept for the report and taints the record. The
     /// failed event itself goes when its last handle does: the event keeps its own
     /// dependencies, and is kept past its last handle while they may still notify it
-    /// (DESIGN.md trap 17; see [`crate::event`]).
+    /// (design trap "PoCL's failed-event notify list"; see [`crate::event`]).
     fn ended(e: &Event, failed: &mut Vec<FailedCommand>, saw: &mut bool) -> State {
         // An unreadable status counts as failed: nothing can wait on it either.
         let state = e.state();
@@ -120,7 +120,7 @@ impl Record {
         state
     }
 
-    /// Tracker rule 6 trusts queue order only while no failure has been possible in the
+    /// The tracker's *pruning* rule trusts queue order only while no failure has been possible in the
     /// process, and none has been seen in this record.
     fn trust_queue_order(&mut self, failures_possible: bool) {
         self.events
@@ -148,7 +148,7 @@ impl Record {
         if self.saw_failure {
             self.tainted = true;
         }
-        // Once every superseded command has ended, cover holds again (tracker rule 5).
+        // Once every superseded command has ended, cover holds again (the *shadow* rule).
         if self.events.shadow_len() == 0 {
             self.tainted = false;
             self.saw_failure = false;
@@ -164,21 +164,21 @@ impl Record {
         self.prune_host();
     }
 
-    /// Rule 3: host memory goes as soon as the command that used it has ended.
+    /// The *lent host memory* rule: host memory goes as soon as the command that used it has ended.
     fn prune_host(&mut self) {
         if !self.host.is_empty() {
             self.host.retain(|(e, _)| !e.is_terminal());
         }
     }
 
-    /// Rule 6: the failure of the buffer's last write, if it failed (asks the driver until
+    /// The *failed write* rule: the failure of the buffer's last write, if it failed (asks the driver until
     /// the write has ended, then remembers).
     pub(crate) fn failed_write(&self) -> Option<FailedCommand> {
         let write = self.last_write.as_ref()?;
         failure::failure_of(write)
     }
 
-    /// The newest write, for a host read to check once it has ended (rule 6).
+    /// The newest write, for a host read to check once it has ended (the *failed write* rule).
     pub(crate) fn last_write(&self) -> Option<&Event> {
         self.last_write.as_ref()
     }

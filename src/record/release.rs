@@ -18,7 +18,7 @@ use crate::util::sites;
 use crate::util::stages::Stages;
 
 /// How long an explicit release waits behind unset user events before it says so in the
-/// log (rule 4).
+/// log (the *drop behind a gate* rule of [`crate::record`]).
 pub const STALL_LOG_AFTER: Duration = Duration::from_secs(1);
 
 /// What [`ClBuffer::release`](crate::ClBuffer::release) did.
@@ -36,7 +36,7 @@ pub struct ReleaseReport {
     /// reference after the context's [free grace](crate::Context::free_grace).
     pub freed: bool,
     /// How long the release waited, after `clReleaseMemObject`, for the driver to free
-    /// the memory (buffer rule 5): about zero normally, the whole grace when `freed` is
+    /// the memory (the *released means freed* rule): about zero normally, the whole grace when `freed` is
     /// `false`.
     pub free_wait: Duration,
     /// Whether the block went back to its [`Pool`](crate::Pool) instead, carrying its
@@ -47,6 +47,9 @@ pub struct ReleaseReport {
 }
 
 impl Block {
+    /// A blocking release, or back to the owner: the *exact wait* to *released means
+    /// freed* rules of [`crate::record`], waiting for the memory to be freed or the grace
+    /// to pass. Idempotent: the second call finds nothing.
     pub(crate) fn retire(&mut self) -> Result<ReleaseReport> {
         let (mut report, freed) = self.retire_then(true)?;
         if let Some(freed) = freed {
@@ -66,9 +69,10 @@ impl Block {
         Ok(report)
     }
 
-    /// Rules 1 to 4, or back to the pool: waits for the recorded commands (`block`; the
+    /// The *exact wait*, *failures end too*, *lent host memory* and *drop behind a gate*
+    /// rules, or back to the owner: waits for the recorded commands (`block`; the
     /// reaper calls this only once they have all ended) and releases the memory. Returns
-    /// the destructor signal still to wait for (rule 5), if it has not fired yet.
+    /// the destructor signal still to wait for (*released means freed*), if it has not fired yet.
     fn retire_then(&mut self, block: bool) -> Result<(ReleaseReport, Option<Arc<Freed>>)> {
         if self.raw.is_null() {
             let report = ReleaseReport {
@@ -180,7 +184,7 @@ impl Block {
         }
     }
 
-    /// Rule 4: whether this block's release would wait behind a user event of its
+    /// The *drop behind a gate* rule: whether this block's release would wait behind a user event of its
     /// context that has not been set. Answers `false` at once when every gate is set.
     fn behind_open_gate(&mut self) -> bool {
         self.ctx.gates.count() != 0
@@ -195,7 +199,7 @@ impl Block {
 /// Waits until every event in `raws` has ended. While user events of the context are
 /// not set, polls instead of blocking in `clWaitForEvents`, and after
 /// [`STALL_LOG_AFTER`] says in the log which unset user events the release may be behind
-/// (rule 4).
+/// (the *drop behind a gate* rule).
 fn wait_reporting_stalls(raws: &[cl_event], gates: &OpenGates, allocated_at: &Location<'_>) {
     if gates.count() == 0 {
         ffi::wait_terminal(raws);
@@ -226,7 +230,7 @@ fn wait_reporting_stalls(raws: &[cl_event], gates: &OpenGates, allocated_at: &Lo
     }
 }
 
-/// A deferred release, advanced by the reaper without blocking (reaper rule 4): first the
+/// A deferred release, advanced by the reaper without blocking (the reaper's *finished first* rule): first the
 /// recorded commands end, then the memory is released, then the driver frees it (or the
 /// grace passes).
 struct DeferredRelease {
@@ -307,7 +311,7 @@ impl Drop for Block {
     fn drop(&mut self) {
         let pooled = matches!(self.home, Some(Home::Owner(_)));
         if !self.raw.is_null() && !pooled && self.behind_open_gate() {
-            // Rule 4: the caller may be about to set the gate (it drops after this
+            // The drop behind a gate rule: the caller may be about to set the gate (it drops after this
             // buffer), or unwinding past it; waiting here could be forever.
             log::info!(
                 target: "cl_lifetime::buffer",

@@ -1,9 +1,44 @@
 //! The enqueue protocol, in one place: gather the hazards, enqueue, commit the event on
 //! every buffer touched, then fold.
 //!
-//! 1. **Lock** the records of every buffer the command touches, in buffer-ID order (the
-//!    *lock order* of [`crate::record`]), a buffer touched twice once with the stronger
-//!    access.
+//! # Rules
+//!
+//! - **Every command recorded.** Every command that touches a buffer records its event
+//!   there, with its access: writes, reads, copies (both ends), fills, maps, unmaps and
+//!   kernel launches.
+//! - **Locked in ID order.** The records of all buffers a command touches are locked, in
+//!   buffer-ID order, from before the wait list is computed until the new event is
+//!   recorded, so the order of the records is the order of the enqueues, whatever the
+//!   threads do (the *lock order* of [`crate::record`]).
+//! - **Hazards and dependencies.** The wait list is the buffers' hazards (the
+//!   [`tracker`](crate::tracker)'s *hazards* and *same-queue elision* rules: read after
+//!   write, write after read or write, nothing from the command's own in-order queue),
+//!   plus the extra dependencies given to [`Queue::after`](crate::Queue::after).
+//! - **Failures change the wait list.** Once a failure is possible (the *failures
+//!   possible* flag of [`crate::core::gates`]), the status of every event that would
+//!   enter the wait list is read first: ended hazards are left out, since drivers never
+//!   run a command whose wait list holds a failed event (PoCL leaves it queued forever,
+//!   and its in-order queue with it); a dependency given to `after` that has failed
+//!   refuses the command with [`Error::DependencyFailed`],
+//!   and so does a command that reads a buffer whose last write failed (the *failed
+//!   write* rule). Once a failure has been seen in the context, the command's own in-order
+//!   queue is not trusted either (PoCL stops ordering a queue's later commands after its
+//!   pending ones once one of them has failed): every unended hazard goes in the wait
+//!   list. Before any of that, no status is read on the enqueue path (it costs
+//!   microseconds on NVIDIA). Once a failure is possible, the new event keeps the events
+//!   of its wait list until it is seen complete: a failed command is not released while a
+//!   dependency of it may still end (see [`crate::event`]).
+//! - **Flush before a cross-queue wait.** An event from another queue is flushed before
+//!   it enters this queue's wait list (design trap "flush before a cross-queue wait");
+//!   each queue is flushed only if it has unflushed work.
+//! - **Fold.** A record that grows past [`FOLD_AT`](crate::tracker::FOLD_AT) live entries
+//!   has its oldest reads folded into one `clEnqueueMarkerWithWaitList` event (the
+//!   tracker's *bound* rule).
+//!
+//! # Steps
+//!
+//! 1. **Lock** the records of every buffer the command touches, in buffer-ID order, a
+//!    buffer touched twice once with the stronger access.
 //! 2. **Gather** the checks and the wait list ([`Submit::gather`]): mappings, the *failed
 //!    write* rule, failed dependencies, then the hazards of each record and the extra
 //!    dependencies, flushing the queues they came from.
@@ -12,9 +47,8 @@
 //!    refused the enqueue.
 //! 4. **Commit** ([`Submit::commit`]): nothing from here on can fail, so every buffer
 //!    touched records the command (one that did not could be released while it runs).
-//! 5. **Fold** a record that has grown past [`FOLD_AT`](crate::tracker::FOLD_AT) live
-//!    entries: its oldest reads become one marker. A fold that cannot be enqueued leaves
-//!    the record as it is (longer, still complete).
+//! 5. **Fold**: a fold that cannot be enqueued leaves the record as it is (longer, still
+//!    complete).
 
 use std::sync::{Arc, MutexGuard};
 
@@ -189,7 +223,9 @@ impl Submit<'_> {
         }
         Ok(locked)
     }
+}
 
+impl Submit<'_> {
     /// Step 2: the checks and the wait list, with the events it holds. Those are needed
     /// only once a failure is possible (a failed command must outlive its dependencies),
     /// so until then the enqueue path clones and allocates nothing for them.
@@ -291,7 +327,9 @@ impl Submit<'_> {
         }
         Ok(())
     }
+}
 
+impl Submit<'_> {
     /// Steps 4 and 5: records `event` on every locked record, then folds those that grew
     /// past their bound. Infallible: a fold that fails is logged and leaves its record
     /// longer, still complete.

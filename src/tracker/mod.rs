@@ -1,0 +1,389 @@
+//! The per-buffer event record and its hazard rules, without any OpenCL in it.
+//!
+//! An [`EventSet`] holds the events of the commands that may still touch one buffer, each
+//! with the [`Lane`] (queue) it ran on and its [`Access`]. It never asks a driver anything:
+//! whoever records an event also says which recorded events have completed, through a
+//! closure, so the bookkeeping is tested with plain numbers standing in for events (the
+//! way wgpu-core's lifetime tracker is told which submissions finished).
+//!
+//! # Rules
+//!
+//! 1. **Hazards.** A new command waits on the events [`EventSet::hazards`] returns: a read
+//!    waits on the recorded writes (read after write); a write waits on every recorded
+//!    event, writes and reads (write after write, write after read). Reads never wait on
+//!    reads.
+//! 2. **Same-queue elision.** Events of the new command's own queue are left out when that
+//!    queue is in order: the queue already runs them first.
+//! 3. **A write covers everything before it.** A recorded write waited (rule 1, or its
+//!    queue's order) on every entry, so when it succeeds it has completed after all of
+//!    them: recording it moves the whole set to the *shadow*.
+//! 4. **In-order reads.** On an in-order queue a newer read moves the older reads of its
+//!    queue to the shadow, so an in-order queue keeps at most one write and one read live.
+//! 5. **The shadow.** Cover holds only for commands that succeed: a command that fails
+//!    because something in its wait list failed can end before the rest of its wait list.
+//!    So when the superseding command had a wait list, superseded entries stay in the
+//!    shadow until they are known to have ended; a release waits on them too, and after a
+//!    failure the caller asks [`EventSet::hazards_after_failure`], which leaves nothing
+//!    out. A command with an empty wait list cannot end early: what it supersedes is
+//!    either ordered before it by its in-order queue or has ended already, and is dropped.
+//! 6. **Pruning.** Ended events are dropped as new ones arrive, when the set has doubled
+//!    since the last prune: constant cost per record on average, and the set stays within
+//!    twice its live size. Asking a driver about an event costs (microseconds on some), so
+//!    the superseded entries of an in-order queue are not asked about one by one: a
+//!    command of such a queue completes only after every older one has ended, so when
+//!    one has completed (not failed) every older entry of its queue goes unasked, and the
+//!    point where the queue's entries turn from complete to pending is found by bisection.
+//!    A failure breaks that pattern: then each is asked, and the caller turns the
+//!    shortcut off ([`EventSet::prune_each`]) once a failure has been seen.
+//! 7. **Bound.** Reads on out-of-order queues are kept until they complete. When more than
+//!    [`FOLD_AT`] entries are live, the caller folds the oldest reads into one marker event
+//!    ([`EventSet::reads_to_fold`], then [`EventSet::fold`]), which stands for them all.
+//!
+//! Together these keep every command that may still touch the buffer covered: each is in
+//! the set, or completes before an event that is.
+
+/// Above this many live entries, the oldest reads are folded into one marker (rule 7).
+pub const FOLD_AT: usize = 64;
+
+/// How a command uses a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// The command only reads the buffer.
+    Read,
+    /// The command may write the buffer (a read-write kernel argument counts as a write).
+    Write,
+}
+
+/// The queue a command ran on, as far as ordering is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Lane {
+    /// A number unique to the queue for the life of the process.
+    pub id: u64,
+    /// Whether the queue runs its commands in order.
+    pub in_order: bool,
+}
+
+/// One recorded command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry<E> {
+    /// Where it ran.
+    pub lane: Lane,
+    /// How it used the buffer.
+    pub access: Access,
+    /// Its event.
+    pub event: E,
+    /// Its place in the order of records (rule 6).
+    pub seq: u64,
+}
+
+/// What became of a recorded command, as the caller's driver says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Not ended yet.
+    Pending,
+    /// Completed successfully.
+    Complete,
+    /// Ended with an error (or its status cannot be read).
+    Failed,
+}
+
+impl State {
+    /// Whether the command has ended, either way.
+    pub fn has_ended(self) -> bool {
+        self != State::Pending
+    }
+}
+
+/// The smallest size at which a record is pruned.
+const MIN_PRUNE_AT: usize = 16;
+
+/// The superseded entries of one lane, oldest first.
+#[derive(Debug)]
+struct LaneShadow<E> {
+    lane: Lane,
+    entries: Vec<Entry<E>>,
+}
+
+/// The events of every command that may still touch one buffer.
+#[derive(Debug)]
+pub struct EventSet<E> {
+    entries: Vec<Entry<E>>,
+    /// Rule 5: entries superseded by a newer one, kept until they are known to have ended.
+    /// Kept per lane, each lane's entries oldest first (rule 6 bisects them).
+    shadow: Vec<LaneShadow<E>>,
+    prune_at: usize,
+    /// Rule 6: whether pruning may trust queue order (see [`EventSet::prune_each`]).
+    by_lane: bool,
+    next_seq: u64,
+}
+
+impl<E> Default for EventSet<E> {
+    fn default() -> Self {
+        EventSet {
+            entries: Vec::new(),
+            shadow: Vec::new(),
+            prune_at: MIN_PRUNE_AT,
+            by_lane: true,
+            next_seq: 0,
+        }
+    }
+}
+
+impl<E> EventSet<E> {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Rules 1 and 2: the recorded entries a new command with `access` on `lane` must
+    /// wait on.
+    pub fn hazards(&self, lane: Lane, access: Access) -> impl Iterator<Item = &Entry<E>> {
+        self.entries.iter().filter(move |e| {
+            let conflicts = access == Access::Write || e.access == Access::Write;
+            let ordered_by_queue = lane.in_order && e.lane == lane;
+            conflicts && !ordered_by_queue
+        })
+    }
+
+    /// Rule 5: after a failure, every recorded entry that conflicts with `access`, live or
+    /// shadow, with nothing left out for queue order.
+    pub fn hazards_after_failure(&self, access: Access) -> impl Iterator<Item = &Entry<E>> {
+        self.shadow()
+            .chain(&self.entries)
+            .filter(move |e| access == Access::Write || e.access == Access::Write)
+    }
+
+    /// The superseded entries not yet known to have ended (rule 5), lane by lane.
+    pub fn shadow(&self) -> impl Iterator<Item = &Entry<E>> {
+        self.shadow.iter().flat_map(|group| &group.entries)
+    }
+
+    /// How many superseded entries are kept (rule 5).
+    pub fn shadow_len(&self) -> usize {
+        self.shadow.iter().map(|group| group.entries.len()).sum()
+    }
+
+    /// Moves `entry` to the shadow of its lane, keeping the lane's entries oldest first.
+    fn shadow_entry(&mut self, entry: Entry<E>) {
+        let at = match self.shadow.iter().position(|g| g.lane == entry.lane) {
+            Some(at) => at,
+            None => {
+                self.shadow.push(LaneShadow {
+                    lane: entry.lane,
+                    entries: Vec::new(),
+                });
+                self.shadow.len() - 1
+            }
+        };
+        let entries = &mut self.shadow[at].entries;
+        if entries.last().is_none_or(|last| last.seq < entry.seq) {
+            entries.push(entry);
+        } else {
+            let pos = entries.partition_point(|e| e.seq < entry.seq);
+            entries.insert(pos, entry);
+        }
+    }
+
+    /// How many entries rule 1 alone would ask for, before rule 2 leaves out the command's
+    /// own in-order queue. For statistics.
+    pub fn hazards_without_elision(&self, access: Access) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| access == Access::Write || e.access == Access::Write)
+            .count()
+    }
+
+    /// Records `event`, a command on `lane` with `access` that waited on the unended
+    /// [`hazards`](EventSet::hazards), applying rules 3 to 6. `had_wait_list` says whether
+    /// its wait list was empty (rule 5). `state` is asked only about events already in
+    /// the set.
+    pub fn record(
+        &mut self,
+        lane: Lane,
+        access: Access,
+        event: E,
+        had_wait_list: bool,
+        state: impl FnMut(&E) -> State,
+    ) {
+        let superseded = |e: &Entry<E>| match access {
+            Access::Write => true,
+            Access::Read => lane.in_order && e.lane == lane && e.access == Access::Read,
+        };
+        if access == Access::Write {
+            if had_wait_list {
+                let superseded = std::mem::take(&mut self.entries);
+                for old in superseded {
+                    self.shadow_entry(old);
+                }
+            } else {
+                self.entries.clear();
+            }
+        } else {
+            let mut i = 0;
+            while i < self.entries.len() {
+                if superseded(&self.entries[i]) {
+                    let old = self.entries.remove(i);
+                    if had_wait_list {
+                        self.shadow_entry(old);
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        if self.entries.len() + self.shadow_len() >= self.prune_at {
+            self.prune(state);
+        }
+        let seq = self.take_seq();
+        self.entries.push(Entry {
+            lane,
+            access,
+            event,
+            seq,
+        });
+    }
+
+    fn take_seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq
+    }
+
+    /// Rule 6: whether pruning may skip asking about superseded entries of an in-order
+    /// queue, trusting that a completed command of such a queue ran after every older
+    /// command of it had ended. On by default; turn it off once a failure has been seen,
+    /// since a driver's handling of commands behind a failed one is its own.
+    pub fn prune_each(&mut self, each: bool) {
+        self.by_lane = !each;
+    }
+
+    /// Removes every entry that has ended, by `state` or by rule 6.
+    pub fn prune(&mut self, mut state: impl FnMut(&E) -> State) {
+        let by_lane = self.by_lane;
+        // Per in-order lane, the newest live entry known complete.
+        let mut complete: Vec<(u64, u64)> = Vec::new();
+        self.entries.retain(|e| {
+            let st = state(&e.event);
+            if by_lane && e.lane.in_order && st == State::Complete {
+                match complete.iter_mut().find(|(id, _)| *id == e.lane.id) {
+                    Some(slot) => slot.1 = slot.1.max(e.seq),
+                    None => complete.push((e.lane.id, e.seq)),
+                }
+            }
+            !st.has_ended()
+        });
+        for group in &mut self.shadow {
+            let (lane, entries) = (group.lane, &mut group.entries);
+            if !(by_lane && lane.in_order) {
+                entries.retain(|e| !state(&e.event).has_ended());
+                continue;
+            }
+            // Older than a completed live entry of the queue: ended.
+            let cutoff = complete
+                .iter()
+                .find(|(id, _)| *id == lane.id)
+                .map_or(0, |&(_, seq)| seq);
+            let ended = entries.partition_point(|e| e.seq < cutoff);
+            // The rest, oldest first, is complete up to some point and then not: find the
+            // point by bisection. A failure breaks the pattern: then each is asked.
+            let (mut lo, mut hi) = (ended, entries.len());
+            let mut failed_at = None;
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                match state(&entries[mid].event) {
+                    State::Complete => lo = mid + 1,
+                    State::Pending => hi = mid,
+                    State::Failed => {
+                        failed_at = Some(entries[mid].seq);
+                        break;
+                    }
+                }
+            }
+            match failed_at {
+                None => drop(entries.drain(..lo)),
+                Some(failed) => {
+                    entries.drain(..ended);
+                    entries.retain(|e| e.seq != failed && !state(&e.event).has_ended());
+                }
+            }
+        }
+        // Lanes come and go with queues: forget emptied ones beyond a few.
+        if self.shadow.len() > 4 {
+            self.shadow.retain(|group| !group.entries.is_empty());
+        }
+        self.prune_at = ((self.entries.len() + self.shadow_len()) * 2).max(MIN_PRUNE_AT);
+    }
+}
+
+/// Folding, and what the set holds.
+impl<E> EventSet<E> {
+    /// Rule 7: when more than [`FOLD_AT`] entries are recorded, the oldest reads to fold
+    /// into one marker (all but the newest [`FOLD_AT`]` / 2` entries' reads); empty
+    /// otherwise. The caller enqueues a marker that waits on them, then calls
+    /// [`fold`](EventSet::fold) with the number returned.
+    pub fn reads_to_fold(&self) -> Vec<&E> {
+        if self.entries.len() <= FOLD_AT {
+            return Vec::new();
+        }
+        let oldest = self.entries.len() - FOLD_AT / 2;
+        self.entries[..oldest]
+            .iter()
+            .filter(|e| e.access == Access::Read)
+            .map(|e| &e.event)
+            .collect()
+    }
+
+    /// Replaces the reads [`reads_to_fold`](EventSet::reads_to_fold) returned (`count` of
+    /// them) with `marker`, a command on `lane` that waited on them all.
+    pub fn fold(&mut self, count: usize, lane: Lane, marker: E) {
+        let seq = self.take_seq();
+        let mut left = count;
+        self.entries.retain(|e| {
+            if left > 0 && e.access == Access::Read {
+                left -= 1;
+                false
+            } else {
+                true
+            }
+        });
+        self.entries.insert(
+            0,
+            Entry {
+                lane,
+                access: Access::Read,
+                event: marker,
+                seq,
+            },
+        );
+    }
+
+    /// Number of recorded entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The recorded entries, oldest first.
+    pub fn entries(&self) -> &[Entry<E>] {
+        &self.entries
+    }
+
+    /// Empties the set, returning every entry, shadow first.
+    pub fn take(&mut self) -> Vec<Entry<E>> {
+        self.prune_at = MIN_PRUNE_AT;
+        let mut all: Vec<Entry<E>> = std::mem::take(&mut self.shadow)
+            .into_iter()
+            .flat_map(|group| group.entries)
+            .collect();
+        all.append(&mut self.entries);
+        all
+    }
+}
+
+#[cfg(test)]
+mod model;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,184 @@
+//! The reference model: a happens-before graph of every command, checked against the
+//! rules for random schedules.
+
+use super::tests::done_if;
+use super::*;
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+struct Command {
+    lane: usize,
+    access: Access,
+    /// What it waited on: its wait list, plus the previous command of its lane when
+    /// that lane is in order.
+    after: Vec<usize>,
+    done: bool,
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Enqueue {
+        lane: usize,
+        write: bool,
+    },
+    /// Completes every command whose predecessors are complete, each with
+    /// probability `percent` (in [0, 100]).
+    Complete {
+        percent: u8,
+    },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (0usize..4, any::<bool>()).prop_map(|(lane, write)| Step::Enqueue { lane, write }),
+        1 => (0u8..=100).prop_map(|percent| Step::Complete { percent }),
+    ]
+}
+
+/// Whether `target` happens before `from` (is reachable through `after`), or is
+/// complete.
+fn covered(cmds: &[Command], from: usize, target: usize) -> bool {
+    let mut stack = vec![from];
+    let mut seen = vec![false; cmds.len()];
+    while let Some(c) = stack.pop() {
+        if c == target {
+            return true;
+        }
+        if !std::mem::replace(&mut seen[c], true) {
+            stack.extend(&cmds[c].after);
+        }
+    }
+    false
+}
+
+fn run(in_order: [bool; 4], steps: Vec<Step>, seed: u64) -> Result<(), TestCaseError> {
+    let lanes: Vec<Lane> = (0..4)
+        .map(|i| Lane {
+            id: i as u64 + 1,
+            in_order: in_order[i],
+        })
+        .collect();
+    let mut set: EventSet<usize> = EventSet::new();
+    let mut cmds: Vec<Command> = Vec::new();
+    let mut last_on_lane: [Option<usize>; 4] = [None; 4];
+    let mut rng = seed | 1;
+    let mut coin = move |percent: u8| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng % 100) < u64::from(percent)
+    };
+    let (mut waits, mut waits_unelided) = (0usize, 0usize);
+    for step in steps {
+        match step {
+            Step::Complete { percent } => {
+                for c in 0..cmds.len() {
+                    if !cmds[c].done && cmds[c].after.iter().all(|&p| cmds[p].done) && coin(percent)
+                    {
+                        cmds[c].done = true;
+                    }
+                }
+            }
+            Step::Enqueue { lane, write } => {
+                let access = if write { Access::Write } else { Access::Read };
+                let l = lanes[lane];
+                let wait: Vec<usize> = set.hazards(l, access).map(|e| e.event).collect();
+                waits += wait.len();
+                waits_unelided += set.hazards_without_elision(access);
+                // Rule 1: reads never wait on reads.
+                if access == Access::Read {
+                    for &w in &wait {
+                        prop_assert_eq!(cmds[w].access, Access::Write);
+                    }
+                }
+                // Rule 2: nothing of the command's own in-order queue.
+                if l.in_order {
+                    for &w in &wait {
+                        prop_assert_ne!(cmds[w].lane, lane);
+                    }
+                }
+                let id = cmds.len();
+                let had_wait_list = !wait.is_empty();
+                let mut after = wait;
+                if l.in_order {
+                    after.extend(last_on_lane[lane]);
+                }
+                cmds.push(Command {
+                    lane,
+                    access,
+                    after,
+                    done: false,
+                });
+                last_on_lane[lane] = Some(id);
+                // The hazard rules: every earlier conflicting command that is not
+                // complete happens before this one.
+                for p in 0..id {
+                    let conflict = access == Access::Write || cmds[p].access == Access::Write;
+                    if conflict && !cmds[p].done {
+                        prop_assert!(
+                            covered(&cmds, id, p),
+                            "command {id} ({access:?} on lane {lane}) does not wait for {p} ({:?} on lane {})",
+                            cmds[p].access,
+                            cmds[p].lane
+                        );
+                    }
+                }
+                let done: Vec<bool> = cmds.iter().map(|c| c.done).collect();
+                set.record(l, access, id, had_wait_list, done_if(|&e: &usize| done[e]));
+                // Rule 7: fold, as the library does, with a marker on this lane.
+                let folded: Vec<usize> = set.reads_to_fold().into_iter().copied().collect();
+                if !folded.is_empty() {
+                    let marker = cmds.len();
+                    let mut after = folded.clone();
+                    if l.in_order {
+                        after.extend(last_on_lane[lane]);
+                        last_on_lane[lane] = Some(marker);
+                    }
+                    cmds.push(Command {
+                        lane,
+                        access: Access::Read,
+                        after,
+                        done: false,
+                    });
+                    set.fold(folded.len(), l, marker);
+                }
+                prop_assert!(set.len() <= FOLD_AT + 1, "record grew to {}", set.len());
+            }
+        }
+        // Release: every command not complete is covered by a recorded event.
+        for p in 0..cmds.len() {
+            if !cmds[p].done {
+                let ok = set.entries().iter().any(|e| covered(&cmds, e.event, p));
+                prop_assert!(ok, "command {p} is no longer covered by the record");
+            }
+        }
+    }
+    prop_assert!(waits <= waits_unelided);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+    #[test]
+    fn random_schedules_follow_the_hazard_rules(
+        in_order in any::<[bool; 4]>(),
+        steps in prop::collection::vec(step(), 1..200),
+        seed in any::<u64>(),
+    ) {
+        run(in_order, steps, seed)?;
+    }
+}
+
+#[test]
+fn long_out_of_order_read_runs_stay_bounded() {
+    let steps: Vec<Step> = std::iter::once(Step::Enqueue {
+        lane: 0,
+        write: true,
+    })
+    .chain((0..600).map(|i| Step::Enqueue {
+        lane: i % 2,
+        write: false,
+    }))
+    .collect();
+    run([false, false, true, true], steps, 7).unwrap();
+}
