@@ -343,8 +343,9 @@ mod tests {
     #[test]
     fn a_span_gives_its_length_and_a_reversed_one_names_both_ends() {
         assert_eq!(check_span(Transfer::Fill, &(2..5), 10).ok(), Some(3));
+        let reversed = std::ops::Range { start: 5, end: 2 };
         assert!(matches!(
-            check_span(Transfer::Map, &(5..2), 10),
+            check_span(Transfer::Map, &reversed, 10),
             Err(Error::ReversedRange {
                 transfer: Transfer::Map,
                 start: 5,
