@@ -420,9 +420,9 @@ impl Drop for PoolInner {
 fn is_out_of_memory(e: &Error) -> bool {
     matches!(
         e.status().map(|s| s.code()),
-        Some(opencl3::error_codes::CL_MEM_OBJECT_ALLOCATION_FAILURE)
-            | Some(opencl3::error_codes::CL_OUT_OF_RESOURCES)
-            | Some(opencl3::error_codes::CL_OUT_OF_HOST_MEMORY)
+        Some(ffi::codes::CL_MEM_OBJECT_ALLOCATION_FAILURE)
+            | Some(ffi::codes::CL_OUT_OF_RESOURCES)
+            | Some(ffi::codes::CL_OUT_OF_HOST_MEMORY)
     )
 }
 

@@ -1,7 +1,7 @@
 //! Lists that stay on the stack for the few items an enqueue has, so the enqueue path
 //! allocates nothing in the common case.
 
-use opencl3::types::cl_event;
+use crate::ffi::cl_event;
 
 /// Items kept inline before a list moves to the heap.
 pub(crate) const INLINE: usize = 4;
