@@ -192,10 +192,11 @@ impl Block {
         self.home = Some(home);
     }
 
-    /// Takes the block's owner, if it has one (a pool).
-    pub(super) fn take_owner(&mut self) -> Option<Arc<dyn Owner>> {
+    /// Hands the block to its owner, if it has one (a pool), leaving this one hollow:
+    /// the one way a block goes back. Returns whether the owner kept it.
+    pub(super) fn back_to_owner(&mut self) -> Option<bool> {
         match self.home.take() {
-            Some(Home::Owner(owner)) => Some(owner),
+            Some(Home::Owner(owner)) => Some(owner.take_back(self.take_block())),
             other => {
                 self.home = other;
                 None

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::status::{CommandKind, ExecStatus, Status};
 
-/// At most this many failures are kept for a release report.
+/// At most this many failures of one buffer are kept for its release report.
 pub(crate) const MAX_FAILURES: usize = 64;
 
 /// A command that ended with an error status.

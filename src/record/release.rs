@@ -81,8 +81,7 @@ impl Block {
             };
             return Ok((report, None));
         }
-        if let Some(owner) = self.take_owner() {
-            let recycled = owner.take_back(self.take_block());
+        if let Some(recycled) = self.back_to_owner() {
             let report = ReleaseReport {
                 recycled,
                 ..ReleaseReport::default()
@@ -111,7 +110,9 @@ impl Block {
         };
 
         stages.mark("wait");
-        failed.extend(events.iter().filter_map(failure::failure_of));
+        for event in &events {
+            failure::collect(&mut failed, event);
+        }
         record.released();
 
         stages.mark("failures");
@@ -176,11 +177,8 @@ impl Block {
     /// released deferred. A home that only keeps something alive (an arena) stays with
     /// the block until its release is done.
     pub(crate) fn hand_back_deferred(mut self) {
-        match self.take_owner() {
-            Some(owner) => {
-                owner.take_back(self.take_block());
-            }
-            None => self.release_deferred(),
+        if self.back_to_owner().is_none() {
+            self.release_deferred();
         }
     }
 
