@@ -1,16 +1,12 @@
 //! The release guarantee, proven with user events as gates and the cl-sys oracle.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use cl_lifetime::{Arg, CommandKind};
 
-/// How long a blocked release is given to return wrongly before the gate opens. A correct
-/// release passes whatever this is; a broken one fails unless the machine stalls this long.
-const WINDOW: Duration = Duration::from_millis(200);
+use crate::common::{self, HANG, WINDOW};
 
 #[test]
 fn release_waits_for_gated_kernel_on_its_buffer() {
@@ -74,7 +70,7 @@ fn drop_behind_an_unset_gate_returns_and_frees_only_after_the_gated_command() {
         drop(buf);
         tx.send(()).unwrap();
     });
-    rx.recv_timeout(Duration::from_secs(30))
+    rx.recv_timeout(HANG)
         .expect("the drop returned while its gate was closed");
     dropper.join().unwrap();
     assert!(!watch.fired(), "freed while its command could not have run");

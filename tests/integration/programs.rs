@@ -1,17 +1,9 @@
 //! Programs: the per-context build cache, kernel file lookup, and launches with local
 //! memory and more than one dimension.
 
-mod common;
-
-use std::path::PathBuf;
-use std::process::Command;
-
 use cl_lifetime::{Arg, Context, Error, KERNELS_VAR};
 
-/// Set only in the child process of `kernels_var_folders_are_searched_before_the_crates_own`.
-const CHILD_VAR: &str = "CL_LIFETIME_TEST_KERNELS_VAR_CHILD";
-/// The child prints this once all its checks have passed.
-const CHILD_DONE: &str = "kernels-var-child: all checks passed";
+use crate::common::{self, TempDir};
 
 #[test]
 fn a_program_is_built_once_per_context_file_and_options() {
@@ -108,93 +100,64 @@ fn cached_programs_from_another_context_are_not_used() {
     );
 }
 
-use common::TempDir;
-
 /// `CL_LIFETIME_KERNELS` is process-global and tests run in parallel, so the lookup runs
-/// in a child process: this test executable again, running only
-/// `child_finds_kernels_through_kernels_var`.
+/// in a child process, which sets it before anything opens OpenCL.
 #[test]
 fn kernels_var_folders_are_searched_before_the_crates_own() {
-    let _ctx = device!();
-    let empty = TempDir::new("empty");
-    let kernels = TempDir::new("kernels");
-    std::fs::write(
-        kernels.path().join("only_here.cl"),
-        "__kernel void triple(__global int *data) {\n\
-         \x20   data[get_global_id(0)] *= 3;\n}\n",
-    )
-    .unwrap();
-    // Shadows the crate's own kernels/vector_add.cl.
-    std::fs::write(
-        kernels.path().join("vector_add.cl"),
-        "__kernel void shadowed(__global int *data) { data[0] = 1; }\n",
-    )
-    .unwrap();
-    let list = std::env::join_paths([empty.path(), kernels.path()]).unwrap();
+    common::isolated(
+        &test_path!(kernels_var_folders_are_searched_before_the_crates_own),
+        common::CHILD_LIMIT,
+        &[],
+        || {
+            let empty = TempDir::new("empty");
+            let kernels = TempDir::new("kernels");
+            kernels.write(
+                "only_here.cl",
+                b"__kernel void triple(__global int *data) {\n\
+                  \x20   data[get_global_id(0)] *= 3;\n}\n",
+            );
+            // Shadows the crate's own kernels/vector_add.cl.
+            kernels.write(
+                "vector_add.cl",
+                b"__kernel void shadowed(__global int *data) { data[0] = 1; }\n",
+            );
+            let list = std::env::join_paths([empty.path(), kernels.path()]).unwrap();
+            // SAFETY: the child process runs this test alone, and nothing has opened
+            // OpenCL or started a thread that reads the environment yet.
+            unsafe { std::env::set_var(KERNELS_VAR, &list) };
+            let dir = kernels.path().canonicalize().unwrap();
+            // This test is about file lookup; any device that can be opened will do.
+            let Some(ctx) = common::any_context() else {
+                return;
+            };
 
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_finds_kernels_through_kernels_var",
-            "--nocapture",
-        ])
-        .env(KERNELS_VAR, &list)
-        .env(CHILD_VAR, kernels.path())
-        .env("CL_LIFETIME_REQUIRE_DEVICE", "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "child failed ({}):\n{stdout}\n{stderr}",
-        output.status
+            let program = ctx.program("only_here", "").unwrap();
+            assert_eq!(program.file(), dir.join("only_here.cl"));
+            assert_eq!(program.kernel_names().unwrap(), ["triple"]);
+            let same = ctx.program("only_here.cl", "").unwrap();
+            assert_eq!(same.file(), program.file());
+            assert_eq!(ctx.programs_built(), 1);
+
+            let triple = program.kernel("triple").unwrap();
+            let queue = ctx.queue().unwrap();
+            let buf = ctx.buffer_from(&[1i32, 2, 3, 4]).unwrap();
+            queue
+                .launch(&triple, &[4], &[Arg::read_write(&buf)])
+                .unwrap();
+            assert_eq!(
+                queue.read_owned(&buf).unwrap().wait().unwrap(),
+                [3, 6, 9, 12]
+            );
+
+            let shadow = ctx.program("vector_add", "").unwrap();
+            assert_eq!(shadow.file(), dir.join("vector_add.cl"));
+            assert_eq!(shadow.kernel_names().unwrap(), ["shadowed"]);
+
+            // Files only in `kernels/` under the working directory are still found.
+            let busy = ctx.program("busy", "").unwrap();
+            assert!(busy.file().ends_with("kernels/busy.cl"), "{busy:?}");
+        },
     );
-    assert!(
-        stdout.contains(CHILD_DONE),
-        "the child did not run its checks:\n{stdout}\n{stderr}"
-    );
-}
-
-/// The child of `kernels_var_folders_are_searched_before_the_crates_own`; does nothing
-/// unless that test started it.
-#[test]
-fn child_finds_kernels_through_kernels_var() {
-    let Some(dir) = std::env::var_os(CHILD_VAR) else {
-        return;
-    };
-    let dir = PathBuf::from(dir).canonicalize().unwrap();
-    // This test is about file lookup; any device that can be opened will do.
-    let Some(ctx) = common::any_context() else {
-        return;
-    };
-
-    let program = ctx.program("only_here", "").unwrap();
-    assert_eq!(program.file(), dir.join("only_here.cl"));
-    assert_eq!(program.kernel_names().unwrap(), ["triple"]);
-    let same = ctx.program("only_here.cl", "").unwrap();
-    assert_eq!(same.file(), program.file());
-    assert_eq!(ctx.programs_built(), 1);
-
-    let triple = program.kernel("triple").unwrap();
-    let queue = ctx.queue().unwrap();
-    let buf = ctx.buffer_from(&[1i32, 2, 3, 4]).unwrap();
-    queue
-        .launch(&triple, &[4], &[Arg::read_write(&buf)])
-        .unwrap();
-    assert_eq!(
-        queue.read_owned(&buf).unwrap().wait().unwrap(),
-        [3, 6, 9, 12]
-    );
-
-    let shadow = ctx.program("vector_add", "").unwrap();
-    assert_eq!(shadow.file(), dir.join("vector_add.cl"));
-    assert_eq!(shadow.kernel_names().unwrap(), ["shadowed"]);
-
-    // Files only in `kernels/` under the working directory are still found.
-    let busy = ctx.program("busy", "").unwrap();
-    assert!(busy.file().ends_with("kernels/busy.cl"), "{busy:?}");
-    println!("{CHILD_DONE}");
 }
 
 #[test]

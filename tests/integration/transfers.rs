@@ -2,24 +2,12 @@
 //! return. Non-blocking transfers are gated with user events, so that what is in flight
 //! is decided by the test, not by timing.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
-use std::time::Duration;
 
 use cl_lifetime::{Arg, CommandKind, Error, Status, Transfer, wait_all};
 
-/// How long a blocked call is given to return wrongly before the gate opens. A correct
-/// library passes whatever this is; a broken one fails unless the machine stalls this long.
-const WINDOW: Duration = Duration::from_millis(200);
-
-/// A recognisable, index-dependent pattern: a misplaced or stale element shows up.
-fn pattern(len: usize, seed: u32) -> Vec<u32> {
-    (0..len as u32)
-        .map(|i| i.wrapping_mul(2_654_435_761).wrapping_add(seed) ^ 0x5A5A_5A5A)
-        .collect()
-}
+use crate::common::{self, WINDOW, pattern};
 
 #[test]
 fn blocking_write_then_read_round_trips() {

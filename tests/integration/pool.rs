@@ -7,8 +7,6 @@
 //! after [`HANG`] so that a host wait fails the test instead of hanging it), and the
 //! contents after the gate opens show which command ran last.
 
-mod common;
-
 use std::collections::HashSet;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
@@ -16,91 +14,10 @@ use std::time::{Duration, Instant};
 
 use cl_lifetime::{
     Arena, Arg, ClBuffer, Error, Event, MemoryStats, POISON, PendingRead, Pod, Pool, PoolOptions,
-    PoolStats, Queue, UserEvent,
+    PoolStats, UserEvent,
 };
 
-/// How long a call that must not wait for the device is given before its gate is opened
-/// for it and the test fails.
-const HANG: Duration = Duration::from_secs(20);
-
-/// Captures the library's warnings in-process, so the leak report can be read back.
-mod capture {
-    use std::sync::{Mutex, OnceLock, PoisonError};
-    use std::thread::ThreadId;
-
-    use log::{Level, LevelFilter, Log, Metadata, Record};
-
-    /// A captured warning or error of the library.
-    pub struct Line {
-        pub thread: ThreadId,
-        pub target: String,
-        pub message: String,
-    }
-
-    static LINES: Mutex<Vec<Line>> = Mutex::new(Vec::new());
-
-    struct Capture;
-
-    impl Log for Capture {
-        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-            metadata.level() <= Level::Warn
-        }
-
-        fn log(&self, record: &Record<'_>) {
-            if !self.enabled(record.metadata()) {
-                return;
-            }
-            let message = record.args().to_string();
-            eprintln!("[{} {}] {message}", record.level(), record.target());
-            if record.target().starts_with("cl_lifetime") {
-                LINES
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(Line {
-                        thread: std::thread::current().id(),
-                        target: record.target().to_string(),
-                        message,
-                    });
-            }
-        }
-
-        fn flush(&self) {}
-    }
-
-    static CAPTURE: Capture = Capture;
-
-    /// Installs the capturing logger once per process; whether it is the process's logger.
-    /// Every test calls it before `common::context()`, whose `env_logger` then stays out.
-    pub fn install() -> bool {
-        static INSTALLED: OnceLock<bool> = OnceLock::new();
-        *INSTALLED.get_or_init(|| {
-            let installed = log::set_logger(&CAPTURE).is_ok();
-            if installed {
-                log::set_max_level(LevelFilter::Warn);
-            }
-            installed
-        })
-    }
-
-    /// The messages of `target` that `thread` logged.
-    pub fn messages(thread: ThreadId, target: &str) -> Vec<String> {
-        LINES
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .filter(|l| l.thread == thread && l.target == target)
-            .map(|l| l.message.clone())
-            .collect()
-    }
-}
-
-/// `let ctx = ctx!();`: installs the log capture, then as `device!()`.
-macro_rules! ctx {
-    () => {{
-        capture::install();
-        device!()
-    }};
-}
+use crate::common::{self, HANG, Rng, contents, ramp};
 
 /// Runs `op` on this thread while `gate` is closed and returns its result. A watchdog
 /// opens the gate after [`HANG`]; if it had to, `op` waited for the device and the test
@@ -128,20 +45,6 @@ fn returns_while_gated<R>(gate: &UserEvent, what: &str, op: impl FnOnce() -> R) 
     out
 }
 
-/// The buffer's contents, read on `queue`.
-fn contents<T: Pod>(queue: &Queue, buf: &ClBuffer<T>) -> Vec<T> {
-    queue
-        .read_owned(buf)
-        .expect("read enqueued")
-        .wait()
-        .expect("read")
-}
-
-/// `1, 1 + step, 1 + 2 * step, ...`: data no fill or stale block holds by accident.
-fn ramp(len: usize, step: u32) -> Vec<u32> {
-    (0..len as u32).map(|i| i.wrapping_mul(step) + 1).collect()
-}
-
 /// A sub-buffer's origin in its parent (`CL_MEM_OFFSET`), through cl-sys.
 fn mem_offset<T: Pod>(buf: &ClBuffer<T>) -> usize {
     let mut offset: usize = usize::MAX;
@@ -161,7 +64,7 @@ fn mem_offset<T: Pod>(buf: &ClBuffer<T>) -> usize {
 
 #[test]
 fn deferred_release_returns_while_a_gated_command_is_pending() {
-    let ctx = ctx!();
+    let ctx = device!();
     let (queue, other) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let buf = ctx.buffer::<u32>(1000).unwrap();
     let bytes = buf.bytes() as u64;
@@ -193,7 +96,7 @@ fn deferred_release_returns_while_a_gated_command_is_pending() {
 
 #[test]
 fn dropping_the_context_finishes_deferred_releases() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let spin = common::busy(&ctx).kernel("spin").unwrap();
     let n = 256;
@@ -235,7 +138,7 @@ fn dropping_the_context_finishes_deferred_releases() {
 
 #[test]
 fn same_queue_reuse_needs_no_wait_list() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
     let n = 1000;
@@ -284,7 +187,7 @@ fn same_queue_reuse_needs_no_wait_list() {
 
 #[test]
 fn cross_queue_reuse_orders_the_new_owner_after_the_old() {
-    let ctx = ctx!();
+    let ctx = device!();
     let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
     let n = 1024;
@@ -341,7 +244,7 @@ fn cross_queue_reuse_orders_the_new_owner_after_the_old() {
 
 #[test]
 fn acquire_on_gives_each_queue_its_own_block_while_another_queues_block_is_pending() {
-    let ctx = ctx!();
+    let ctx = device!();
     let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
     let n = 1024;
@@ -382,7 +285,7 @@ fn acquire_on_gives_each_queue_its_own_block_while_another_queues_block_is_pendi
 
 #[test]
 fn acquire_on_at_max_bytes_orders_the_new_owner_after_another_queues_commands() {
-    let ctx = ctx!();
+    let ctx = device!();
     let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let n = 1024;
     let bytes = (n * size_of::<u32>()) as u64;
@@ -412,7 +315,7 @@ fn acquire_on_at_max_bytes_orders_the_new_owner_after_another_queues_commands() 
 
 #[test]
 fn acquire_on_reuses_any_idle_block_not_only_the_newest() {
-    let ctx = ctx!();
+    let ctx = device!();
     let (q1, q2, q3) = (
         ctx.queue().unwrap(),
         ctx.queue().unwrap(),
@@ -515,7 +418,6 @@ fn three_queue_pipeline(options: PoolOptions, chunks: usize) -> Option<u64> {
 
 #[test]
 fn a_three_queue_pipeline_reuses_blocks_instead_of_growing() {
-    capture::install();
     let Some(allocated) = three_queue_pipeline(PoolOptions::default(), 1000) else {
         return;
     };
@@ -528,7 +430,6 @@ fn a_three_queue_pipeline_reuses_blocks_instead_of_growing() {
 
 #[test]
 fn a_three_queue_pipeline_with_poison_reuses_blocks_instead_of_growing() {
-    capture::install();
     let Some(allocated) = three_queue_pipeline(PoolOptions::default().poison(true), 1000) else {
         return;
     };
@@ -546,7 +447,7 @@ fn held(ms: &MemoryStats) -> u64 {
 
 #[test]
 fn max_bytes_bounds_pending_releases_too() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let max = 1u64 << 20;
     let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(max)).unwrap();
@@ -621,7 +522,7 @@ impl Footprint {
 
 #[test]
 fn max_bytes_bounds_pending_releases_when_threads_acquire_at_once() {
-    let ctx = ctx!();
+    let ctx = device!();
     let mib = 1usize << 20;
     let max = 8 * mib as u64;
     let (threads, rounds) = (4, 200);
@@ -675,7 +576,7 @@ fn max_bytes_bounds_pending_releases_when_threads_acquire_at_once() {
 
 #[test]
 fn acquire_on_a_queue_of_another_context_is_a_context_mismatch() {
-    let ctx = ctx!();
+    let ctx = device!();
     let Some(other) = common::context() else {
         return;
     };
@@ -720,7 +621,7 @@ fn wait_bounded(event: &Event) -> Option<cl_lifetime::Result<()>> {
 
 #[test]
 fn a_recycled_block_does_not_pass_the_old_owners_failure_on() {
-    let ctx = ctx!();
+    let ctx = device!();
     eprintln!("device: {}", ctx.device());
     let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
     let n = 256;
@@ -772,7 +673,7 @@ fn a_recycled_block_does_not_pass_the_old_owners_failure_on() {
 
 #[test]
 fn threshold_and_trim_bound_the_footprint() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let class = 4096u64;
     // Three blocks fit, a fourth would not: half a block is left over.
@@ -876,7 +777,7 @@ fn threshold_and_trim_bound_the_footprint() {
 
 #[test]
 fn max_bytes_makes_allocation_fail_with_a_typed_error_after_trimming() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let max = 4096u64;
     let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(max)).unwrap();
@@ -977,7 +878,7 @@ fn max_bytes_makes_allocation_fail_with_a_typed_error_after_trimming() {
 
 #[test]
 fn max_bytes_holds_when_threads_acquire_at_once() {
-    let ctx = ctx!();
+    let ctx = device!();
     let class = 1024usize;
     let max = 4 * class as u64;
     let threads = 8;
@@ -1012,7 +913,7 @@ fn max_bytes_holds_when_threads_acquire_at_once() {
 
 #[test]
 fn force_residency_allocates_and_works() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let pool = Pool::new(&ctx, PoolOptions::default().force_residency(true)).unwrap();
     for len in [1usize, 1000, 65_536] {
@@ -1036,7 +937,7 @@ fn force_residency_allocates_and_works() {
 
 #[test]
 fn poison_fills_recycled_blocks() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let pool = Pool::new(&ctx, PoolOptions::default().poison(true)).unwrap();
     let n = 1000;
@@ -1083,7 +984,7 @@ fn poison_fills_recycled_blocks() {
 
 #[test]
 fn resize_keeps_contents_and_orders_after_pending_writes() {
-    let ctx = ctx!();
+    let ctx = device!();
     let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let n = 1000;
     let data = ramp(n, 11);
@@ -1145,7 +1046,7 @@ fn resize_keeps_contents_and_orders_after_pending_writes() {
 
 #[test]
 fn arena_carves_aligned_non_overlapping_sub_buffers() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let align = ctx
         .devices()
@@ -1226,7 +1127,7 @@ fn arena_carves_aligned_non_overlapping_sub_buffers() {
 
 #[test]
 fn arena_reset_is_refused_while_a_deferred_release_of_a_sub_buffer_is_pending() {
-    let ctx = ctx!();
+    let ctx = device!();
     let (queue, other) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let n = 1024;
     let mut arena = Arena::new(&ctx, n * 4).unwrap();
@@ -1270,7 +1171,7 @@ fn arena_reset_is_refused_while_a_deferred_release_of_a_sub_buffer_is_pending() 
 
 #[test]
 fn deferred_release_of_a_sub_buffer_does_not_count_its_bytes_twice() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let capacity = 64 * 1024;
     let arena = Arena::new(&ctx, capacity).unwrap();
@@ -1298,7 +1199,7 @@ fn deferred_release_of_a_sub_buffer_does_not_count_its_bytes_twice() {
 
 #[test]
 fn accounting_tracks_live_pooled_pending_and_peak() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
     let stats = |live, pending, pooled, peak, allocations, reuses, driver| MemoryStats {
@@ -1368,23 +1269,6 @@ fn accounting_tracks_live_pooled_pending_and_peak() {
 /// How long the random run may take before it counts as hung.
 const RANDOM_RUN_LIMIT: Duration = Duration::from_secs(50);
 
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// A length for the random run: mostly a few sizes, so that pooled blocks are reused while
 /// their old owners' commands are still gated.
 fn random_len(rng: &mut Rng) -> usize {
@@ -1436,7 +1320,7 @@ struct Check {
 
 #[test]
 fn long_random_run_ends_with_nothing_live_or_pending() {
-    let ctx = ctx!();
+    let ctx = device!();
     let seed = std::env::var("POOL_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -1715,11 +1599,7 @@ fn long_random_run_ends_with_nothing_live_or_pending() {
 
 #[test]
 fn leak_report_names_the_allocation_site() {
-    let ctx = ctx!();
-    assert!(
-        capture::install(),
-        "another logger was installed first; the leak report cannot be read back"
-    );
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let (kept, kept_line) = (ctx.buffer::<u32>(1000).unwrap(), line!());
     let (freed, freed_line) = (ctx.buffer::<u32>(500).unwrap(), line!());
@@ -1729,11 +1609,11 @@ fn leak_report_names_the_allocation_site() {
     let me = thread::current().id();
     let clone = ctx.clone();
     drop(ctx); // not the last handle: no report
-    assert!(capture::messages(me, "cl_lifetime::context").is_empty());
+    assert!(common::logs::messages(me, "cl_lifetime::context").is_empty());
     assert_eq!(clone.memory_stats().live_bytes, 4000);
     drop(clone); // the last handle: the report names `kept`, and only it
 
-    let report = capture::messages(me, "cl_lifetime::context");
+    let report = common::logs::messages(me, "cl_lifetime::context");
     assert!(
         report
             .iter()

@@ -49,7 +49,7 @@
 //!   `random_schedules_match_a_sequential_model` and
 //!   `random_schedules_with_failures_keep_the_failure_rule`) or that one round (in
 //!   `threads_with_their_own_queues_match_a_sequential_model`); name the test on the
-//!   command line to run just one of them. The lowest bit of a seed picks the context:
+//!   command line (`schedules::<test>`) to run just one of them. The lowest bit of a seed picks the context:
 //!   0 for one device, 1 for two devices of one platform (`common::two_device_context`;
 //!   PoCL gives two with `POCL_DEVICES="pthread pthread"`).
 //! - `CL_LIFETIME_SCHEDULES=<n>` sets how many schedules the first test runs (default
@@ -59,11 +59,9 @@
 //!   runs (default 300, half of them on two devices when there are two).
 //!
 //! ```text
-//! POCL_DEVICES="pthread pthread" CL_LIFETIME_SCHEDULE_SEED=1234 \
-//!     cargo test --test schedules random_schedules_match_a_sequential_model -- --nocapture
+//! POCL_DEVICES="pthread pthread" CL_LIFETIME_SCHEDULE_SEED=1234 cargo test \
+//!     --test integration schedules::random_schedules_match_a_sequential_model -- --nocapture
 //! ```
-
-mod common;
 
 use std::cell::Cell;
 use std::fmt;
@@ -77,6 +75,8 @@ use cl_lifetime::{
     After, Arg, ClBuffer, Context, Event, HazardStats, Kernel, PendingRead, Queue, UserEvent,
     wait_all,
 };
+
+use crate::common::{self, Rng, mix};
 
 const SEED_VAR: &str = "CL_LIFETIME_SCHEDULE_SEED";
 const SCHEDULES_VAR: &str = "CL_LIFETIME_SCHEDULES";
@@ -101,50 +101,8 @@ const MAX_GATES: usize = 8;
 const MAX_REPORTED: usize = 3;
 
 // ---------------------------------------------------------------------------------------
-// Deterministic randomness
+// Deterministic randomness ([`Rng`])
 // ---------------------------------------------------------------------------------------
-
-/// splitmix64: small, fast and good enough to drive the schedules.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        mix(self.0)
-    }
-
-    /// Uniform in `0..n`, `n > 0`.
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn between(&mut self, lo: usize, hi: usize) -> usize {
-        lo + self.below(hi - lo + 1)
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn int(&mut self, lo: i32, hi: i32) -> i32 {
-        lo + self.below((hi - lo + 1) as usize) as i32
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-
-    /// A non-empty range inside `0..len`.
-    fn range(&mut self, len: usize) -> Range<usize> {
-        let start = self.below(len);
-        start..self.between(start + 1, len)
-    }
-}
-
-/// The splitmix64 finalizer.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 /// The `i`-th seed of a run: its lowest bit says on how many devices it runs.
 fn nth_seed(base: u64, i: usize, devices: usize) -> u64 {
@@ -1285,8 +1243,8 @@ fn random_schedules_match_a_sequential_model() {
     assert!(
         failures.is_empty(),
         "{failed} schedule(s) failed (stopped after {MAX_REPORTED}); replay one with \
-         {SEED_VAR}=<seed> cargo test --test schedules random_schedules_match_a_sequential_model \
-         -- --nocapture\n\n{}",
+         {SEED_VAR}=<seed> cargo test --test integration \
+         schedules::random_schedules_match_a_sequential_model -- --nocapture\n\n{}",
         failures.join("\n\n")
     );
 }
@@ -1511,8 +1469,8 @@ fn threads_with_their_own_queues_match_a_sequential_model() {
     assert!(
         failures.is_empty(),
         "{failed} round(s) failed (stopped after {MAX_REPORTED}); replay one with \
-         {SEED_VAR}=<seed> cargo test --test schedules \
-         threads_with_their_own_queues_match_a_sequential_model -- --nocapture\n\n{}",
+         {SEED_VAR}=<seed> cargo test --test integration \
+         schedules::threads_with_their_own_queues_match_a_sequential_model -- --nocapture\n\n{}",
         failures.join("\n\n")
     );
 }
@@ -2167,8 +2125,8 @@ fn random_schedules_with_failures_keep_the_failure_rule() {
     assert!(
         failures.is_empty(),
         "{failed} failure schedule(s) failed (stopped after {MAX_REPORTED}); replay one with \
-         {SEED_VAR}=<seed> cargo test --test schedules \
-         random_schedules_with_failures_keep_the_failure_rule -- --nocapture\n\n{}",
+         {SEED_VAR}=<seed> cargo test --test integration \
+         schedules::random_schedules_with_failures_keep_the_failure_rule -- --nocapture\n\n{}",
         failures.join("\n\n")
     );
     if runs.replay.is_none() && runs.seeds.len() >= 50 {

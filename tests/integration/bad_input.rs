@@ -7,28 +7,9 @@
 //! A test of what used to crash or hang runs its body in a child process with a time
 //! limit ([`common::isolated`]), so the suite reports it instead of dying or stalling.
 
-mod common;
-
-use std::time::Duration;
-
 use cl_lifetime::{Arg, Context, Error, Kernel, Pool, PoolOptions, Transfer};
 
-/// How long a child process may take before its test counts as hung.
-const LIMIT: Duration = Duration::from_secs(60);
-
-/// A test whose body runs in a child process with the time limit [`LIMIT`].
-macro_rules! isolated_test {
-    (fn $name:ident() $body:block) => {
-        #[test]
-        fn $name() {
-            common::isolated(stringify!($name), LIMIT, &[], || $body);
-        }
-    };
-}
-
-fn context() -> Context {
-    common::context().expect("an OpenCL device (CL_LIFETIME_DEVICE)")
-}
+use crate::common;
 
 /// `busy.cl`'s `increment(__global int *data, const uint n)`.
 fn increment(ctx: &Context) -> Kernel {
@@ -84,7 +65,7 @@ fn assert_increment_works(ctx: &Context, kernel: &Kernel) {
 
 isolated_test! {
     fn a_scalar_given_for_a_buffer_parameter_is_refused_instead_of_crashing() {
-        let ctx = context();
+        let ctx = device!();
         let queue = ctx.queue().unwrap();
         let k = increment(&ctx);
         let args = [Arg::scalar(0xdead_beef_u64), Arg::scalar(4u32)];
@@ -108,7 +89,7 @@ fn a_null_scalar_given_for_a_buffer_parameter_is_refused_instead_of_launching() 
 
 isolated_test! {
     fn local_memory_given_for_a_buffer_parameter_is_refused_instead_of_crashing() {
-        let ctx = context();
+        let ctx = device!();
         let queue = ctx.queue().unwrap();
         let k = increment(&ctx);
         let args = [Arg::local::<u64>(1), Arg::scalar(4u32)];
@@ -120,7 +101,7 @@ isolated_test! {
 
 isolated_test! {
     fn a_released_buffers_handle_given_as_a_scalar_is_refused() {
-        let ctx = context();
+        let ctx = device!();
         let queue = ctx.queue().unwrap();
         let k = increment(&ctx);
         let buf = ctx.buffer_from(&[0i32; 4]).unwrap();
@@ -180,7 +161,7 @@ fn local_memory_past_the_device_is_refused() {
 
 isolated_test! {
     fn a_global_size_that_cannot_end_is_refused() {
-        let ctx = context();
+        let ctx = device!();
         let queue = ctx.queue().unwrap();
         let k = increment(&ctx);
         let buf = ctx.buffer_from(&[0i32; 4]).unwrap();
@@ -268,7 +249,7 @@ fn a_user_program_named_like_the_pools_own_does_not_replace_it() {
 
 isolated_test! {
     fn build_options_ending_in_a_bare_define_or_include_are_refused_before_the_driver() {
-        let ctx = context();
+        let ctx = device!();
         for options in ["-D", "-I", "-DX=1 -I", "-D -I"] {
             let err = ctx.program("vector_add.cl", options).unwrap_err();
             let Error::BuildOptions { options: o, reason } = &err else {
@@ -303,7 +284,7 @@ isolated_test! {
         std::env::set_current_dir(dir.path()).unwrap();
         // SAFETY: the child process runs this test alone, on one thread.
         unsafe { std::env::remove_var(cl_lifetime::KERNELS_VAR) };
-        let ctx = context();
+        let ctx = device!();
         let err = ctx.program("busy.cl", "").unwrap_err();
         let Error::KernelFileNotFound { searched, cwd, .. } = &err else {
             panic!("expected KernelFileNotFound, got {err:?}");

@@ -2,19 +2,17 @@
 //! buffers' records as they were, the buffers still work, and they still release after
 //! their own commands (checked with the cl-sys oracle).
 
-mod common;
-
 use std::error::Error as _;
 use std::fmt::Debug;
 use std::path::Path;
 
 use cl_lifetime::{Arg, ClBuffer, Context, Error, Kernel, Pod, Queue, Transfer};
 
+use crate::common::{self, TempDir, ramp};
+
 /// A broken kernel: `undeclared_thing_xyz` is not declared anywhere.
 const BROKEN_SOURCE: &str = "__kernel void broken(__global int *out) {\n    \
                              out[get_global_id(0)] = undeclared_thing_xyz;\n}\n";
-
-use common::TempDir;
 
 /// A buffer of 16 `u32`s with an empty record, so that any command wrongly recorded on
 /// it shows. (On an in-order queue a new write replaces the older write in the record, so
@@ -50,10 +48,6 @@ fn assert_unharmed<T: Pod + PartialEq + Debug>(
     let report = buf.release().expect("release");
     assert!(report.failed.is_empty(), "{report:?}");
     watch.assert_released_after_events();
-}
-
-fn pattern(len: usize) -> Vec<u32> {
-    (0..len as u32).map(|i| i * 3 + 1).collect()
 }
 
 fn vector_add(ctx: &Context) -> Kernel {
@@ -116,7 +110,7 @@ fn zero_length_buffer_is_a_typed_error() {
     // The context is unharmed.
     let queue = ctx.queue().unwrap();
     let buf = ctx.buffer::<u32>(16).unwrap();
-    assert_unharmed(&queue, buf, 0, pattern(16));
+    assert_unharmed(&queue, buf, 0, ramp(16, 3));
 }
 
 #[test]
@@ -180,7 +174,7 @@ fn read_past_the_end_is_out_of_range_and_loses_nothing() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -203,7 +197,7 @@ fn read_at_an_offset_past_the_end_is_out_of_range_and_loses_nothing() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -239,7 +233,7 @@ fn owned_read_of_a_range_past_the_end_is_out_of_range_and_loses_nothing() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -261,7 +255,7 @@ fn write_longer_than_the_buffer_is_out_of_range_and_loses_nothing() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -296,7 +290,7 @@ fn owned_write_longer_than_the_buffer_is_out_of_range_and_loses_nothing() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -318,7 +312,7 @@ fn write_at_an_offset_past_the_end_is_out_of_range_and_loses_nothing() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -342,7 +336,7 @@ fn write_at_usize_max_offset_is_out_of_range_without_overflow() {
     );
     // Display must not overflow either.
     assert!(err.to_string().contains("outside a buffer of 16"), "{err}");
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -365,8 +359,8 @@ fn copy_reading_past_the_source_end_is_out_of_range_on_the_source() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, src, src_before, pattern(16));
-    assert_unharmed(&queue, dst, dst_before, pattern(32));
+    assert_unharmed(&queue, src, src_before, ramp(16, 3));
+    assert_unharmed(&queue, dst, dst_before, ramp(32, 3));
 }
 
 #[test]
@@ -403,8 +397,8 @@ fn copy_writing_past_the_destination_end_is_out_of_range_on_the_destination() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, src, src_before, pattern(32));
-    assert_unharmed(&queue, dst, dst_before, pattern(16));
+    assert_unharmed(&queue, src, src_before, ramp(32, 3));
+    assert_unharmed(&queue, dst, dst_before, ramp(16, 3));
 }
 
 #[test]
@@ -426,7 +420,7 @@ fn fill_of_a_range_past_the_end_is_out_of_range_and_loses_nothing() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 // ---- zero-length transfers ----
@@ -441,7 +435,7 @@ fn zero_length_write_is_a_typed_error_and_loses_nothing() {
     assert!(matches!(err, Error::ZeroLength), "{err:?}");
     let err = queue.write_owned(&buf, Vec::new()).unwrap_err();
     assert!(matches!(err, Error::ZeroLength), "{err:?}");
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -454,7 +448,7 @@ fn zero_length_read_is_a_typed_error_and_loses_nothing() {
     assert!(matches!(err, Error::ZeroLength), "{err:?}");
     let err = queue.read_owned_range(&buf, 4..4).unwrap_err();
     assert!(matches!(err, Error::ZeroLength), "{err:?}");
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -466,8 +460,8 @@ fn zero_length_copy_is_a_typed_error_and_loses_nothing() {
     let (src_before, dst_before) = (src.record_len(), dst.record_len());
     let err = queue.copy_range(&src, 0, &dst, 0, 0).unwrap_err();
     assert!(matches!(err, Error::ZeroLength), "{err:?}");
-    assert_unharmed(&queue, src, src_before, pattern(16));
-    assert_unharmed(&queue, dst, dst_before, pattern(16));
+    assert_unharmed(&queue, src, src_before, ramp(16, 3));
+    assert_unharmed(&queue, dst, dst_before, ramp(16, 3));
 }
 
 #[test]
@@ -478,7 +472,7 @@ fn zero_length_fill_is_a_typed_error_and_loses_nothing() {
     let before = buf.record_len();
     let err = queue.fill_range(&buf, 1, 3..3).unwrap_err();
     assert!(matches!(err, Error::ZeroLength), "{err:?}");
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 // ---- kernel files and builds ----
@@ -871,7 +865,7 @@ fn buffer_of_another_context_is_refused_by_a_queue() {
     assert!(matches!(err, Error::ContextMismatch), "{err:?}");
     let err = other_queue.read_owned(&buf).unwrap_err();
     assert!(matches!(err, Error::ContextMismatch), "{err:?}");
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -887,8 +881,8 @@ fn copy_between_contexts_is_refused_and_records_nothing() {
     assert!(matches!(err, Error::ContextMismatch), "{err:?}");
     let err = queue.copy(&theirs, &mine).unwrap_err();
     assert!(matches!(err, Error::ContextMismatch), "{err:?}");
-    assert_unharmed(&queue, mine, mine_before, pattern(16));
-    assert_unharmed(&other_queue, theirs, theirs_before, pattern(16));
+    assert_unharmed(&queue, mine, mine_before, ramp(16, 3));
+    assert_unharmed(&other_queue, theirs, theirs_before, ramp(16, 3));
 }
 
 #[test]
