@@ -378,12 +378,13 @@ fn a_failed_command_prints_its_execution_status_not_an_api_error() {
     assert!(!text.contains("CL_DEVICE_NOT_FOUND"), "{text}");
 }
 
+/// Reversed on purpose: refused as reversed, not read as empty.
 #[test]
+#[allow(clippy::reversed_empty_ranges)]
 fn a_reversed_range_is_named_as_given() {
     let ctx = device!();
     let queue = ctx.queue().unwrap();
     let buf = ctx.buffer_from(&[0u32; 16]).unwrap();
-    #[allow(clippy::reversed_empty_ranges)]
     let err = queue.fill_range(&buf, 1, 12..4).unwrap_err();
     assert!(
         matches!(
@@ -397,14 +398,34 @@ fn a_reversed_range_is_named_as_given() {
         "{err:?}"
     );
     assert!(err.to_string().contains("12..4"), "{err}");
+    let err = queue.read_owned_range(&buf, 5..3).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ReversedRange {
+                transfer: Transfer::Read,
+                start: 5,
+                end: 3,
+            }
+        ),
+        "{err:?}"
+    );
     assert_eq!(buf.record_len(), 0);
+    // Nothing was recorded, so the release waits for nothing.
+    assert_eq!(buf.release().unwrap().waited_on, 0);
 }
 
+/// A mapping past the end, across it or of a range too large to be a range, is
+/// `OutOfRange` naming `Map` or `MapMut` with the range as given; a reversed range is
+/// `ReversedRange`, an empty one `ZeroLength`. None is recorded, and the buffer is left
+/// unmapped.
 #[test]
+#[allow(clippy::reversed_empty_ranges)]
 fn a_mapping_out_of_range_names_the_mapping() {
+    const N: usize = 16;
     let ctx = device!();
     let queue = ctx.queue().unwrap();
-    let buf = ctx.buffer_from(&[0u32; 16]).unwrap();
+    let buf = ctx.buffer_from(&[0u32; N]).unwrap();
     let err = queue.map_mut(&buf, 8..20).unwrap_err();
     assert!(
         matches!(
@@ -427,5 +448,54 @@ fn a_mapping_out_of_range_names_the_mapping() {
         ),
         "{err:?}"
     );
+    match queue.map(&buf, 0..N + 1) {
+        Err(Error::OutOfRange {
+            transfer: Transfer::Map,
+            offset: 0,
+            len,
+            buffer_len: N,
+        }) => assert_eq!(len, N + 1),
+        other => panic!("map past the end: {other:?}"),
+    }
+    match queue.map(&buf, N - 4..N + 4) {
+        Err(Error::OutOfRange {
+            offset,
+            len: 8,
+            buffer_len: N,
+            ..
+        }) => assert_eq!(offset, N - 4),
+        other => panic!("map across the end: {other:?}"),
+    }
+    match queue.map_mut(&buf, 10..N + 1) {
+        Err(Error::OutOfRange {
+            transfer: Transfer::MapMut,
+            offset: 10,
+            len,
+            buffer_len: N,
+        }) => assert_eq!(len, N - 9),
+        other => panic!("map_mut past the end: {other:?}"),
+    }
+    match queue.map(&buf, 1..usize::MAX) {
+        Err(Error::OutOfRange { buffer_len: N, .. }) => {}
+        other => panic!("huge map: {other:?}"),
+    }
+    match queue.map(&buf, 8..4) {
+        Err(Error::ReversedRange {
+            transfer: Transfer::Map,
+            start: 8,
+            end: 4,
+        }) => {}
+        other => panic!("reversed range: {other:?}"),
+    }
+    assert!(
+        matches!(queue.map(&buf, 5..5), Err(Error::ZeroLength)),
+        "an empty range is ZeroLength"
+    );
+    assert!(matches!(queue.map_mut(&buf, 5..5), Err(Error::ZeroLength)));
     assert_eq!(buf.record_len(), 0);
+
+    // The refused maps left the buffer unmapped.
+    queue.fill(&buf, 2).unwrap();
+    let mapped = queue.map(&buf, N - 1..N).unwrap();
+    assert_eq!(&mapped[..], &[2]);
 }

@@ -506,15 +506,18 @@ fn missing_kernel_file_lists_where_it_was_looked_for() {
 fn kernel_file_name_without_extension_is_also_looked_for_with_cl() {
     let ctx = device!();
     let err = ctx.program("no_such_kernel_file", "").unwrap_err();
-    let Error::KernelFileNotFound { searched, .. } = &err else {
+    let Error::KernelFileNotFound { name, searched, .. } = &err else {
         panic!("expected KernelFileNotFound, got {err:?}");
     };
+    // The error names the file as asked for, and lists the name with `.cl` among the paths.
+    assert_eq!(name, "no_such_kernel_file");
     assert!(
         searched
             .iter()
             .any(|p| p.ends_with("kernels/no_such_kernel_file.cl")),
         "{searched:?}"
     );
+    assert_eq!(ctx.programs_built(), 0);
 }
 
 #[test]
@@ -615,6 +618,7 @@ fn source_that_does_not_compile_is_a_build_error_naming_the_embedded_source() {
     assert_eq!(file, Path::new("<source>/broken_embedded"));
     assert!(device.contains(ctx.device().name()), "{device}");
     assert_eq!(status.name(), "CL_BUILD_PROGRAM_FAILURE");
+    assert!(status.code() < 0, "{status}");
     assert!(log.contains("undeclared_thing_xyz"), "build log: {log}");
     assert_eq!(ctx.programs_built(), 0);
     // The same name with a correct source builds: the failure was not cached.
@@ -623,6 +627,7 @@ fn source_that_does_not_compile_is_a_build_error_naming_the_embedded_source() {
         .program_from_source("broken_embedded", &fixed, "")
         .unwrap();
     assert_eq!(program.kernel_names().unwrap(), vec!["broken".to_string()]);
+    assert_eq!(ctx.programs_built(), 1);
 }
 
 #[test]
@@ -755,6 +760,7 @@ fn four_dimensional_work_size_is_a_typed_error() {
     let err = queue.launch(&add, &[4, 4, 2, 2], &args).unwrap_err();
     assert!(matches!(err, Error::WorkSize { .. }), "{err:?}");
     assert_eq!(sum.record_len(), 0);
+    assert_add_works(&queue, &add, &a, &b, &sum);
 }
 
 #[test]
@@ -772,6 +778,7 @@ fn zero_global_dimension_is_a_typed_error() {
     let err = queue.launch(&add, &[64, 0], &args).unwrap_err();
     assert!(matches!(err, Error::WorkSize { .. }), "{err:?}");
     assert_eq!(sum.record_len(), 0);
+    assert_add_works(&queue, &add, &a, &b, &sum);
 }
 
 #[test]
@@ -795,6 +802,7 @@ fn local_size_of_other_dimensions_than_global_is_a_typed_error() {
         .unwrap_err();
     assert!(matches!(err, Error::WorkSize { .. }), "{err:?}");
     assert_eq!(sum.record_len(), 0);
+    assert_add_works(&queue, &add, &a, &b, &sum);
 }
 
 #[test]
@@ -885,30 +893,36 @@ fn copy_between_contexts_is_refused_and_records_nothing() {
     assert_unharmed(&other_queue, theirs, theirs_before, ramp(16, 3));
 }
 
+/// A kernel of one context launched on a queue of another, with that queue's buffers, is
+/// refused, either way round. Each context builds its own program from one file: a
+/// program cached by the first context and handed to the second would be refused on the
+/// second's queue.
 #[test]
 fn kernel_of_another_context_is_refused_by_a_queue() {
     let ctx = device!();
     let other = Context::new(ctx.device()).unwrap();
-    let other_queue = other.queue().unwrap();
-    let add = vector_add(&ctx);
-    let (a, b, sum) = add_operands(&other);
-    let err = other_queue
-        .launch(
-            &add,
-            &[64],
-            &[
-                Arg::read(&a),
-                Arg::read(&b),
-                Arg::write(&sum),
-                Arg::scalar(64u32),
-            ],
-        )
-        .unwrap_err();
-    assert!(matches!(err, Error::ContextMismatch), "{err:?}");
-    assert_eq!(sum.record_len(), 0);
-    // The right kernel for that context works on the same buffers.
-    let other_add = vector_add(&other);
-    assert_add_works(&other_queue, &other_add, &a, &b, &sum);
+    let contexts = [&ctx, &other];
+    let adds = [vector_add(&ctx), vector_add(&other)];
+    for (mine, theirs) in [(0, 1), (1, 0)] {
+        let queue = contexts[mine].queue().unwrap();
+        let (a, b, sum) = add_operands(contexts[mine]);
+        let err = queue
+            .launch(
+                &adds[theirs],
+                &[64],
+                &[
+                    Arg::read(&a),
+                    Arg::read(&b),
+                    Arg::write(&sum),
+                    Arg::scalar(64u32),
+                ],
+            )
+            .unwrap_err();
+        assert!(matches!(err, Error::ContextMismatch), "{err:?}");
+        assert_eq!(sum.record_len(), 0, "a refused launch was recorded");
+        // The right kernel for that context works on the same buffers.
+        assert_add_works(&queue, &adds[mine], &a, &b, &sum);
+    }
 }
 
 #[test]

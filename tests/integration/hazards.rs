@@ -17,7 +17,7 @@ use std::sync::{Arc, mpsc};
 use std::thread;
 
 use cl_lifetime::tracker::FOLD_AT;
-use cl_lifetime::{Arg, Context, Error, Event, Queue, Transfer, UserEvent};
+use cl_lifetime::{Arg, Context, Error, Event, Queue, UserEvent};
 
 use crate::common::{self, HANG, WINDOW, contents, ramp};
 
@@ -733,65 +733,6 @@ fn commands_that_conflict_with_a_mapping_are_refused() {
     }
     q.read(&buf, &mut out).unwrap();
     assert_eq!(out, vec![8; N]);
-}
-
-#[test]
-fn map_out_of_range_is_a_typed_error() {
-    let ctx = device!();
-    let q = ctx.queue().unwrap();
-    let buf = ctx.buffer_from(&[1u32; N]).unwrap();
-
-    match q.map(&buf, 0..N + 1) {
-        Err(Error::OutOfRange {
-            transfer: Transfer::Map,
-            offset: 0,
-            len,
-            buffer_len: N,
-        }) => assert_eq!(len, N + 1),
-        other => panic!("map past the end: {other:?}"),
-    }
-    match q.map(&buf, N - 4..N + 4) {
-        Err(Error::OutOfRange {
-            offset,
-            len: 8,
-            buffer_len: N,
-            ..
-        }) => assert_eq!(offset, N - 4),
-        other => panic!("map across the end: {other:?}"),
-    }
-    match q.map_mut(&buf, 10..N + 1) {
-        Err(Error::OutOfRange {
-            offset: 10,
-            len,
-            buffer_len: N,
-            ..
-        }) => assert_eq!(len, N - 9),
-        other => panic!("map_mut past the end: {other:?}"),
-    }
-    match q.map(&buf, 1..usize::MAX) {
-        Err(Error::OutOfRange { buffer_len: N, .. }) => {}
-        other => panic!("huge map: {other:?}"),
-    }
-    #[allow(clippy::reversed_empty_ranges)]
-    let reversed = 8..4;
-    match q.map(&buf, reversed) {
-        Err(Error::ReversedRange {
-            transfer: Transfer::Map,
-            start: 8,
-            end: 4,
-        }) => {}
-        other => panic!("reversed range: {other:?}"),
-    }
-    assert!(
-        matches!(q.map(&buf, 5..5), Err(Error::ZeroLength)),
-        "an empty range is ZeroLength"
-    );
-    assert!(matches!(q.map_mut(&buf, 5..5), Err(Error::ZeroLength)));
-
-    // The refused maps left the buffer unmapped.
-    q.fill(&buf, 2).unwrap();
-    let mapped = q.map(&buf, N - 1..N).unwrap();
-    assert_eq!(&mapped[..], &[2]);
 }
 
 #[test]
