@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cl_lifetime::{
     Arena, Arg, ClBuffer, Error, Event, MemoryStats, POISON, PendingRead, Pod, Pool, PoolOptions,
@@ -606,17 +606,14 @@ fn acquire_on_a_queue_of_another_context_is_a_context_mismatch() {
     assert_eq!(contents(&queue, &again), vec![4; n]);
 }
 
-/// How long a command that must run is given before it counts as stuck.
-const STUCK: Duration = Duration::from_secs(10);
-
-/// Waits for `event` on a helper thread for up to [`STUCK`]; `None` when it did not end.
+/// Waits for `event` on a helper thread for up to [`HANG`]; `None` when it did not end.
 fn wait_bounded(event: &Event) -> Option<cl_lifetime::Result<()>> {
     let (tx, rx) = mpsc::channel();
     let event = event.clone();
     thread::spawn(move || {
         let _ = tx.send(event.wait());
     });
-    rx.recv_timeout(STUCK).ok()
+    rx.recv_timeout(HANG).ok()
 }
 
 #[test]
@@ -660,7 +657,7 @@ fn a_recycled_block_does_not_pass_the_old_owners_failure_on() {
                 std::mem::forget((pool, q1, q2, ctx));
                 panic!(
                     "same queue: {same_queue}: the new owner's first command never ran \
-                     ({status:?} after {STUCK:?}): the recycled block's record still held \
+                     ({status:?} after {HANG:?}): the recycled block's record still held \
                      the old owner's failed command, and the new owner's command waited on it"
                 );
             }
@@ -1266,9 +1263,6 @@ fn accounting_tracks_live_pooled_pending_and_peak() {
     assert_eq!(ctx.memory_stats(), stats(0, 0, 0, 5000, 6, 1, 5));
 }
 
-/// How long the random run may take before it counts as hung.
-const RANDOM_RUN_LIMIT: Duration = Duration::from_secs(50);
-
 /// A length for the random run: mostly a few sizes, so that pooled blocks are reused while
 /// their old owners' commands are still gated.
 fn random_len(rng: &mut Rng) -> usize {
@@ -1318,282 +1312,287 @@ struct Check {
     step: usize,
 }
 
+/// 5,000 random steps (allocations, pool hand-outs, fills, writes, kernels, reads,
+/// resizes, releases of the three kinds, trims) with gated work on one queue: the data
+/// reads back as written, the ledger agrees with what is held at every step, and at the
+/// end nothing is live, pending or pooled and every buffer was freed after its commands.
+/// The run prints its seed first and runs in a child process, so that a hang fails this
+/// test after [`common::CHILD_LIMIT`] with the seed, instead of stalling the suite.
 #[test]
 fn long_random_run_ends_with_nothing_live_or_pending() {
-    let ctx = device!();
-    let seed = std::env::var("POOL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        });
-    eprintln!("random run seed: {seed} (rerun with POOL_SEED={seed})");
-    let mut rng = Rng(seed);
-    // A hang is a failure too: name the seed and end the process.
-    let (done, watchdog) = mpsc::channel::<()>();
-    thread::spawn(move || {
-        if let Err(RecvTimeoutError::Timeout) = watchdog.recv_timeout(RANDOM_RUN_LIMIT) {
-            eprintln!("seed {seed}: the random run hung for {RANDOM_RUN_LIMIT:?}; aborting");
-            std::process::abort();
-        }
-    });
-    let queues = [ctx.queue().unwrap(), ctx.queue().unwrap()];
-    let increment = common::busy(&ctx).kernel("increment").unwrap();
-    let mut pool = Some(
-        Pool::new(
-            &ctx,
-            PoolOptions::default().release_threshold(64 * 1024 + rng.below(64) as u64 * 1024),
-        )
-        .unwrap(),
-    );
-    let mut gate = ctx.user_event().unwrap();
-    let mut queue_gated = [false; 2];
-    // Pooled blocks whose commands may wait on the current gate.
-    let mut block_gated: HashSet<usize> = HashSet::new();
-    let mut held: Vec<Held> = Vec::new();
-    let mut checks: Vec<Check> = Vec::new();
-    let mut watches: Vec<common::Watch> = Vec::new();
-    let mut handed_out = 0usize;
-    let started = Instant::now();
-    let steps = 5000;
+    common::isolated(
+        &test_path!(long_random_run_ends_with_nothing_live_or_pending),
+        common::CHILD_LIMIT,
+        &[],
+        || {
+            let ctx = device!();
+            let seed = std::env::var("POOL_SEED")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| {
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_nanos() as u64)
+                        .unwrap_or(1)
+                });
+            eprintln!("random run seed: {seed} (rerun with POOL_SEED={seed})");
+            let mut rng = Rng(seed);
+            let queues = [ctx.queue().unwrap(), ctx.queue().unwrap()];
+            let increment = common::busy(&ctx).kernel("increment").unwrap();
+            let mut pool = Some(
+                Pool::new(
+                    &ctx,
+                    PoolOptions::default()
+                        .release_threshold(64 * 1024 + rng.below(64) as u64 * 1024),
+                )
+                .unwrap(),
+            );
+            let mut gate = ctx.user_event().unwrap();
+            let mut queue_gated = [false; 2];
+            // Pooled blocks whose commands may wait on the current gate.
+            let mut block_gated: HashSet<usize> = HashSet::new();
+            let mut held: Vec<Held> = Vec::new();
+            let mut checks: Vec<Check> = Vec::new();
+            let mut watches: Vec<common::Watch> = Vec::new();
+            let mut handed_out = 0usize;
+            let started = Instant::now();
+            let steps = 5000;
 
-    // Opens the gate, checks every read in flight, and closes a new gate.
-    let settle = |gate: &mut UserEvent, checks: &mut Vec<Check>, held: &mut Vec<Held>| {
-        gate.complete().unwrap();
-        for c in checks.drain(..) {
-            let got = c.read.wait().unwrap();
-            if let Some(i) = got.iter().position(|&x| x != c.value) {
-                panic!(
-                    "seed {seed}, read at step {}: element {i} is {:#x}, expected {:#x}",
-                    c.step, got[i], c.value
+            // Opens the gate, checks every read in flight, and closes a new gate.
+            let settle = |gate: &mut UserEvent, checks: &mut Vec<Check>, held: &mut Vec<Held>| {
+                gate.complete().unwrap();
+                for c in checks.drain(..) {
+                    let got = c.read.wait().unwrap();
+                    if let Some(i) = got.iter().position(|&x| x != c.value) {
+                        panic!(
+                            "seed {seed}, read at step {}: element {i} is {:#x}, expected {:#x}",
+                            c.step, got[i], c.value
+                        );
+                    }
+                }
+                for h in held.iter_mut() {
+                    h.gated = false;
+                }
+                *gate = ctx.user_event().unwrap();
+            };
+
+            for step in 0..steps {
+                if step % 64 == 63 {
+                    settle(&mut gate, &mut checks, &mut held);
+                    queue_gated = [false; 2];
+                    block_gated.clear();
+                    // Nothing deferred so far waits on the new gate: this returns.
+                    if rng.below(4) == 0 {
+                        ctx.wait_deferred();
+                    }
+                }
+                let pool_ref = pool.as_ref().unwrap();
+                let qi = rng.below(2);
+                let q = &queues[qi];
+                // Only the first queue takes gated commands: the second runs at once unless the
+                // hazard rules hold it back.
+                let gate_it = qi == 0 && rng.below(2) == 0;
+                let deps = [gate.event()];
+                let after = if gate_it {
+                    q.after(&deps)
+                } else {
+                    q.after(&[])
+                };
+                // An in-order queue holds everything after a gated command behind it too.
+                let gated = gate_it || queue_gated[qi];
+                let op = if held.is_empty() {
+                    rng.below(2)
+                } else {
+                    rng.below(12)
+                };
+                let i = if held.is_empty() {
+                    0
+                } else {
+                    rng.below(held.len())
+                };
+                match op {
+                    0 | 1 if held.len() < 16 => {
+                        let len = random_len(&mut rng);
+                        let (buf, pooled) = if op == 0 {
+                            (ctx.buffer::<u32>(len).unwrap(), false)
+                        } else {
+                            (pool_ref.acquire::<u32>(len).unwrap(), true)
+                        };
+                        handed_out += 1;
+                        // A recycled block carries its previous owner's commands.
+                        let gated = pooled && block_gated.contains(&(buf.as_raw() as usize));
+                        held.push(Held {
+                            buf,
+                            pooled,
+                            value: 0,
+                            known: 0,
+                            events: Vec::new(),
+                            gated,
+                        });
+                    }
+                    0 | 1 => {}
+                    2 | 3 => {
+                        let h = &mut held[i];
+                        let value = rng.next() as u32;
+                        let event = if op == 2 {
+                            after.fill(&h.buf, value).unwrap()
+                        } else {
+                            after.write_owned(&h.buf, vec![value; h.buf.len()]).unwrap()
+                        };
+                        h.events.push(event);
+                        (h.value, h.known) = (value, h.buf.len());
+                        h.gated |= gated;
+                        // A command behind gated work on its buffer holds its queue too.
+                        queue_gated[qi] |= h.gated;
+                    }
+                    4 => {
+                        let h = &mut held[i];
+                        let len = h.buf.len() as u32;
+                        let event = after
+                            .launch(
+                                &increment,
+                                &[h.buf.len()],
+                                &[Arg::read_write(&h.buf), Arg::scalar(len)],
+                            )
+                            .unwrap();
+                        h.events.push(event);
+                        h.value = h.value.wrapping_add(1);
+                        h.gated |= gated;
+                        queue_gated[qi] |= h.gated;
+                    }
+                    5 | 6 => {
+                        let h = &mut held[i];
+                        if h.known > 0 {
+                            let read = after.read_owned_range(&h.buf, 0..h.known).unwrap();
+                            h.events.push(read.event().clone());
+                            h.gated |= gated;
+                            queue_gated[qi] |= h.gated;
+                            checks.push(Check {
+                                read,
+                                value: h.value,
+                                step,
+                            });
+                        }
+                    }
+                    7 => {
+                        let new_len = random_len(&mut rng);
+                        let h = &mut held[i];
+                        let events: Vec<&Event> = h.events.iter().collect();
+                        watches.push(common::watch(&h.buf, &events));
+                        let old_raw = h.buf.as_raw() as usize;
+                        h.buf.resize(q, new_len).unwrap();
+                        handed_out += 1;
+                        // The copy reads the old block on `q`, behind whatever holds either.
+                        h.gated |= queue_gated[qi];
+                        queue_gated[qi] |= h.gated;
+                        if h.pooled && h.gated {
+                            block_gated.insert(old_raw);
+                        }
+                        h.events.clear();
+                        h.known = h.known.min(new_len);
+                        h.pooled = false;
+                    }
+                    8 | 9 => {
+                        // Release, drop or deferred release; one that would wait only when nothing
+                        // it depends on is gated.
+                        let how = rng.below(3);
+                        let blocks = !held[i].pooled && held[i].gated;
+                        if how < 2 && blocks {
+                            continue;
+                        }
+                        let h = held.swap_remove(i);
+                        let (len, pooled, gated_before) = (h.buf.len(), h.pooled, h.gated);
+                        let raw = h.buf.as_raw() as usize;
+                        release(h, how, &mut watches, seed, step);
+                        if pooled && gated_before {
+                            block_gated.insert(raw);
+                        }
+                        // Often the block goes straight to a new owner, who writes it at once,
+                        // on either queue: the hazard rules must order that after the old owner.
+                        if pooled && op == 9 {
+                            let buf = pool_ref.acquire::<u32>(len).unwrap();
+                            handed_out += 1;
+                            let mut h = Held {
+                                gated: block_gated.contains(&(buf.as_raw() as usize)),
+                                buf,
+                                pooled: true,
+                                value: rng.next() as u32,
+                                known: len,
+                                events: Vec::new(),
+                            };
+                            h.events.push(after.fill(&h.buf, h.value).unwrap());
+                            h.gated |= gated;
+                            queue_gated[qi] |= h.gated;
+                            held.push(h);
+                        }
+                    }
+                    10 if rng.below(4) == 0 => {
+                        pool_ref.trim(rng.below(128) as u64 * 1024);
+                    }
+                    _ => {}
+                }
+
+                // The ledger agrees with what is held, whatever the reaper does meanwhile.
+                let ms = ctx.memory_stats();
+                let ps = pool.as_ref().unwrap().stats();
+                let live: u64 = held.iter().map(|h| h.buf.bytes() as u64).sum();
+                let in_pool_use: u64 = held
+                    .iter()
+                    .filter(|h| h.pooled)
+                    .map(|h| h.buf.bytes() as u64)
+                    .sum();
+                assert_eq!(ms.live_bytes, live, "seed {seed}, step {step}: {ms:?}");
+                assert_eq!(
+                    ms.pooled_bytes, ps.pooled_bytes,
+                    "seed {seed}, step {step}: {ms:?} {ps:?}"
+                );
+                assert_eq!(ps.in_use_bytes, in_pool_use, "seed {seed}, step {step}");
+                assert!(
+                    ms.peak_bytes >= ms.live_bytes + ms.pooled_bytes,
+                    "seed {seed}, step {step}: {ms:?}"
                 );
             }
-        }
-        for h in held.iter_mut() {
-            h.gated = false;
-        }
-        *gate = ctx.user_event().unwrap();
-    };
 
-    for step in 0..steps {
-        if step % 64 == 63 {
             settle(&mut gate, &mut checks, &mut held);
-            queue_gated = [false; 2];
-            block_gated.clear();
-            // Nothing deferred so far waits on the new gate: this returns.
-            if rng.below(4) == 0 {
-                ctx.wait_deferred();
-            }
-        }
-        let pool_ref = pool.as_ref().unwrap();
-        let qi = rng.below(2);
-        let q = &queues[qi];
-        // Only the first queue takes gated commands: the second runs at once unless the
-        // hazard rules hold it back.
-        let gate_it = qi == 0 && rng.below(2) == 0;
-        let deps = [gate.event()];
-        let after = if gate_it {
-            q.after(&deps)
-        } else {
-            q.after(&[])
-        };
-        // An in-order queue holds everything after a gated command behind it too.
-        let gated = gate_it || queue_gated[qi];
-        let op = if held.is_empty() {
-            rng.below(2)
-        } else {
-            rng.below(12)
-        };
-        let i = if held.is_empty() {
-            0
-        } else {
-            rng.below(held.len())
-        };
-        match op {
-            0 | 1 if held.len() < 16 => {
-                let len = random_len(&mut rng);
-                let (buf, pooled) = if op == 0 {
-                    (ctx.buffer::<u32>(len).unwrap(), false)
-                } else {
-                    (pool_ref.acquire::<u32>(len).unwrap(), true)
-                };
-                handed_out += 1;
-                // A recycled block carries its previous owner's commands.
-                let gated = pooled && block_gated.contains(&(buf.as_raw() as usize));
-                held.push(Held {
-                    buf,
-                    pooled,
-                    value: 0,
-                    known: 0,
-                    events: Vec::new(),
-                    gated,
-                });
-            }
-            0 | 1 => {}
-            2 | 3 => {
-                let h = &mut held[i];
-                let value = rng.next() as u32;
-                let event = if op == 2 {
-                    after.fill(&h.buf, value).unwrap()
-                } else {
-                    after.write_owned(&h.buf, vec![value; h.buf.len()]).unwrap()
-                };
-                h.events.push(event);
-                (h.value, h.known) = (value, h.buf.len());
-                h.gated |= gated;
-                // A command behind gated work on its buffer holds its queue too.
-                queue_gated[qi] |= h.gated;
-            }
-            4 => {
-                let h = &mut held[i];
-                let len = h.buf.len() as u32;
-                let event = after
-                    .launch(
-                        &increment,
-                        &[h.buf.len()],
-                        &[Arg::read_write(&h.buf), Arg::scalar(len)],
-                    )
-                    .unwrap();
-                h.events.push(event);
-                h.value = h.value.wrapping_add(1);
-                h.gated |= gated;
-                queue_gated[qi] |= h.gated;
-            }
-            5 | 6 => {
-                let h = &mut held[i];
-                if h.known > 0 {
-                    let read = after.read_owned_range(&h.buf, 0..h.known).unwrap();
-                    h.events.push(read.event().clone());
-                    h.gated |= gated;
-                    queue_gated[qi] |= h.gated;
-                    checks.push(Check {
-                        read,
-                        value: h.value,
-                        step,
-                    });
-                }
-            }
-            7 => {
-                let new_len = random_len(&mut rng);
-                let h = &mut held[i];
+            gate.complete().unwrap();
+            // Half the buffers go before the pool, half after it (back to a closed pool).
+            let later = held.split_off(held.len() / 2);
+            for h in held {
                 let events: Vec<&Event> = h.events.iter().collect();
                 watches.push(common::watch(&h.buf, &events));
-                let old_raw = h.buf.as_raw() as usize;
-                h.buf.resize(q, new_len).unwrap();
-                handed_out += 1;
-                // The copy reads the old block on `q`, behind whatever holds either.
-                h.gated |= queue_gated[qi];
-                queue_gated[qi] |= h.gated;
-                if h.pooled && h.gated {
-                    block_gated.insert(old_raw);
-                }
-                h.events.clear();
-                h.known = h.known.min(new_len);
-                h.pooled = false;
+                h.buf.release_deferred();
             }
-            8 | 9 => {
-                // Release, drop or deferred release; one that would wait only when nothing
-                // it depends on is gated.
-                let how = rng.below(3);
-                let blocks = !held[i].pooled && held[i].gated;
-                if how < 2 && blocks {
-                    continue;
-                }
-                let h = held.swap_remove(i);
-                let (len, pooled, gated_before) = (h.buf.len(), h.pooled, h.gated);
-                let raw = h.buf.as_raw() as usize;
-                release(h, how, &mut watches, seed, step);
-                if pooled && gated_before {
-                    block_gated.insert(raw);
-                }
-                // Often the block goes straight to a new owner, who writes it at once,
-                // on either queue: the hazard rules must order that after the old owner.
-                if pooled && op == 9 {
-                    let buf = pool_ref.acquire::<u32>(len).unwrap();
-                    handed_out += 1;
-                    let mut h = Held {
-                        gated: block_gated.contains(&(buf.as_raw() as usize)),
-                        buf,
-                        pooled: true,
-                        value: rng.next() as u32,
-                        known: len,
-                        events: Vec::new(),
-                    };
-                    h.events.push(after.fill(&h.buf, h.value).unwrap());
-                    h.gated |= gated;
-                    queue_gated[qi] |= h.gated;
-                    held.push(h);
-                }
+            drop(pool.take());
+            for h in later {
+                let events: Vec<&Event> = h.events.iter().collect();
+                watches.push(common::watch(&h.buf, &events));
+                drop(h.buf);
             }
-            10 if rng.below(4) == 0 => {
-                pool_ref.trim(rng.below(128) as u64 * 1024);
+            ctx.wait_deferred();
+            let ms = ctx.memory_stats();
+            assert_eq!(
+                (ms.live_bytes, ms.pending_release_bytes, ms.pooled_bytes),
+                (0, 0, 0),
+                "seed {seed}: {ms:?}"
+            );
+            assert_eq!(
+                watches.len(),
+                handed_out,
+                "seed {seed}: every buffer watched once"
+            );
+            let fired = watches.iter().filter(|w| w.fired()).count();
+            assert_eq!(
+                fired, handed_out,
+                "seed {seed}: destructor callbacks fired for {fired} of {handed_out} buffers"
+            );
+            for w in &watches {
+                w.assert_released_after_events();
             }
-            _ => {}
-        }
-
-        // The ledger agrees with what is held, whatever the reaper does meanwhile.
-        let ms = ctx.memory_stats();
-        let ps = pool.as_ref().unwrap().stats();
-        let live: u64 = held.iter().map(|h| h.buf.bytes() as u64).sum();
-        let in_pool_use: u64 = held
-            .iter()
-            .filter(|h| h.pooled)
-            .map(|h| h.buf.bytes() as u64)
-            .sum();
-        assert_eq!(ms.live_bytes, live, "seed {seed}, step {step}: {ms:?}");
-        assert_eq!(
-            ms.pooled_bytes, ps.pooled_bytes,
-            "seed {seed}, step {step}: {ms:?} {ps:?}"
-        );
-        assert_eq!(ps.in_use_bytes, in_pool_use, "seed {seed}, step {step}");
-        assert!(
-            ms.peak_bytes >= ms.live_bytes + ms.pooled_bytes,
-            "seed {seed}, step {step}: {ms:?}"
-        );
-    }
-
-    settle(&mut gate, &mut checks, &mut held);
-    gate.complete().unwrap();
-    // Half the buffers go before the pool, half after it (back to a closed pool).
-    let later = held.split_off(held.len() / 2);
-    for h in held {
-        let events: Vec<&Event> = h.events.iter().collect();
-        watches.push(common::watch(&h.buf, &events));
-        h.buf.release_deferred();
-    }
-    drop(pool.take());
-    for h in later {
-        let events: Vec<&Event> = h.events.iter().collect();
-        watches.push(common::watch(&h.buf, &events));
-        drop(h.buf);
-    }
-    ctx.wait_deferred();
-    let ms = ctx.memory_stats();
-    assert_eq!(
-        (ms.live_bytes, ms.pending_release_bytes, ms.pooled_bytes),
-        (0, 0, 0),
-        "seed {seed}: {ms:?}"
-    );
-    assert_eq!(
-        watches.len(),
-        handed_out,
-        "seed {seed}: every buffer watched once"
-    );
-    let fired = watches.iter().filter(|w| w.fired()).count();
-    assert_eq!(
-        fired, handed_out,
-        "seed {seed}: destructor callbacks fired for {fired} of {handed_out} buffers"
-    );
-    for w in &watches {
-        w.assert_released_after_events();
-    }
-    drop(done);
-    eprintln!(
-        "seed {seed}: {steps} steps, {handed_out} buffers in {:?}; {ms:?}",
-        started.elapsed()
+            eprintln!(
+                "seed {seed}: {steps} steps, {handed_out} buffers in {:?}; {ms:?}",
+                started.elapsed()
+            );
+        },
     );
 }
 
