@@ -1,12 +1,11 @@
 //! The release guarantee, proven with user events as gates and the cl-sys oracle.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use cl_lifetime::{Arg, CommandKind, Error, Status};
 
-use crate::common::{self, HANG, WINDOW, pattern};
+use crate::common::{self, HANG, pattern};
 
 /// A release returns only once its buffer's gated command has run, and the memory is
 /// freed after it: a kernel, and an owned write (which also holds host memory).
@@ -33,26 +32,14 @@ fn release_waits_for_a_gated_command_on_its_buffer() {
         queue.flush().unwrap();
         let watch = common::watch(&buf, &[&command]);
 
-        let opened = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = mpsc::channel();
-        let seen = opened.clone();
-        let releaser = std::thread::spawn(move || {
-            let report = buf.release().unwrap();
-            tx.send(seen.load(Ordering::SeqCst)).unwrap();
-            report
-        });
-        assert!(
-            rx.recv_timeout(WINDOW).is_err(),
-            "release returned while its {what} was gated"
+        let report = common::returns_only_after(
+            &format!("the release of a buffer with a gated {what}"),
+            move || buf.release().unwrap(),
+            || {
+                assert!(!watch.fired(), "memory freed while its {what} was gated");
+                gate.complete().unwrap();
+            },
         );
-        assert!(!watch.fired(), "memory freed while its {what} was gated");
-        opened.store(true, Ordering::SeqCst);
-        gate.complete().unwrap();
-        assert!(
-            rx.recv().unwrap(),
-            "release returned before the gate of its {what} opened"
-        );
-        let report = releaser.join().unwrap();
         assert_eq!(report.waited_on, 1, "{what}: {report:?}");
         assert!(report.failed.is_empty(), "{what}: {report:?}");
         assert!(report.freed, "{what}: {report:?}");

@@ -298,24 +298,12 @@ fn dropping_a_pending_read_on_another_thread_blocks_until_the_read_ends() {
     queue.flush().unwrap();
     let read_event = pending.event().clone();
 
-    let opened = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel();
-    let seen = opened.clone();
-    let dropper = std::thread::spawn(move || {
-        drop(pending);
-        tx.send(seen.load(Ordering::SeqCst)).unwrap();
-    });
-    assert!(
-        rx.recv_timeout(WINDOW).is_err(),
-        "dropping a gated read returned while the device could still write"
+    // The device could still write the read's memory until the gate opens.
+    common::returns_only_after(
+        "dropping a gated read",
+        move || drop(pending),
+        || gate.complete().unwrap(),
     );
-    opened.store(true, Ordering::SeqCst);
-    gate.complete().unwrap();
-    assert!(
-        rx.recv().unwrap(),
-        "dropping a gated read returned before the gate opened"
-    );
-    dropper.join().unwrap();
     assert_eq!(read_event.status().unwrap(), Status::Complete);
     let report = buf.release().unwrap();
     assert!(report.failed.is_empty(), "{report:?}");
@@ -444,23 +432,13 @@ fn wait_all_waits_for_every_event_and_reports_a_failure() {
     other_queue.flush().unwrap();
 
     wait_all(&[]).unwrap();
-    let opened = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel();
-    let seen = opened.clone();
     let (w1, w2) = (e1.clone(), e2.clone());
-    let waiter = std::thread::spawn(move || {
-        let result = wait_all(&[&w1, &w2]);
-        tx.send(seen.load(Ordering::SeqCst)).unwrap();
-        result
-    });
-    assert!(
-        rx.recv_timeout(WINDOW).is_err(),
-        "wait_all returned while its events were gated"
-    );
-    opened.store(true, Ordering::SeqCst);
-    gate.complete().unwrap();
-    assert!(rx.recv().unwrap(), "wait_all returned before the gate");
-    waiter.join().unwrap().unwrap();
+    common::returns_only_after(
+        "wait_all of two gated events",
+        move || wait_all(&[&w1, &w2]),
+        || gate.complete().unwrap(),
+    )
+    .unwrap();
     assert_eq!(e1.status().unwrap(), Status::Complete);
     assert_eq!(e2.status().unwrap(), Status::Complete);
 

@@ -7,6 +7,9 @@ mod child;
 pub mod logs;
 mod oracle;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
 use cl_lifetime::{ClBuffer, Context, Pod, Queue};
@@ -22,6 +25,42 @@ pub const WINDOW: Duration = Duration::from_millis(200);
 
 /// How long a call that must not block is given before the test fails instead of hanging.
 pub const HANG: Duration = Duration::from_secs(30);
+
+/// Runs `call`, which waits behind a closed gate, on a thread of its own: asserts that it
+/// has not returned after [`WINDOW`], then runs `open` (which opens the gate) and asserts
+/// that `call` returns, within [`HANG`], and only after `open` began. Returns what `call`
+/// returned. `what` names the call in the failures.
+pub fn returns_only_after<T: Send + 'static>(
+    what: &str,
+    call: impl FnOnce() -> T + Send + 'static,
+    open: impl FnOnce(),
+) -> T {
+    let opened = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let seen = opened.clone();
+    let caller = std::thread::spawn(move || {
+        let out = call();
+        let _ = tx.send(seen.load(Ordering::SeqCst));
+        out
+    });
+    assert!(
+        rx.recv_timeout(WINDOW).is_err(),
+        "{what} returned while its gate was closed"
+    );
+    opened.store(true, Ordering::SeqCst);
+    open();
+    match rx.recv_timeout(HANG) {
+        Ok(after_open) => assert!(after_open, "{what} returned before its gate opened"),
+        Err(RecvTimeoutError::Timeout) => {
+            panic!("{what} did not return within {HANG:?} after its gate opened")
+        }
+        // `call` panicked: the join below passes its panic on.
+        Err(RecvTimeoutError::Disconnected) => {}
+    }
+    caller
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
 
 /// The context the tests run on: `CL_LIFETIME_DEVICE`, or the default device. Without a
 /// device the test is skipped, except under `CL_LIFETIME_REQUIRE_DEVICE=1` (set by CI),
