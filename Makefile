@@ -33,8 +33,8 @@ test: setup
 # 300,000 cancelled commands (each waits on a gate that is then failed): the process's
 # memory must stay flat; prints the RSS after each tenth.
 soak: setup
-	CL_LIFETIME_SOAK=300000 $(CARGO) test --release --test failures \
-		cancelled_commands_keep_the_process_memory_flat -- --nocapture
+	CL_LIFETIME_SOAK=300000 $(CARGO) test --release --test integration \
+		failures::cancelled_commands_keep_the_process_memory_flat -- --nocapture
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -2,19 +2,17 @@
 //! buffers' records as they were, the buffers still work, and they still release after
 //! their own commands (checked with the cl-sys oracle).
 
-mod common;
-
 use std::error::Error as _;
 use std::fmt::Debug;
 use std::path::Path;
 
 use cl_lifetime::{Arg, ClBuffer, Context, Error, Kernel, Pod, Queue, Transfer};
 
+use crate::common::{self, TempDir, ramp};
+
 /// A broken kernel: `undeclared_thing_xyz` is not declared anywhere.
 const BROKEN_SOURCE: &str = "__kernel void broken(__global int *out) {\n    \
                              out[get_global_id(0)] = undeclared_thing_xyz;\n}\n";
-
-use common::TempDir;
 
 /// A buffer of 16 `u32`s with an empty record, so that any command wrongly recorded on
 /// it shows. (On an in-order queue a new write replaces the older write in the record, so
@@ -50,10 +48,6 @@ fn assert_unharmed<T: Pod + PartialEq + Debug>(
     let report = buf.release().expect("release");
     assert!(report.failed.is_empty(), "{report:?}");
     watch.assert_released_after_events();
-}
-
-fn pattern(len: usize) -> Vec<u32> {
-    (0..len as u32).map(|i| i * 3 + 1).collect()
 }
 
 fn vector_add(ctx: &Context) -> Kernel {
@@ -116,7 +110,7 @@ fn zero_length_buffer_is_a_typed_error() {
     // The context is unharmed.
     let queue = ctx.queue().unwrap();
     let buf = ctx.buffer::<u32>(16).unwrap();
-    assert_unharmed(&queue, buf, 0, pattern(16));
+    assert_unharmed(&queue, buf, 0, ramp(16, 3));
 }
 
 #[test]
@@ -180,7 +174,7 @@ fn read_past_the_end_is_out_of_range_and_loses_nothing() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -203,7 +197,7 @@ fn read_at_an_offset_past_the_end_is_out_of_range_and_loses_nothing() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -239,7 +233,7 @@ fn owned_read_of_a_range_past_the_end_is_out_of_range_and_loses_nothing() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -261,7 +255,7 @@ fn write_longer_than_the_buffer_is_out_of_range_and_loses_nothing() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -296,7 +290,7 @@ fn owned_write_longer_than_the_buffer_is_out_of_range_and_loses_nothing() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -318,7 +312,7 @@ fn write_at_an_offset_past_the_end_is_out_of_range_and_loses_nothing() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -342,7 +336,7 @@ fn write_at_usize_max_offset_is_out_of_range_without_overflow() {
     );
     // Display must not overflow either.
     assert!(err.to_string().contains("outside a buffer of 16"), "{err}");
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -365,8 +359,8 @@ fn copy_reading_past_the_source_end_is_out_of_range_on_the_source() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, src, src_before, pattern(16));
-    assert_unharmed(&queue, dst, dst_before, pattern(32));
+    assert_unharmed(&queue, src, src_before, ramp(16, 3));
+    assert_unharmed(&queue, dst, dst_before, ramp(32, 3));
 }
 
 #[test]
@@ -403,8 +397,8 @@ fn copy_writing_past_the_destination_end_is_out_of_range_on_the_destination() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, src, src_before, pattern(32));
-    assert_unharmed(&queue, dst, dst_before, pattern(16));
+    assert_unharmed(&queue, src, src_before, ramp(32, 3));
+    assert_unharmed(&queue, dst, dst_before, ramp(16, 3));
 }
 
 #[test]
@@ -426,7 +420,7 @@ fn fill_of_a_range_past_the_end_is_out_of_range_and_loses_nothing() {
         ),
         "{err:?}"
     );
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 // ---- zero-length transfers ----
@@ -441,7 +435,7 @@ fn zero_length_write_is_a_typed_error_and_loses_nothing() {
     assert!(matches!(err, Error::ZeroLength), "{err:?}");
     let err = queue.write_owned(&buf, Vec::new()).unwrap_err();
     assert!(matches!(err, Error::ZeroLength), "{err:?}");
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -454,7 +448,7 @@ fn zero_length_read_is_a_typed_error_and_loses_nothing() {
     assert!(matches!(err, Error::ZeroLength), "{err:?}");
     let err = queue.read_owned_range(&buf, 4..4).unwrap_err();
     assert!(matches!(err, Error::ZeroLength), "{err:?}");
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -466,8 +460,8 @@ fn zero_length_copy_is_a_typed_error_and_loses_nothing() {
     let (src_before, dst_before) = (src.record_len(), dst.record_len());
     let err = queue.copy_range(&src, 0, &dst, 0, 0).unwrap_err();
     assert!(matches!(err, Error::ZeroLength), "{err:?}");
-    assert_unharmed(&queue, src, src_before, pattern(16));
-    assert_unharmed(&queue, dst, dst_before, pattern(16));
+    assert_unharmed(&queue, src, src_before, ramp(16, 3));
+    assert_unharmed(&queue, dst, dst_before, ramp(16, 3));
 }
 
 #[test]
@@ -478,7 +472,7 @@ fn zero_length_fill_is_a_typed_error_and_loses_nothing() {
     let before = buf.record_len();
     let err = queue.fill_range(&buf, 1, 3..3).unwrap_err();
     assert!(matches!(err, Error::ZeroLength), "{err:?}");
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 // ---- kernel files and builds ----
@@ -512,15 +506,18 @@ fn missing_kernel_file_lists_where_it_was_looked_for() {
 fn kernel_file_name_without_extension_is_also_looked_for_with_cl() {
     let ctx = device!();
     let err = ctx.program("no_such_kernel_file", "").unwrap_err();
-    let Error::KernelFileNotFound { searched, .. } = &err else {
+    let Error::KernelFileNotFound { name, searched, .. } = &err else {
         panic!("expected KernelFileNotFound, got {err:?}");
     };
+    // The error names the file as asked for, and lists the name with `.cl` among the paths.
+    assert_eq!(name, "no_such_kernel_file");
     assert!(
         searched
             .iter()
             .any(|p| p.ends_with("kernels/no_such_kernel_file.cl")),
         "{searched:?}"
     );
+    assert_eq!(ctx.programs_built(), 0);
 }
 
 #[test]
@@ -621,6 +618,7 @@ fn source_that_does_not_compile_is_a_build_error_naming_the_embedded_source() {
     assert_eq!(file, Path::new("<source>/broken_embedded"));
     assert!(device.contains(ctx.device().name()), "{device}");
     assert_eq!(status.name(), "CL_BUILD_PROGRAM_FAILURE");
+    assert!(status.code() < 0, "{status}");
     assert!(log.contains("undeclared_thing_xyz"), "build log: {log}");
     assert_eq!(ctx.programs_built(), 0);
     // The same name with a correct source builds: the failure was not cached.
@@ -629,6 +627,7 @@ fn source_that_does_not_compile_is_a_build_error_naming_the_embedded_source() {
         .program_from_source("broken_embedded", &fixed, "")
         .unwrap();
     assert_eq!(program.kernel_names().unwrap(), vec!["broken".to_string()]);
+    assert_eq!(ctx.programs_built(), 1);
 }
 
 #[test]
@@ -761,6 +760,7 @@ fn four_dimensional_work_size_is_a_typed_error() {
     let err = queue.launch(&add, &[4, 4, 2, 2], &args).unwrap_err();
     assert!(matches!(err, Error::WorkSize { .. }), "{err:?}");
     assert_eq!(sum.record_len(), 0);
+    assert_add_works(&queue, &add, &a, &b, &sum);
 }
 
 #[test]
@@ -778,6 +778,7 @@ fn zero_global_dimension_is_a_typed_error() {
     let err = queue.launch(&add, &[64, 0], &args).unwrap_err();
     assert!(matches!(err, Error::WorkSize { .. }), "{err:?}");
     assert_eq!(sum.record_len(), 0);
+    assert_add_works(&queue, &add, &a, &b, &sum);
 }
 
 #[test]
@@ -801,6 +802,7 @@ fn local_size_of_other_dimensions_than_global_is_a_typed_error() {
         .unwrap_err();
     assert!(matches!(err, Error::WorkSize { .. }), "{err:?}");
     assert_eq!(sum.record_len(), 0);
+    assert_add_works(&queue, &add, &a, &b, &sum);
 }
 
 #[test]
@@ -871,7 +873,7 @@ fn buffer_of_another_context_is_refused_by_a_queue() {
     assert!(matches!(err, Error::ContextMismatch), "{err:?}");
     let err = other_queue.read_owned(&buf).unwrap_err();
     assert!(matches!(err, Error::ContextMismatch), "{err:?}");
-    assert_unharmed(&queue, buf, before, pattern(16));
+    assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
 #[test]
@@ -887,34 +889,40 @@ fn copy_between_contexts_is_refused_and_records_nothing() {
     assert!(matches!(err, Error::ContextMismatch), "{err:?}");
     let err = queue.copy(&theirs, &mine).unwrap_err();
     assert!(matches!(err, Error::ContextMismatch), "{err:?}");
-    assert_unharmed(&queue, mine, mine_before, pattern(16));
-    assert_unharmed(&other_queue, theirs, theirs_before, pattern(16));
+    assert_unharmed(&queue, mine, mine_before, ramp(16, 3));
+    assert_unharmed(&other_queue, theirs, theirs_before, ramp(16, 3));
 }
 
+/// A kernel of one context launched on a queue of another, with that queue's buffers, is
+/// refused, either way round. Each context builds its own program from one file: a
+/// program cached by the first context and handed to the second would be refused on the
+/// second's queue.
 #[test]
 fn kernel_of_another_context_is_refused_by_a_queue() {
     let ctx = device!();
     let other = Context::new(ctx.device()).unwrap();
-    let other_queue = other.queue().unwrap();
-    let add = vector_add(&ctx);
-    let (a, b, sum) = add_operands(&other);
-    let err = other_queue
-        .launch(
-            &add,
-            &[64],
-            &[
-                Arg::read(&a),
-                Arg::read(&b),
-                Arg::write(&sum),
-                Arg::scalar(64u32),
-            ],
-        )
-        .unwrap_err();
-    assert!(matches!(err, Error::ContextMismatch), "{err:?}");
-    assert_eq!(sum.record_len(), 0);
-    // The right kernel for that context works on the same buffers.
-    let other_add = vector_add(&other);
-    assert_add_works(&other_queue, &other_add, &a, &b, &sum);
+    let contexts = [&ctx, &other];
+    let adds = [vector_add(&ctx), vector_add(&other)];
+    for (mine, theirs) in [(0, 1), (1, 0)] {
+        let queue = contexts[mine].queue().unwrap();
+        let (a, b, sum) = add_operands(contexts[mine]);
+        let err = queue
+            .launch(
+                &adds[theirs],
+                &[64],
+                &[
+                    Arg::read(&a),
+                    Arg::read(&b),
+                    Arg::write(&sum),
+                    Arg::scalar(64u32),
+                ],
+            )
+            .unwrap_err();
+        assert!(matches!(err, Error::ContextMismatch), "{err:?}");
+        assert_eq!(sum.record_len(), 0, "a refused launch was recorded");
+        // The right kernel for that context works on the same buffers.
+        assert_add_works(&queue, &adds[mine], &a, &b, &sum);
+    }
 }
 
 #[test]

@@ -1,59 +1,51 @@
 //! The release guarantee, proven with user events as gates and the cl-sys oracle.
 
-mod common;
-
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::mpsc;
 use std::time::Duration;
 
-use cl_lifetime::{Arg, CommandKind};
+use cl_lifetime::{Arg, CommandKind, Error, Status};
 
-/// How long a blocked release is given to return wrongly before the gate opens. A correct
-/// release passes whatever this is; a broken one fails unless the machine stalls this long.
-const WINDOW: Duration = Duration::from_millis(200);
+use crate::common::{self, HANG, pattern};
 
+/// A release returns only once its buffer's gated command has run, and the memory is
+/// freed after it: a kernel, and an owned write (which also holds host memory).
 #[test]
-fn release_waits_for_gated_kernel_on_its_buffer() {
+fn release_waits_for_a_gated_command_on_its_buffer() {
     let ctx = device!();
     let queue = ctx.queue().unwrap();
     let increment = common::busy(&ctx).kernel("increment").unwrap();
-    let buf = ctx.buffer_from(&[0i32; 64]).unwrap();
-    let gate = ctx.user_event().unwrap();
-    let launch = queue
-        .after(&[gate.event()])
-        .launch(
-            &increment,
-            &[64],
-            &[Arg::read_write(&buf), Arg::scalar(64u32)],
-        )
+    let n = 1024;
+    for what in ["kernel", "owned write"] {
+        let buf = ctx.buffer_from(&vec![0i32; n]).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let deps = [gate.event()];
+        let gated = queue.after(&deps);
+        let command = match what {
+            "kernel" => gated.launch(
+                &increment,
+                &[n],
+                &[Arg::read_write(&buf), Arg::scalar(n as u32)],
+            ),
+            _ => gated.write_owned(&buf, pattern(n, 4).into_iter().map(|x| x as i32).collect()),
+        }
         .unwrap();
-    queue.flush().unwrap();
-    let watch = common::watch(&buf, &[&launch]);
+        queue.flush().unwrap();
+        let watch = common::watch(&buf, &[&command]);
 
-    let opened = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel();
-    let seen = opened.clone();
-    let releaser = std::thread::spawn(move || {
-        let report = buf.release().unwrap();
-        tx.send(seen.load(Ordering::SeqCst)).unwrap();
-        report
-    });
-    assert!(
-        rx.recv_timeout(WINDOW).is_err(),
-        "release returned while its kernel was gated"
-    );
-    assert!(!watch.fired(), "memory freed while its kernel was gated");
-    opened.store(true, Ordering::SeqCst);
-    gate.complete().unwrap();
-    assert!(
-        rx.recv().unwrap(),
-        "release returned before the gate opened"
-    );
-    let report = releaser.join().unwrap();
-    assert_eq!(report.waited_on, 1);
-    assert!(report.failed.is_empty());
-    assert!(report.freed);
-    watch.assert_released_after_events();
+        let report = common::returns_only_after(
+            &format!("the release of a buffer with a gated {what}"),
+            move || buf.release().unwrap(),
+            || {
+                assert!(!watch.fired(), "memory freed while its {what} was gated");
+                gate.complete().unwrap();
+            },
+        );
+        assert_eq!(report.waited_on, 1, "{what}: {report:?}");
+        assert!(report.failed.is_empty(), "{what}: {report:?}");
+        assert!(report.freed, "{what}: {report:?}");
+        assert_eq!(command.status().unwrap(), Status::Complete, "{what}");
+        watch.assert_released_after_events();
+    }
 }
 
 /// Buffer rule 4: a Drop that would wait behind an unset user event of its context (the
@@ -74,7 +66,7 @@ fn drop_behind_an_unset_gate_returns_and_frees_only_after_the_gated_command() {
         drop(buf);
         tx.send(()).unwrap();
     });
-    rx.recv_timeout(Duration::from_secs(30))
+    rx.recv_timeout(HANG)
         .expect("the drop returned while its gate was closed");
     dropper.join().unwrap();
     assert!(!watch.fired(), "freed while its command could not have run");
@@ -137,21 +129,41 @@ fn release_ignores_gated_command_on_another_queue_sharing_nothing() {
     gate.complete().unwrap();
 }
 
+/// A command whose gate failed ends: its buffer's release waits for it, frees the memory
+/// after it and reports the failure. A fill, and a read, whose wait returns the failure.
 #[test]
 fn failed_command_still_ends_in_released_memory() {
     let ctx = device!();
-    let queue = ctx.queue().unwrap();
-    let buf = ctx.buffer::<i32>(128).unwrap();
-    let gate = ctx.user_event().unwrap();
-    let fill = queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
-    queue.flush().unwrap();
-    let watch = common::watch(&buf, &[&fill]);
-    gate.fail(-42).unwrap();
-    let report = buf.release().unwrap();
-    watch.assert_released_after_events();
-    assert_eq!(report.failed.len(), 1, "{report:?}");
-    assert_eq!(report.failed[0].command, CommandKind::Fill);
-    assert!(report.failed[0].status.code() < 0);
+    for what in [CommandKind::Fill, CommandKind::Read] {
+        // A fresh queue: some drivers refuse further work on a queue that ran a failed
+        // command.
+        let queue = ctx.queue().unwrap();
+        let buf = ctx.buffer_from(&[1i32; 256]).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let deps = [gate.event()];
+        let (command, read) = match what {
+            CommandKind::Fill => (queue.after(&deps).fill(&buf, 2).unwrap(), None),
+            _ => {
+                let read = queue.after(&deps).read_owned(&buf).unwrap();
+                (read.event().clone(), Some(read))
+            }
+        };
+        queue.flush().unwrap();
+        let watch = common::watch(&buf, &[&command]);
+        gate.fail(-42).unwrap();
+        if let Some(read) = read {
+            match read.wait() {
+                Err(Error::CommandFailed { status }) => assert!(status.code() < 0, "{status}"),
+                other => panic!("expected CommandFailed, got {other:?}"),
+            }
+        }
+        let report = buf.release().unwrap();
+        watch.assert_released_after_events();
+        assert!(report.freed, "{what:?}: {report:?}");
+        assert_eq!(report.failed.len(), 1, "{what:?}: {report:?}");
+        assert_eq!(report.failed[0].command, what);
+        assert!(report.failed[0].status.code() < 0, "{what:?}: {report:?}");
+    }
 }
 
 #[test]

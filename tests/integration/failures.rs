@@ -6,28 +6,14 @@
 //! ([`common::isolated`]), so the suite reports it instead of dying or stalling. Ordering
 //! is made with user events as gates, never with sleeps.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use cl_lifetime::{CommandKind, Context, Error, Queue};
 
-/// How long a child process may take before its test counts as hung.
-const LIMIT: Duration = Duration::from_secs(60);
+use crate::common::{self, CHILD_LIMIT, HANG};
 
 /// The execution status the tests fail their gates with.
 const CANCELLED: i32 = -1234;
-
-/// A test whose body runs in a child process with the time limit [`LIMIT`]
-/// ([`common::isolated`]), so that a crash or a hang fails it instead of the suite.
-macro_rules! isolated_test {
-    (fn $name:ident() $body:block) => {
-        #[test]
-        fn $name() {
-            common::isolated(stringify!($name), LIMIT, &[], || $body);
-        }
-    };
-}
 
 fn queues(ctx: &Context) -> (Queue, Queue) {
     (
@@ -36,10 +22,10 @@ fn queues(ctx: &Context) -> (Queue, Queue) {
     )
 }
 
-/// Polls `done` until it holds, for at most [`LIMIT`]; whether it held.
+/// Polls `done` until it holds, for at most [`HANG`]; whether it held.
 fn eventually(mut done: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
-    while start.elapsed() < LIMIT {
+    while start.elapsed() < HANG {
         if done() {
             return true;
         }
@@ -295,55 +281,33 @@ isolated_test! {
     }
 }
 
-/// Keeps every warning logged, for a test to read.
-struct Captured(std::sync::Mutex<Vec<String>>);
-
-impl log::Log for Captured {
-    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::Level::Warn
-    }
-    fn log(&self, record: &log::Record<'_>) {
-        if self.enabled(record.metadata()) {
-            if let Ok(mut lines) = self.0.lock() {
-                lines.push(record.args().to_string());
-            }
-        }
-    }
-    fn flush(&self) {}
-}
-
-static CAPTURED: Captured = Captured(std::sync::Mutex::new(Vec::new()));
-
 #[test]
 fn an_explicit_release_behind_a_closed_gate_says_which_gate_it_waits_behind() {
     common::isolated(
-        "an_explicit_release_behind_a_closed_gate_says_which_gate_it_waits_behind",
-        2 * LIMIT,
+        &test_path!(an_explicit_release_behind_a_closed_gate_says_which_gate_it_waits_behind),
+        2 * CHILD_LIMIT,
         &[],
         || {
-            log::set_logger(&CAPTURED).unwrap();
-            log::set_max_level(log::LevelFilter::Warn);
             let ctx = device!();
             let queue = ctx.queue().unwrap();
             let gate = ctx.user_event().unwrap();
             let gate_line = line!() - 1;
             let buf = ctx.buffer::<u32>(1024).unwrap();
             queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
-            let site = format!("tests/failures.rs:{gate_line}");
+            let site = format!("{}:{gate_line}", file!());
+            // The release logs from its own thread.
+            let names_the_gate = |l: &common::logs::Line| {
+                l.message.contains("not set yet") && l.message.contains(&site)
+            };
             std::thread::scope(|s| {
                 let release = s.spawn(|| buf.release().unwrap());
-                let said = eventually(|| {
-                    let lines = CAPTURED.0.lock().unwrap();
-                    lines
-                        .iter()
-                        .any(|l| l.contains("not set yet") && l.contains(&site))
-                });
+                let said = eventually(|| !common::logs::lines(names_the_gate).is_empty());
                 gate.complete().unwrap();
                 release.join().unwrap();
                 assert!(
                     said,
                     "no log line named the gate at {site}: {:?}",
-                    CAPTURED.0.lock().unwrap()
+                    common::logs::lines(|_| true)
                 );
             });
         },
@@ -390,7 +354,7 @@ fn cancel_commands(ctx: &Context, n: usize) -> (Vec<u64>, usize) {
 #[test]
 fn cancelled_commands_keep_the_process_memory_flat() {
     common::isolated(
-        "cancelled_commands_keep_the_process_memory_flat",
+        &test_path!(cancelled_commands_keep_the_process_memory_flat),
         Duration::from_secs(600),
         &[],
         || {
@@ -599,22 +563,24 @@ fn on_oclgrind(name: &str, body: impl FnOnce()) {
         ("OCL_ICD_VENDORS", vendors.as_str()),
         ("CL_LIFETIME_DEVICE", "oclgrind"),
     ];
-    common::isolated(name, LIMIT, &env, body);
+    common::isolated(name, CHILD_LIMIT, &env, body);
 }
 
 #[test]
 fn a_queue_on_an_opencl_1_2_device_is_created_without_the_2_0_entry_point() {
-    let name = "a_queue_on_an_opencl_1_2_device_is_created_without_the_2_0_entry_point";
-    on_oclgrind(name, || {
-        let ctx = Context::from_env().expect("Oclgrind's device");
-        let version = ctx.device().version().to_string();
-        assert!(version.starts_with("OpenCL 1."), "{version}");
-        let queue = ctx.queue().unwrap();
-        let buf = ctx.buffer::<u32>(16).unwrap();
-        queue.fill(&buf, 3).unwrap().wait().unwrap();
-        assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), [3; 16]);
-        buf.release().unwrap();
-    });
+    on_oclgrind(
+        &test_path!(a_queue_on_an_opencl_1_2_device_is_created_without_the_2_0_entry_point),
+        || {
+            let ctx = Context::from_env().expect("Oclgrind's device");
+            let version = ctx.device().version().to_string();
+            assert!(version.starts_with("OpenCL 1."), "{version}");
+            let queue = ctx.queue().unwrap();
+            let buf = ctx.buffer::<u32>(16).unwrap();
+            queue.fill(&buf, 3).unwrap().wait().unwrap();
+            assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), [3; 16]);
+            buf.release().unwrap();
+        },
+    );
 }
 
 // A deferred release polls its commands' status on the library's thread, which flushes
@@ -622,14 +588,16 @@ fn a_queue_on_an_opencl_1_2_device_is_created_without_the_2_0_entry_point() {
 
 #[test]
 fn a_deferred_release_flushes_the_queues_of_its_commands() {
-    let name = "a_deferred_release_flushes_the_queues_of_its_commands";
-    on_oclgrind(name, || {
-        let ctx = Context::from_env().expect("Oclgrind's device");
-        let queue = ctx.queue().unwrap();
-        let buf = ctx.buffer::<u32>(16).unwrap();
-        queue.fill(&buf, 3).unwrap();
-        buf.release_deferred();
-        ctx.wait_deferred();
-        assert_eq!(ctx.memory_stats().pending_release_bytes, 0);
-    });
+    on_oclgrind(
+        &test_path!(a_deferred_release_flushes_the_queues_of_its_commands),
+        || {
+            let ctx = Context::from_env().expect("Oclgrind's device");
+            let queue = ctx.queue().unwrap();
+            let buf = ctx.buffer::<u32>(16).unwrap();
+            queue.fill(&buf, 3).unwrap();
+            buf.release_deferred();
+            ctx.wait_deferred();
+            assert_eq!(ctx.memory_stats().pending_release_bytes, 0);
+        },
+    );
 }

@@ -12,22 +12,14 @@
 //! its commands, so whatever may wait on a gate is declared before the gate (locals drop
 //! in reverse order), and a [`Gate`] dropped while closed opens.
 
-mod common;
-
 use std::ops::Deref;
 use std::sync::{Arc, mpsc};
 use std::thread;
-use std::time::Duration;
 
 use cl_lifetime::tracker::FOLD_AT;
-use cl_lifetime::{Arg, ClBuffer, Context, Error, Event, Queue, Transfer, UserEvent};
+use cl_lifetime::{Arg, Context, Error, Event, Queue, UserEvent};
 
-/// How long a command held back by a closed gate is given to end wrongly. A correct
-/// library passes whatever this is; a broken one fails unless the machine stalls this long.
-const WINDOW: Duration = Duration::from_millis(200);
-
-/// How long a call that must not block is given before the test fails instead of hanging.
-const HANG: Duration = Duration::from_secs(30);
+use crate::common::{self, HANG, WINDOW, contents, ramp};
 
 const N: usize = 1024;
 
@@ -53,11 +45,6 @@ impl Drop for Gate {
         // An error only says that the test opened it already.
         let _ = self.0.complete();
     }
-}
-
-/// `1, 1 + step, 1 + 2 * step, ...`: data that no fill or stale buffer holds by accident.
-fn ramp(len: usize, step: u32) -> Vec<u32> {
-    (0..len as u32).map(|i| i * step + 1).collect()
 }
 
 /// Asserts that none of `events` ends within [`WINDOW`]: each is held back by a gate that
@@ -97,15 +84,6 @@ fn returns<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static
         Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what} did not return in {HANG:?}"),
         Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what} panicked"),
     }
-}
-
-/// The buffer's contents, read on `queue` (which waits on the buffer's writers).
-fn contents<T: cl_lifetime::Pod>(queue: &Queue, buf: &ClBuffer<T>) -> Vec<T> {
-    queue
-        .read_owned(buf)
-        .expect("read enqueued")
-        .wait()
-        .expect("read")
 }
 
 fn assert_mapped<T: std::fmt::Debug>(what: &str, result: cl_lifetime::Result<T>) {
@@ -755,65 +733,6 @@ fn commands_that_conflict_with_a_mapping_are_refused() {
     }
     q.read(&buf, &mut out).unwrap();
     assert_eq!(out, vec![8; N]);
-}
-
-#[test]
-fn map_out_of_range_is_a_typed_error() {
-    let ctx = device!();
-    let q = ctx.queue().unwrap();
-    let buf = ctx.buffer_from(&[1u32; N]).unwrap();
-
-    match q.map(&buf, 0..N + 1) {
-        Err(Error::OutOfRange {
-            transfer: Transfer::Map,
-            offset: 0,
-            len,
-            buffer_len: N,
-        }) => assert_eq!(len, N + 1),
-        other => panic!("map past the end: {other:?}"),
-    }
-    match q.map(&buf, N - 4..N + 4) {
-        Err(Error::OutOfRange {
-            offset,
-            len: 8,
-            buffer_len: N,
-            ..
-        }) => assert_eq!(offset, N - 4),
-        other => panic!("map across the end: {other:?}"),
-    }
-    match q.map_mut(&buf, 10..N + 1) {
-        Err(Error::OutOfRange {
-            offset: 10,
-            len,
-            buffer_len: N,
-            ..
-        }) => assert_eq!(len, N - 9),
-        other => panic!("map_mut past the end: {other:?}"),
-    }
-    match q.map(&buf, 1..usize::MAX) {
-        Err(Error::OutOfRange { buffer_len: N, .. }) => {}
-        other => panic!("huge map: {other:?}"),
-    }
-    #[allow(clippy::reversed_empty_ranges)]
-    let reversed = 8..4;
-    match q.map(&buf, reversed) {
-        Err(Error::ReversedRange {
-            transfer: Transfer::Map,
-            start: 8,
-            end: 4,
-        }) => {}
-        other => panic!("reversed range: {other:?}"),
-    }
-    assert!(
-        matches!(q.map(&buf, 5..5), Err(Error::ZeroLength)),
-        "an empty range is ZeroLength"
-    );
-    assert!(matches!(q.map_mut(&buf, 5..5), Err(Error::ZeroLength)));
-
-    // The refused maps left the buffer unmapped.
-    q.fill(&buf, 2).unwrap();
-    let mapped = q.map(&buf, N - 1..N).unwrap();
-    assert_eq!(&mapped[..], &[2]);
 }
 
 #[test]

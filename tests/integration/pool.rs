@@ -7,100 +7,17 @@
 //! after [`HANG`] so that a host wait fails the test instead of hanging it), and the
 //! contents after the gate opens show which command ran last.
 
-mod common;
-
 use std::collections::HashSet;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cl_lifetime::{
     Arena, Arg, ClBuffer, Error, Event, MemoryStats, POISON, PendingRead, Pod, Pool, PoolOptions,
-    PoolStats, Queue, UserEvent,
+    PoolStats, UserEvent,
 };
 
-/// How long a call that must not wait for the device is given before its gate is opened
-/// for it and the test fails.
-const HANG: Duration = Duration::from_secs(20);
-
-/// Captures the library's warnings in-process, so the leak report can be read back.
-mod capture {
-    use std::sync::{Mutex, OnceLock, PoisonError};
-    use std::thread::ThreadId;
-
-    use log::{Level, LevelFilter, Log, Metadata, Record};
-
-    /// A captured warning or error of the library.
-    pub struct Line {
-        pub thread: ThreadId,
-        pub target: String,
-        pub message: String,
-    }
-
-    static LINES: Mutex<Vec<Line>> = Mutex::new(Vec::new());
-
-    struct Capture;
-
-    impl Log for Capture {
-        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-            metadata.level() <= Level::Warn
-        }
-
-        fn log(&self, record: &Record<'_>) {
-            if !self.enabled(record.metadata()) {
-                return;
-            }
-            let message = record.args().to_string();
-            eprintln!("[{} {}] {message}", record.level(), record.target());
-            if record.target().starts_with("cl_lifetime") {
-                LINES
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(Line {
-                        thread: std::thread::current().id(),
-                        target: record.target().to_string(),
-                        message,
-                    });
-            }
-        }
-
-        fn flush(&self) {}
-    }
-
-    static CAPTURE: Capture = Capture;
-
-    /// Installs the capturing logger once per process; whether it is the process's logger.
-    /// Every test calls it before `common::context()`, whose `env_logger` then stays out.
-    pub fn install() -> bool {
-        static INSTALLED: OnceLock<bool> = OnceLock::new();
-        *INSTALLED.get_or_init(|| {
-            let installed = log::set_logger(&CAPTURE).is_ok();
-            if installed {
-                log::set_max_level(LevelFilter::Warn);
-            }
-            installed
-        })
-    }
-
-    /// The messages of `target` that `thread` logged.
-    pub fn messages(thread: ThreadId, target: &str) -> Vec<String> {
-        LINES
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .filter(|l| l.thread == thread && l.target == target)
-            .map(|l| l.message.clone())
-            .collect()
-    }
-}
-
-/// `let ctx = ctx!();`: installs the log capture, then as `device!()`.
-macro_rules! ctx {
-    () => {{
-        capture::install();
-        device!()
-    }};
-}
+use crate::common::{self, HANG, Rng, contents, ramp};
 
 /// Runs `op` on this thread while `gate` is closed and returns its result. A watchdog
 /// opens the gate after [`HANG`]; if it had to, `op` waited for the device and the test
@@ -128,20 +45,6 @@ fn returns_while_gated<R>(gate: &UserEvent, what: &str, op: impl FnOnce() -> R) 
     out
 }
 
-/// The buffer's contents, read on `queue`.
-fn contents<T: Pod>(queue: &Queue, buf: &ClBuffer<T>) -> Vec<T> {
-    queue
-        .read_owned(buf)
-        .expect("read enqueued")
-        .wait()
-        .expect("read")
-}
-
-/// `1, 1 + step, 1 + 2 * step, ...`: data no fill or stale block holds by accident.
-fn ramp(len: usize, step: u32) -> Vec<u32> {
-    (0..len as u32).map(|i| i.wrapping_mul(step) + 1).collect()
-}
-
 /// A sub-buffer's origin in its parent (`CL_MEM_OFFSET`), through cl-sys.
 fn mem_offset<T: Pod>(buf: &ClBuffer<T>) -> usize {
     let mut offset: usize = usize::MAX;
@@ -161,7 +64,7 @@ fn mem_offset<T: Pod>(buf: &ClBuffer<T>) -> usize {
 
 #[test]
 fn deferred_release_returns_while_a_gated_command_is_pending() {
-    let ctx = ctx!();
+    let ctx = device!();
     let (queue, other) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let buf = ctx.buffer::<u32>(1000).unwrap();
     let bytes = buf.bytes() as u64;
@@ -193,7 +96,7 @@ fn deferred_release_returns_while_a_gated_command_is_pending() {
 
 #[test]
 fn dropping_the_context_finishes_deferred_releases() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let spin = common::busy(&ctx).kernel("spin").unwrap();
     let n = 256;
@@ -235,7 +138,7 @@ fn dropping_the_context_finishes_deferred_releases() {
 
 #[test]
 fn same_queue_reuse_needs_no_wait_list() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
     let n = 1000;
@@ -284,7 +187,7 @@ fn same_queue_reuse_needs_no_wait_list() {
 
 #[test]
 fn cross_queue_reuse_orders_the_new_owner_after_the_old() {
-    let ctx = ctx!();
+    let ctx = device!();
     let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
     let n = 1024;
@@ -341,7 +244,7 @@ fn cross_queue_reuse_orders_the_new_owner_after_the_old() {
 
 #[test]
 fn acquire_on_gives_each_queue_its_own_block_while_another_queues_block_is_pending() {
-    let ctx = ctx!();
+    let ctx = device!();
     let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
     let n = 1024;
@@ -382,7 +285,7 @@ fn acquire_on_gives_each_queue_its_own_block_while_another_queues_block_is_pendi
 
 #[test]
 fn acquire_on_at_max_bytes_orders_the_new_owner_after_another_queues_commands() {
-    let ctx = ctx!();
+    let ctx = device!();
     let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let n = 1024;
     let bytes = (n * size_of::<u32>()) as u64;
@@ -412,7 +315,7 @@ fn acquire_on_at_max_bytes_orders_the_new_owner_after_another_queues_commands() 
 
 #[test]
 fn acquire_on_reuses_any_idle_block_not_only_the_newest() {
-    let ctx = ctx!();
+    let ctx = device!();
     let (q1, q2, q3) = (
         ctx.queue().unwrap(),
         ctx.queue().unwrap(),
@@ -515,7 +418,6 @@ fn three_queue_pipeline(options: PoolOptions, chunks: usize) -> Option<u64> {
 
 #[test]
 fn a_three_queue_pipeline_reuses_blocks_instead_of_growing() {
-    capture::install();
     let Some(allocated) = three_queue_pipeline(PoolOptions::default(), 1000) else {
         return;
     };
@@ -528,7 +430,6 @@ fn a_three_queue_pipeline_reuses_blocks_instead_of_growing() {
 
 #[test]
 fn a_three_queue_pipeline_with_poison_reuses_blocks_instead_of_growing() {
-    capture::install();
     let Some(allocated) = three_queue_pipeline(PoolOptions::default().poison(true), 1000) else {
         return;
     };
@@ -546,7 +447,7 @@ fn held(ms: &MemoryStats) -> u64 {
 
 #[test]
 fn max_bytes_bounds_pending_releases_too() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let max = 1u64 << 20;
     let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(max)).unwrap();
@@ -621,7 +522,7 @@ impl Footprint {
 
 #[test]
 fn max_bytes_bounds_pending_releases_when_threads_acquire_at_once() {
-    let ctx = ctx!();
+    let ctx = device!();
     let mib = 1usize << 20;
     let max = 8 * mib as u64;
     let (threads, rounds) = (4, 200);
@@ -675,7 +576,7 @@ fn max_bytes_bounds_pending_releases_when_threads_acquire_at_once() {
 
 #[test]
 fn acquire_on_a_queue_of_another_context_is_a_context_mismatch() {
-    let ctx = ctx!();
+    let ctx = device!();
     let Some(other) = common::context() else {
         return;
     };
@@ -705,22 +606,19 @@ fn acquire_on_a_queue_of_another_context_is_a_context_mismatch() {
     assert_eq!(contents(&queue, &again), vec![4; n]);
 }
 
-/// How long a command that must run is given before it counts as stuck.
-const STUCK: Duration = Duration::from_secs(10);
-
-/// Waits for `event` on a helper thread for up to [`STUCK`]; `None` when it did not end.
+/// Waits for `event` on a helper thread for up to [`HANG`]; `None` when it did not end.
 fn wait_bounded(event: &Event) -> Option<cl_lifetime::Result<()>> {
     let (tx, rx) = mpsc::channel();
     let event = event.clone();
     thread::spawn(move || {
         let _ = tx.send(event.wait());
     });
-    rx.recv_timeout(STUCK).ok()
+    rx.recv_timeout(HANG).ok()
 }
 
 #[test]
 fn a_recycled_block_does_not_pass_the_old_owners_failure_on() {
-    let ctx = ctx!();
+    let ctx = device!();
     eprintln!("device: {}", ctx.device());
     let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
     let n = 256;
@@ -759,7 +657,7 @@ fn a_recycled_block_does_not_pass_the_old_owners_failure_on() {
                 std::mem::forget((pool, q1, q2, ctx));
                 panic!(
                     "same queue: {same_queue}: the new owner's first command never ran \
-                     ({status:?} after {STUCK:?}): the recycled block's record still held \
+                     ({status:?} after {HANG:?}): the recycled block's record still held \
                      the old owner's failed command, and the new owner's command waited on it"
                 );
             }
@@ -772,7 +670,7 @@ fn a_recycled_block_does_not_pass_the_old_owners_failure_on() {
 
 #[test]
 fn threshold_and_trim_bound_the_footprint() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let class = 4096u64;
     // Three blocks fit, a fourth would not: half a block is left over.
@@ -876,7 +774,7 @@ fn threshold_and_trim_bound_the_footprint() {
 
 #[test]
 fn max_bytes_makes_allocation_fail_with_a_typed_error_after_trimming() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let max = 4096u64;
     let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(max)).unwrap();
@@ -977,7 +875,7 @@ fn max_bytes_makes_allocation_fail_with_a_typed_error_after_trimming() {
 
 #[test]
 fn max_bytes_holds_when_threads_acquire_at_once() {
-    let ctx = ctx!();
+    let ctx = device!();
     let class = 1024usize;
     let max = 4 * class as u64;
     let threads = 8;
@@ -1012,7 +910,7 @@ fn max_bytes_holds_when_threads_acquire_at_once() {
 
 #[test]
 fn force_residency_allocates_and_works() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let pool = Pool::new(&ctx, PoolOptions::default().force_residency(true)).unwrap();
     for len in [1usize, 1000, 65_536] {
@@ -1036,7 +934,7 @@ fn force_residency_allocates_and_works() {
 
 #[test]
 fn poison_fills_recycled_blocks() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let pool = Pool::new(&ctx, PoolOptions::default().poison(true)).unwrap();
     let n = 1000;
@@ -1083,7 +981,7 @@ fn poison_fills_recycled_blocks() {
 
 #[test]
 fn resize_keeps_contents_and_orders_after_pending_writes() {
-    let ctx = ctx!();
+    let ctx = device!();
     let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let n = 1000;
     let data = ramp(n, 11);
@@ -1145,7 +1043,7 @@ fn resize_keeps_contents_and_orders_after_pending_writes() {
 
 #[test]
 fn arena_carves_aligned_non_overlapping_sub_buffers() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let align = ctx
         .devices()
@@ -1226,7 +1124,7 @@ fn arena_carves_aligned_non_overlapping_sub_buffers() {
 
 #[test]
 fn arena_reset_is_refused_while_a_deferred_release_of_a_sub_buffer_is_pending() {
-    let ctx = ctx!();
+    let ctx = device!();
     let (queue, other) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let n = 1024;
     let mut arena = Arena::new(&ctx, n * 4).unwrap();
@@ -1270,7 +1168,7 @@ fn arena_reset_is_refused_while_a_deferred_release_of_a_sub_buffer_is_pending() 
 
 #[test]
 fn deferred_release_of_a_sub_buffer_does_not_count_its_bytes_twice() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let capacity = 64 * 1024;
     let arena = Arena::new(&ctx, capacity).unwrap();
@@ -1298,7 +1196,7 @@ fn deferred_release_of_a_sub_buffer_does_not_count_its_bytes_twice() {
 
 #[test]
 fn accounting_tracks_live_pooled_pending_and_peak() {
-    let ctx = ctx!();
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
     let stats = |live, pending, pooled, peak, allocations, reuses, driver| MemoryStats {
@@ -1365,26 +1263,6 @@ fn accounting_tracks_live_pooled_pending_and_peak() {
     assert_eq!(ctx.memory_stats(), stats(0, 0, 0, 5000, 6, 1, 5));
 }
 
-/// How long the random run may take before it counts as hung.
-const RANDOM_RUN_LIMIT: Duration = Duration::from_secs(50);
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// A length for the random run: mostly a few sizes, so that pooled blocks are reused while
 /// their old owners' commands are still gated.
 fn random_len(rng: &mut Rng) -> usize {
@@ -1434,292 +1312,293 @@ struct Check {
     step: usize,
 }
 
+/// 5,000 random steps (allocations, pool hand-outs, fills, writes, kernels, reads,
+/// resizes, releases of the three kinds, trims) with gated work on one queue: the data
+/// reads back as written, the ledger agrees with what is held at every step, and at the
+/// end nothing is live, pending or pooled and every buffer was freed after its commands.
+/// The run prints its seed first and runs in a child process, so that a hang fails this
+/// test after [`common::CHILD_LIMIT`] with the seed, instead of stalling the suite.
 #[test]
 fn long_random_run_ends_with_nothing_live_or_pending() {
-    let ctx = ctx!();
-    let seed = std::env::var("POOL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        });
-    eprintln!("random run seed: {seed} (rerun with POOL_SEED={seed})");
-    let mut rng = Rng(seed);
-    // A hang is a failure too: name the seed and end the process.
-    let (done, watchdog) = mpsc::channel::<()>();
-    thread::spawn(move || {
-        if let Err(RecvTimeoutError::Timeout) = watchdog.recv_timeout(RANDOM_RUN_LIMIT) {
-            eprintln!("seed {seed}: the random run hung for {RANDOM_RUN_LIMIT:?}; aborting");
-            std::process::abort();
-        }
-    });
-    let queues = [ctx.queue().unwrap(), ctx.queue().unwrap()];
-    let increment = common::busy(&ctx).kernel("increment").unwrap();
-    let mut pool = Some(
-        Pool::new(
-            &ctx,
-            PoolOptions::default().release_threshold(64 * 1024 + rng.below(64) as u64 * 1024),
-        )
-        .unwrap(),
-    );
-    let mut gate = ctx.user_event().unwrap();
-    let mut queue_gated = [false; 2];
-    // Pooled blocks whose commands may wait on the current gate.
-    let mut block_gated: HashSet<usize> = HashSet::new();
-    let mut held: Vec<Held> = Vec::new();
-    let mut checks: Vec<Check> = Vec::new();
-    let mut watches: Vec<common::Watch> = Vec::new();
-    let mut handed_out = 0usize;
-    let started = Instant::now();
-    let steps = 5000;
+    common::isolated(
+        &test_path!(long_random_run_ends_with_nothing_live_or_pending),
+        common::CHILD_LIMIT,
+        &[],
+        || {
+            let ctx = device!();
+            let seed = std::env::var("POOL_SEED")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| {
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_nanos() as u64)
+                        .unwrap_or(1)
+                });
+            eprintln!("random run seed: {seed} (rerun with POOL_SEED={seed})");
+            let mut rng = Rng(seed);
+            let queues = [ctx.queue().unwrap(), ctx.queue().unwrap()];
+            let increment = common::busy(&ctx).kernel("increment").unwrap();
+            let mut pool = Some(
+                Pool::new(
+                    &ctx,
+                    PoolOptions::default()
+                        .release_threshold(64 * 1024 + rng.below(64) as u64 * 1024),
+                )
+                .unwrap(),
+            );
+            let mut gate = ctx.user_event().unwrap();
+            let mut queue_gated = [false; 2];
+            // Pooled blocks whose commands may wait on the current gate.
+            let mut block_gated: HashSet<usize> = HashSet::new();
+            let mut held: Vec<Held> = Vec::new();
+            let mut checks: Vec<Check> = Vec::new();
+            let mut watches: Vec<common::Watch> = Vec::new();
+            let mut handed_out = 0usize;
+            let started = Instant::now();
+            let steps = 5000;
 
-    // Opens the gate, checks every read in flight, and closes a new gate.
-    let settle = |gate: &mut UserEvent, checks: &mut Vec<Check>, held: &mut Vec<Held>| {
-        gate.complete().unwrap();
-        for c in checks.drain(..) {
-            let got = c.read.wait().unwrap();
-            if let Some(i) = got.iter().position(|&x| x != c.value) {
-                panic!(
-                    "seed {seed}, read at step {}: element {i} is {:#x}, expected {:#x}",
-                    c.step, got[i], c.value
+            // Opens the gate, checks every read in flight, and closes a new gate.
+            let settle = |gate: &mut UserEvent, checks: &mut Vec<Check>, held: &mut Vec<Held>| {
+                gate.complete().unwrap();
+                for c in checks.drain(..) {
+                    let got = c.read.wait().unwrap();
+                    if let Some(i) = got.iter().position(|&x| x != c.value) {
+                        panic!(
+                            "seed {seed}, read at step {}: element {i} is {:#x}, expected {:#x}",
+                            c.step, got[i], c.value
+                        );
+                    }
+                }
+                for h in held.iter_mut() {
+                    h.gated = false;
+                }
+                *gate = ctx.user_event().unwrap();
+            };
+
+            for step in 0..steps {
+                if step % 64 == 63 {
+                    settle(&mut gate, &mut checks, &mut held);
+                    queue_gated = [false; 2];
+                    block_gated.clear();
+                    // Nothing deferred so far waits on the new gate: this returns.
+                    if rng.below(4) == 0 {
+                        ctx.wait_deferred();
+                    }
+                }
+                let pool_ref = pool.as_ref().unwrap();
+                let qi = rng.below(2);
+                let q = &queues[qi];
+                // Only the first queue takes gated commands: the second runs at once unless the
+                // hazard rules hold it back.
+                let gate_it = qi == 0 && rng.below(2) == 0;
+                let deps = [gate.event()];
+                let after = if gate_it {
+                    q.after(&deps)
+                } else {
+                    q.after(&[])
+                };
+                // An in-order queue holds everything after a gated command behind it too.
+                let gated = gate_it || queue_gated[qi];
+                let op = if held.is_empty() {
+                    rng.below(2)
+                } else {
+                    rng.below(12)
+                };
+                let i = if held.is_empty() {
+                    0
+                } else {
+                    rng.below(held.len())
+                };
+                match op {
+                    0 | 1 if held.len() < 16 => {
+                        let len = random_len(&mut rng);
+                        let (buf, pooled) = if op == 0 {
+                            (ctx.buffer::<u32>(len).unwrap(), false)
+                        } else {
+                            (pool_ref.acquire::<u32>(len).unwrap(), true)
+                        };
+                        handed_out += 1;
+                        // A recycled block carries its previous owner's commands.
+                        let gated = pooled && block_gated.contains(&(buf.as_raw() as usize));
+                        held.push(Held {
+                            buf,
+                            pooled,
+                            value: 0,
+                            known: 0,
+                            events: Vec::new(),
+                            gated,
+                        });
+                    }
+                    0 | 1 => {}
+                    2 | 3 => {
+                        let h = &mut held[i];
+                        let value = rng.next() as u32;
+                        let event = if op == 2 {
+                            after.fill(&h.buf, value).unwrap()
+                        } else {
+                            after.write_owned(&h.buf, vec![value; h.buf.len()]).unwrap()
+                        };
+                        h.events.push(event);
+                        (h.value, h.known) = (value, h.buf.len());
+                        h.gated |= gated;
+                        // A command behind gated work on its buffer holds its queue too.
+                        queue_gated[qi] |= h.gated;
+                    }
+                    4 => {
+                        let h = &mut held[i];
+                        let len = h.buf.len() as u32;
+                        let event = after
+                            .launch(
+                                &increment,
+                                &[h.buf.len()],
+                                &[Arg::read_write(&h.buf), Arg::scalar(len)],
+                            )
+                            .unwrap();
+                        h.events.push(event);
+                        h.value = h.value.wrapping_add(1);
+                        h.gated |= gated;
+                        queue_gated[qi] |= h.gated;
+                    }
+                    5 | 6 => {
+                        let h = &mut held[i];
+                        if h.known > 0 {
+                            let read = after.read_owned_range(&h.buf, 0..h.known).unwrap();
+                            h.events.push(read.event().clone());
+                            h.gated |= gated;
+                            queue_gated[qi] |= h.gated;
+                            checks.push(Check {
+                                read,
+                                value: h.value,
+                                step,
+                            });
+                        }
+                    }
+                    7 => {
+                        let new_len = random_len(&mut rng);
+                        let h = &mut held[i];
+                        let events: Vec<&Event> = h.events.iter().collect();
+                        watches.push(common::watch(&h.buf, &events));
+                        let old_raw = h.buf.as_raw() as usize;
+                        h.buf.resize(q, new_len).unwrap();
+                        handed_out += 1;
+                        // The copy reads the old block on `q`, behind whatever holds either.
+                        h.gated |= queue_gated[qi];
+                        queue_gated[qi] |= h.gated;
+                        if h.pooled && h.gated {
+                            block_gated.insert(old_raw);
+                        }
+                        h.events.clear();
+                        h.known = h.known.min(new_len);
+                        h.pooled = false;
+                    }
+                    8 | 9 => {
+                        // Release, drop or deferred release; one that would wait only when nothing
+                        // it depends on is gated.
+                        let how = rng.below(3);
+                        let blocks = !held[i].pooled && held[i].gated;
+                        if how < 2 && blocks {
+                            continue;
+                        }
+                        let h = held.swap_remove(i);
+                        let (len, pooled, gated_before) = (h.buf.len(), h.pooled, h.gated);
+                        let raw = h.buf.as_raw() as usize;
+                        release(h, how, &mut watches, seed, step);
+                        if pooled && gated_before {
+                            block_gated.insert(raw);
+                        }
+                        // Often the block goes straight to a new owner, who writes it at once,
+                        // on either queue: the hazard rules must order that after the old owner.
+                        if pooled && op == 9 {
+                            let buf = pool_ref.acquire::<u32>(len).unwrap();
+                            handed_out += 1;
+                            let mut h = Held {
+                                gated: block_gated.contains(&(buf.as_raw() as usize)),
+                                buf,
+                                pooled: true,
+                                value: rng.next() as u32,
+                                known: len,
+                                events: Vec::new(),
+                            };
+                            h.events.push(after.fill(&h.buf, h.value).unwrap());
+                            h.gated |= gated;
+                            queue_gated[qi] |= h.gated;
+                            held.push(h);
+                        }
+                    }
+                    10 if rng.below(4) == 0 => {
+                        pool_ref.trim(rng.below(128) as u64 * 1024);
+                    }
+                    _ => {}
+                }
+
+                // The ledger agrees with what is held, whatever the reaper does meanwhile.
+                let ms = ctx.memory_stats();
+                let ps = pool.as_ref().unwrap().stats();
+                let live: u64 = held.iter().map(|h| h.buf.bytes() as u64).sum();
+                let in_pool_use: u64 = held
+                    .iter()
+                    .filter(|h| h.pooled)
+                    .map(|h| h.buf.bytes() as u64)
+                    .sum();
+                assert_eq!(ms.live_bytes, live, "seed {seed}, step {step}: {ms:?}");
+                assert_eq!(
+                    ms.pooled_bytes, ps.pooled_bytes,
+                    "seed {seed}, step {step}: {ms:?} {ps:?}"
+                );
+                assert_eq!(ps.in_use_bytes, in_pool_use, "seed {seed}, step {step}");
+                assert!(
+                    ms.peak_bytes >= ms.live_bytes + ms.pooled_bytes,
+                    "seed {seed}, step {step}: {ms:?}"
                 );
             }
-        }
-        for h in held.iter_mut() {
-            h.gated = false;
-        }
-        *gate = ctx.user_event().unwrap();
-    };
 
-    for step in 0..steps {
-        if step % 64 == 63 {
             settle(&mut gate, &mut checks, &mut held);
-            queue_gated = [false; 2];
-            block_gated.clear();
-            // Nothing deferred so far waits on the new gate: this returns.
-            if rng.below(4) == 0 {
-                ctx.wait_deferred();
-            }
-        }
-        let pool_ref = pool.as_ref().unwrap();
-        let qi = rng.below(2);
-        let q = &queues[qi];
-        // Only the first queue takes gated commands: the second runs at once unless the
-        // hazard rules hold it back.
-        let gate_it = qi == 0 && rng.below(2) == 0;
-        let deps = [gate.event()];
-        let after = if gate_it {
-            q.after(&deps)
-        } else {
-            q.after(&[])
-        };
-        // An in-order queue holds everything after a gated command behind it too.
-        let gated = gate_it || queue_gated[qi];
-        let op = if held.is_empty() {
-            rng.below(2)
-        } else {
-            rng.below(12)
-        };
-        let i = if held.is_empty() {
-            0
-        } else {
-            rng.below(held.len())
-        };
-        match op {
-            0 | 1 if held.len() < 16 => {
-                let len = random_len(&mut rng);
-                let (buf, pooled) = if op == 0 {
-                    (ctx.buffer::<u32>(len).unwrap(), false)
-                } else {
-                    (pool_ref.acquire::<u32>(len).unwrap(), true)
-                };
-                handed_out += 1;
-                // A recycled block carries its previous owner's commands.
-                let gated = pooled && block_gated.contains(&(buf.as_raw() as usize));
-                held.push(Held {
-                    buf,
-                    pooled,
-                    value: 0,
-                    known: 0,
-                    events: Vec::new(),
-                    gated,
-                });
-            }
-            0 | 1 => {}
-            2 | 3 => {
-                let h = &mut held[i];
-                let value = rng.next() as u32;
-                let event = if op == 2 {
-                    after.fill(&h.buf, value).unwrap()
-                } else {
-                    after.write_owned(&h.buf, vec![value; h.buf.len()]).unwrap()
-                };
-                h.events.push(event);
-                (h.value, h.known) = (value, h.buf.len());
-                h.gated |= gated;
-                // A command behind gated work on its buffer holds its queue too.
-                queue_gated[qi] |= h.gated;
-            }
-            4 => {
-                let h = &mut held[i];
-                let len = h.buf.len() as u32;
-                let event = after
-                    .launch(
-                        &increment,
-                        &[h.buf.len()],
-                        &[Arg::read_write(&h.buf), Arg::scalar(len)],
-                    )
-                    .unwrap();
-                h.events.push(event);
-                h.value = h.value.wrapping_add(1);
-                h.gated |= gated;
-                queue_gated[qi] |= h.gated;
-            }
-            5 | 6 => {
-                let h = &mut held[i];
-                if h.known > 0 {
-                    let read = after.read_owned_range(&h.buf, 0..h.known).unwrap();
-                    h.events.push(read.event().clone());
-                    h.gated |= gated;
-                    queue_gated[qi] |= h.gated;
-                    checks.push(Check {
-                        read,
-                        value: h.value,
-                        step,
-                    });
-                }
-            }
-            7 => {
-                let new_len = random_len(&mut rng);
-                let h = &mut held[i];
+            gate.complete().unwrap();
+            // Half the buffers go before the pool, half after it (back to a closed pool).
+            let later = held.split_off(held.len() / 2);
+            for h in held {
                 let events: Vec<&Event> = h.events.iter().collect();
                 watches.push(common::watch(&h.buf, &events));
-                let old_raw = h.buf.as_raw() as usize;
-                h.buf.resize(q, new_len).unwrap();
-                handed_out += 1;
-                // The copy reads the old block on `q`, behind whatever holds either.
-                h.gated |= queue_gated[qi];
-                queue_gated[qi] |= h.gated;
-                if h.pooled && h.gated {
-                    block_gated.insert(old_raw);
-                }
-                h.events.clear();
-                h.known = h.known.min(new_len);
-                h.pooled = false;
+                h.buf.release_deferred();
             }
-            8 | 9 => {
-                // Release, drop or deferred release; one that would wait only when nothing
-                // it depends on is gated.
-                let how = rng.below(3);
-                let blocks = !held[i].pooled && held[i].gated;
-                if how < 2 && blocks {
-                    continue;
-                }
-                let h = held.swap_remove(i);
-                let (len, pooled, gated_before) = (h.buf.len(), h.pooled, h.gated);
-                let raw = h.buf.as_raw() as usize;
-                release(h, how, &mut watches, seed, step);
-                if pooled && gated_before {
-                    block_gated.insert(raw);
-                }
-                // Often the block goes straight to a new owner, who writes it at once,
-                // on either queue: the hazard rules must order that after the old owner.
-                if pooled && op == 9 {
-                    let buf = pool_ref.acquire::<u32>(len).unwrap();
-                    handed_out += 1;
-                    let mut h = Held {
-                        gated: block_gated.contains(&(buf.as_raw() as usize)),
-                        buf,
-                        pooled: true,
-                        value: rng.next() as u32,
-                        known: len,
-                        events: Vec::new(),
-                    };
-                    h.events.push(after.fill(&h.buf, h.value).unwrap());
-                    h.gated |= gated;
-                    queue_gated[qi] |= h.gated;
-                    held.push(h);
-                }
+            drop(pool.take());
+            for h in later {
+                let events: Vec<&Event> = h.events.iter().collect();
+                watches.push(common::watch(&h.buf, &events));
+                drop(h.buf);
             }
-            10 if rng.below(4) == 0 => {
-                pool_ref.trim(rng.below(128) as u64 * 1024);
+            ctx.wait_deferred();
+            let ms = ctx.memory_stats();
+            assert_eq!(
+                (ms.live_bytes, ms.pending_release_bytes, ms.pooled_bytes),
+                (0, 0, 0),
+                "seed {seed}: {ms:?}"
+            );
+            assert_eq!(
+                watches.len(),
+                handed_out,
+                "seed {seed}: every buffer watched once"
+            );
+            let fired = watches.iter().filter(|w| w.fired()).count();
+            assert_eq!(
+                fired, handed_out,
+                "seed {seed}: destructor callbacks fired for {fired} of {handed_out} buffers"
+            );
+            for w in &watches {
+                w.assert_released_after_events();
             }
-            _ => {}
-        }
-
-        // The ledger agrees with what is held, whatever the reaper does meanwhile.
-        let ms = ctx.memory_stats();
-        let ps = pool.as_ref().unwrap().stats();
-        let live: u64 = held.iter().map(|h| h.buf.bytes() as u64).sum();
-        let in_pool_use: u64 = held
-            .iter()
-            .filter(|h| h.pooled)
-            .map(|h| h.buf.bytes() as u64)
-            .sum();
-        assert_eq!(ms.live_bytes, live, "seed {seed}, step {step}: {ms:?}");
-        assert_eq!(
-            ms.pooled_bytes, ps.pooled_bytes,
-            "seed {seed}, step {step}: {ms:?} {ps:?}"
-        );
-        assert_eq!(ps.in_use_bytes, in_pool_use, "seed {seed}, step {step}");
-        assert!(
-            ms.peak_bytes >= ms.live_bytes + ms.pooled_bytes,
-            "seed {seed}, step {step}: {ms:?}"
-        );
-    }
-
-    settle(&mut gate, &mut checks, &mut held);
-    gate.complete().unwrap();
-    // Half the buffers go before the pool, half after it (back to a closed pool).
-    let later = held.split_off(held.len() / 2);
-    for h in held {
-        let events: Vec<&Event> = h.events.iter().collect();
-        watches.push(common::watch(&h.buf, &events));
-        h.buf.release_deferred();
-    }
-    drop(pool.take());
-    for h in later {
-        let events: Vec<&Event> = h.events.iter().collect();
-        watches.push(common::watch(&h.buf, &events));
-        drop(h.buf);
-    }
-    ctx.wait_deferred();
-    let ms = ctx.memory_stats();
-    assert_eq!(
-        (ms.live_bytes, ms.pending_release_bytes, ms.pooled_bytes),
-        (0, 0, 0),
-        "seed {seed}: {ms:?}"
-    );
-    assert_eq!(
-        watches.len(),
-        handed_out,
-        "seed {seed}: every buffer watched once"
-    );
-    let fired = watches.iter().filter(|w| w.fired()).count();
-    assert_eq!(
-        fired, handed_out,
-        "seed {seed}: destructor callbacks fired for {fired} of {handed_out} buffers"
-    );
-    for w in &watches {
-        w.assert_released_after_events();
-    }
-    drop(done);
-    eprintln!(
-        "seed {seed}: {steps} steps, {handed_out} buffers in {:?}; {ms:?}",
-        started.elapsed()
+            eprintln!(
+                "seed {seed}: {steps} steps, {handed_out} buffers in {:?}; {ms:?}",
+                started.elapsed()
+            );
+        },
     );
 }
 
 #[test]
 fn leak_report_names_the_allocation_site() {
-    let ctx = ctx!();
-    assert!(
-        capture::install(),
-        "another logger was installed first; the leak report cannot be read back"
-    );
+    let ctx = device!();
     let queue = ctx.queue().unwrap();
     let (kept, kept_line) = (ctx.buffer::<u32>(1000).unwrap(), line!());
     let (freed, freed_line) = (ctx.buffer::<u32>(500).unwrap(), line!());
@@ -1729,11 +1608,11 @@ fn leak_report_names_the_allocation_site() {
     let me = thread::current().id();
     let clone = ctx.clone();
     drop(ctx); // not the last handle: no report
-    assert!(capture::messages(me, "cl_lifetime::context").is_empty());
+    assert!(common::logs::messages(me, "cl_lifetime::context").is_empty());
     assert_eq!(clone.memory_stats().live_bytes, 4000);
     drop(clone); // the last handle: the report names `kept`, and only it
 
-    let report = capture::messages(me, "cl_lifetime::context");
+    let report = common::logs::messages(me, "cl_lifetime::context");
     assert!(
         report
             .iter()

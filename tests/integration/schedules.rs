@@ -26,8 +26,9 @@
 //! - R3: a copy or kernel that completed read no buffer whose last write failed;
 //! - R4: a command given a gate that had failed was refused at enqueue, and every refusal
 //!   was one of those or of a command reading a buffer whose last write failed;
-//! - R5: nothing hangs (a watchdog aborts with the schedule after 30 s), and once the
-//!   buffers are dropped the context accounts for no live or pending bytes.
+//! - R5: nothing hangs (a watchdog aborts the test's child process with the schedule
+//!   after 30 s), and once the buffers are dropped the context accounts for no live or
+//!   pending bytes.
 //!
 //! A gate that will fail never gates a blocking command: like one that will open, it is
 //! set before. And before the host fails a gate it waits for every command that cannot be
@@ -49,7 +50,7 @@
 //!   `random_schedules_match_a_sequential_model` and
 //!   `random_schedules_with_failures_keep_the_failure_rule`) or that one round (in
 //!   `threads_with_their_own_queues_match_a_sequential_model`); name the test on the
-//!   command line to run just one of them. The lowest bit of a seed picks the context:
+//!   command line (`schedules::<test>`) to run just one of them. The lowest bit of a seed picks the context:
 //!   0 for one device, 1 for two devices of one platform (`common::two_device_context`;
 //!   PoCL gives two with `POCL_DEVICES="pthread pthread"`).
 //! - `CL_LIFETIME_SCHEDULES=<n>` sets how many schedules the first test runs (default
@@ -59,11 +60,9 @@
 //!   runs (default 300, half of them on two devices when there are two).
 //!
 //! ```text
-//! POCL_DEVICES="pthread pthread" CL_LIFETIME_SCHEDULE_SEED=1234 \
-//!     cargo test --test schedules random_schedules_match_a_sequential_model -- --nocapture
+//! POCL_DEVICES="pthread pthread" CL_LIFETIME_SCHEDULE_SEED=1234 cargo test \
+//!     --test integration schedules::random_schedules_match_a_sequential_model -- --nocapture
 //! ```
-
-mod common;
 
 use std::cell::Cell;
 use std::fmt;
@@ -78,6 +77,8 @@ use cl_lifetime::{
     wait_all,
 };
 
+use crate::common::{self, Rng, mix};
+
 const SEED_VAR: &str = "CL_LIFETIME_SCHEDULE_SEED";
 const SCHEDULES_VAR: &str = "CL_LIFETIME_SCHEDULES";
 const ROUNDS_VAR: &str = "CL_LIFETIME_ROUNDS";
@@ -89,6 +90,8 @@ const DEFAULT_FAILURE_SCHEDULES: usize = 300;
 const GATE_FAILURE: i32 = -1234;
 /// How long one failure-mode schedule may run before the test calls it a hang.
 const HANG_LIMIT: Duration = Duration::from_secs(30);
+/// How long the failure-mode test may run in all (its child process's limit).
+const FAILURE_RUN_LIMIT: Duration = Duration::from_secs(600);
 /// Queues of each kind per device in a context's pool: the most a schedule uses.
 const MAX_QUEUES: usize = 4;
 /// The one global size of every kernel launch, whatever the buffers' length (the kernels
@@ -101,50 +104,8 @@ const MAX_GATES: usize = 8;
 const MAX_REPORTED: usize = 3;
 
 // ---------------------------------------------------------------------------------------
-// Deterministic randomness
+// Deterministic randomness ([`Rng`])
 // ---------------------------------------------------------------------------------------
-
-/// splitmix64: small, fast and good enough to drive the schedules.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        mix(self.0)
-    }
-
-    /// Uniform in `0..n`, `n > 0`.
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn between(&mut self, lo: usize, hi: usize) -> usize {
-        lo + self.below(hi - lo + 1)
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn int(&mut self, lo: i32, hi: i32) -> i32 {
-        lo + self.below((hi - lo + 1) as usize) as i32
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-
-    /// A non-empty range inside `0..len`.
-    fn range(&mut self, len: usize) -> Range<usize> {
-        let start = self.below(len);
-        start..self.between(start + 1, len)
-    }
-}
-
-/// The splitmix64 finalizer.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 /// The `i`-th seed of a run: its lowest bit says on how many devices it runs.
 fn nth_seed(base: u64, i: usize, devices: usize) -> u64 {
@@ -1285,8 +1246,8 @@ fn random_schedules_match_a_sequential_model() {
     assert!(
         failures.is_empty(),
         "{failed} schedule(s) failed (stopped after {MAX_REPORTED}); replay one with \
-         {SEED_VAR}=<seed> cargo test --test schedules random_schedules_match_a_sequential_model \
-         -- --nocapture\n\n{}",
+         {SEED_VAR}=<seed> cargo test --test integration \
+         schedules::random_schedules_match_a_sequential_model -- --nocapture\n\n{}",
         failures.join("\n\n")
     );
 }
@@ -1511,8 +1472,8 @@ fn threads_with_their_own_queues_match_a_sequential_model() {
     assert!(
         failures.is_empty(),
         "{failed} round(s) failed (stopped after {MAX_REPORTED}); replay one with \
-         {SEED_VAR}=<seed> cargo test --test schedules \
-         threads_with_their_own_queues_match_a_sequential_model -- --nocapture\n\n{}",
+         {SEED_VAR}=<seed> cargo test --test integration \
+         schedules::threads_with_their_own_queues_match_a_sequential_model -- --nocapture\n\n{}",
         failures.join("\n\n")
     );
 }
@@ -2048,9 +2009,10 @@ fn check_outcome(
     }
 }
 
-/// Aborts the process when one schedule runs past [`HANG_LIMIT`], after printing which
-/// (and its plan): a command left waiting on a failed event would otherwise hang the test
-/// without a word. Written straight to stderr, which the test harness does not capture.
+/// Aborts the process (the test's own child process) when one schedule runs past
+/// [`HANG_LIMIT`], after printing which (and its plan): a command left waiting on a failed
+/// event would otherwise hang the test without a word. Written straight to stderr, which
+/// the test harness does not capture.
 struct Watchdog(mpsc::Sender<Option<String>>);
 
 impl Watchdog {
@@ -2126,55 +2088,66 @@ fn run_failure_schedule(env: &Env, plan: &Plan, tally: &mut Tally) -> Result<(),
     failure.map_err(|e| format!("{e}\n{plan}"))
 }
 
+/// Runs in a child process: its watchdog aborts the process on a hang (after printing the
+/// schedule), and it fails gates by the hundred, which PoCL 3.1 has been seen to crash on;
+/// either must fail this test, not end the suite. The limit is for the whole run; one
+/// schedule that hangs is caught by the watchdog after [`HANG_LIMIT`].
 #[test]
 fn random_schedules_with_failures_keep_the_failure_rule() {
-    let one = device!();
-    let Some(runs) = runs(
-        one,
-        FAILURE_SCHEDULES_VAR,
-        DEFAULT_FAILURE_SCHEDULES,
-        0xFA11_5C4E_D000_0003,
-    ) else {
-        return;
-    };
+    common::isolated(
+        &test_path!(random_schedules_with_failures_keep_the_failure_rule),
+        FAILURE_RUN_LIMIT,
+        &[],
+        || {
+            let one = device!();
+            let Some(runs) = runs(
+                one,
+                FAILURE_SCHEDULES_VAR,
+                DEFAULT_FAILURE_SCHEDULES,
+                0xFA11_5C4E_D000_0003,
+            ) else {
+                return;
+            };
 
-    let start = Instant::now();
-    let watchdog = Watchdog::new();
-    let mut tally = Tally::default();
-    let (counts, failures) = runs.run("failure schedule", |env, seed| {
-        let plan = plan_schedule(seed, true);
-        watchdog.watch(format!(
-            "failure schedule seed {seed} ({}); replay with {SEED_VAR}={seed}:\n{plan}",
-            env.label
-        ));
-        let outcome = run_failure_schedule(env, &plan, &mut tally);
-        watchdog.done();
-        outcome
-    });
-    let failed = failures.len();
-    println!(
-        "{} failure schedules ({} on 1 device, {} on 2 devices) in {:.1?}: {} commands \
+            let start = Instant::now();
+            let watchdog = Watchdog::new();
+            let mut tally = Tally::default();
+            let (counts, failures) = runs.run("failure schedule", |env, seed| {
+                let plan = plan_schedule(seed, true);
+                watchdog.watch(format!(
+                    "failure schedule seed {seed} ({}); replay with {SEED_VAR}={seed}:\n{plan}",
+                    env.label
+                ));
+                let outcome = run_failure_schedule(env, &plan, &mut tally);
+                watchdog.done();
+                outcome
+            });
+            let failed = failures.len();
+            println!(
+                "{} failure schedules ({} on 1 device, {} on 2 devices) in {:.1?}: {} commands \
          completed, {} failed, {} refused at enqueue; {} host reads returned errors",
-        counts[0] + counts[1],
-        counts[0],
-        counts[1],
-        start.elapsed(),
-        tally.completed,
-        tally.failed,
-        tally.refused,
-        tally.read_errors,
+                counts[0] + counts[1],
+                counts[0],
+                counts[1],
+                start.elapsed(),
+                tally.completed,
+                tally.failed,
+                tally.refused,
+                tally.read_errors,
+            );
+            assert!(
+                failures.is_empty(),
+                "{failed} failure schedule(s) failed (stopped after {MAX_REPORTED}); replay one with \
+         {SEED_VAR}=<seed> cargo test --test integration \
+         schedules::random_schedules_with_failures_keep_the_failure_rule -- --nocapture\n\n{}",
+                failures.join("\n\n")
+            );
+            if runs.replay.is_none() && runs.seeds.len() >= 50 {
+                assert!(
+                    tally.failed > 0 && tally.refused > 0 && tally.read_errors > 0,
+                    "the failure mode did not exercise failures: {tally:?}"
+                );
+            }
+        },
     );
-    assert!(
-        failures.is_empty(),
-        "{failed} failure schedule(s) failed (stopped after {MAX_REPORTED}); replay one with \
-         {SEED_VAR}=<seed> cargo test --test schedules \
-         random_schedules_with_failures_keep_the_failure_rule -- --nocapture\n\n{}",
-        failures.join("\n\n")
-    );
-    if runs.replay.is_none() && runs.seeds.len() >= 50 {
-        assert!(
-            tally.failed > 0 && tally.refused > 0 && tally.read_errors > 0,
-            "the failure mode did not exercise failures: {tally:?}"
-        );
-    }
 }

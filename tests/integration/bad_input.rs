@@ -7,28 +7,9 @@
 //! A test of what used to crash or hang runs its body in a child process with a time
 //! limit ([`common::isolated`]), so the suite reports it instead of dying or stalling.
 
-mod common;
-
-use std::time::Duration;
-
 use cl_lifetime::{Arg, Context, Error, Kernel, Pool, PoolOptions, Transfer};
 
-/// How long a child process may take before its test counts as hung.
-const LIMIT: Duration = Duration::from_secs(60);
-
-/// A test whose body runs in a child process with the time limit [`LIMIT`].
-macro_rules! isolated_test {
-    (fn $name:ident() $body:block) => {
-        #[test]
-        fn $name() {
-            common::isolated(stringify!($name), LIMIT, &[], || $body);
-        }
-    };
-}
-
-fn context() -> Context {
-    common::context().expect("an OpenCL device (CL_LIFETIME_DEVICE)")
-}
+use crate::common;
 
 /// `busy.cl`'s `increment(__global int *data, const uint n)`.
 fn increment(ctx: &Context) -> Kernel {
@@ -84,7 +65,7 @@ fn assert_increment_works(ctx: &Context, kernel: &Kernel) {
 
 isolated_test! {
     fn a_scalar_given_for_a_buffer_parameter_is_refused_instead_of_crashing() {
-        let ctx = context();
+        let ctx = device!();
         let queue = ctx.queue().unwrap();
         let k = increment(&ctx);
         let args = [Arg::scalar(0xdead_beef_u64), Arg::scalar(4u32)];
@@ -108,7 +89,7 @@ fn a_null_scalar_given_for_a_buffer_parameter_is_refused_instead_of_launching() 
 
 isolated_test! {
     fn local_memory_given_for_a_buffer_parameter_is_refused_instead_of_crashing() {
-        let ctx = context();
+        let ctx = device!();
         let queue = ctx.queue().unwrap();
         let k = increment(&ctx);
         let args = [Arg::local::<u64>(1), Arg::scalar(4u32)];
@@ -120,7 +101,7 @@ isolated_test! {
 
 isolated_test! {
     fn a_released_buffers_handle_given_as_a_scalar_is_refused() {
-        let ctx = context();
+        let ctx = device!();
         let queue = ctx.queue().unwrap();
         let k = increment(&ctx);
         let buf = ctx.buffer_from(&[0i32; 4]).unwrap();
@@ -180,7 +161,7 @@ fn local_memory_past_the_device_is_refused() {
 
 isolated_test! {
     fn a_global_size_that_cannot_end_is_refused() {
-        let ctx = context();
+        let ctx = device!();
         let queue = ctx.queue().unwrap();
         let k = increment(&ctx);
         let buf = ctx.buffer_from(&[0i32; 4]).unwrap();
@@ -268,7 +249,7 @@ fn a_user_program_named_like_the_pools_own_does_not_replace_it() {
 
 isolated_test! {
     fn build_options_ending_in_a_bare_define_or_include_are_refused_before_the_driver() {
-        let ctx = context();
+        let ctx = device!();
         for options in ["-D", "-I", "-DX=1 -I", "-D -I"] {
             let err = ctx.program("vector_add.cl", options).unwrap_err();
             let Error::BuildOptions { options: o, reason } = &err else {
@@ -303,7 +284,7 @@ isolated_test! {
         std::env::set_current_dir(dir.path()).unwrap();
         // SAFETY: the child process runs this test alone, on one thread.
         unsafe { std::env::remove_var(cl_lifetime::KERNELS_VAR) };
-        let ctx = context();
+        let ctx = device!();
         let err = ctx.program("busy.cl", "").unwrap_err();
         let Error::KernelFileNotFound { searched, cwd, .. } = &err else {
             panic!("expected KernelFileNotFound, got {err:?}");
@@ -397,12 +378,13 @@ fn a_failed_command_prints_its_execution_status_not_an_api_error() {
     assert!(!text.contains("CL_DEVICE_NOT_FOUND"), "{text}");
 }
 
+/// Reversed on purpose: refused as reversed, not read as empty.
 #[test]
+#[allow(clippy::reversed_empty_ranges)]
 fn a_reversed_range_is_named_as_given() {
     let ctx = device!();
     let queue = ctx.queue().unwrap();
     let buf = ctx.buffer_from(&[0u32; 16]).unwrap();
-    #[allow(clippy::reversed_empty_ranges)]
     let err = queue.fill_range(&buf, 1, 12..4).unwrap_err();
     assert!(
         matches!(
@@ -416,14 +398,34 @@ fn a_reversed_range_is_named_as_given() {
         "{err:?}"
     );
     assert!(err.to_string().contains("12..4"), "{err}");
+    let err = queue.read_owned_range(&buf, 5..3).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ReversedRange {
+                transfer: Transfer::Read,
+                start: 5,
+                end: 3,
+            }
+        ),
+        "{err:?}"
+    );
     assert_eq!(buf.record_len(), 0);
+    // Nothing was recorded, so the release waits for nothing.
+    assert_eq!(buf.release().unwrap().waited_on, 0);
 }
 
+/// A mapping past the end, across it or of a range too large to be a range, is
+/// `OutOfRange` naming `Map` or `MapMut` with the range as given; a reversed range is
+/// `ReversedRange`, an empty one `ZeroLength`. None is recorded, and the buffer is left
+/// unmapped.
 #[test]
+#[allow(clippy::reversed_empty_ranges)]
 fn a_mapping_out_of_range_names_the_mapping() {
+    const N: usize = 16;
     let ctx = device!();
     let queue = ctx.queue().unwrap();
-    let buf = ctx.buffer_from(&[0u32; 16]).unwrap();
+    let buf = ctx.buffer_from(&[0u32; N]).unwrap();
     let err = queue.map_mut(&buf, 8..20).unwrap_err();
     assert!(
         matches!(
@@ -446,5 +448,54 @@ fn a_mapping_out_of_range_names_the_mapping() {
         ),
         "{err:?}"
     );
+    match queue.map(&buf, 0..N + 1) {
+        Err(Error::OutOfRange {
+            transfer: Transfer::Map,
+            offset: 0,
+            len,
+            buffer_len: N,
+        }) => assert_eq!(len, N + 1),
+        other => panic!("map past the end: {other:?}"),
+    }
+    match queue.map(&buf, N - 4..N + 4) {
+        Err(Error::OutOfRange {
+            offset,
+            len: 8,
+            buffer_len: N,
+            ..
+        }) => assert_eq!(offset, N - 4),
+        other => panic!("map across the end: {other:?}"),
+    }
+    match queue.map_mut(&buf, 10..N + 1) {
+        Err(Error::OutOfRange {
+            transfer: Transfer::MapMut,
+            offset: 10,
+            len,
+            buffer_len: N,
+        }) => assert_eq!(len, N - 9),
+        other => panic!("map_mut past the end: {other:?}"),
+    }
+    match queue.map(&buf, 1..usize::MAX) {
+        Err(Error::OutOfRange { buffer_len: N, .. }) => {}
+        other => panic!("huge map: {other:?}"),
+    }
+    match queue.map(&buf, 8..4) {
+        Err(Error::ReversedRange {
+            transfer: Transfer::Map,
+            start: 8,
+            end: 4,
+        }) => {}
+        other => panic!("reversed range: {other:?}"),
+    }
+    assert!(
+        matches!(queue.map(&buf, 5..5), Err(Error::ZeroLength)),
+        "an empty range is ZeroLength"
+    );
+    assert!(matches!(queue.map_mut(&buf, 5..5), Err(Error::ZeroLength)));
     assert_eq!(buf.record_len(), 0);
+
+    // The refused maps left the buffer unmapped.
+    queue.fill(&buf, 2).unwrap();
+    let mapped = queue.map(&buf, N - 1..N).unwrap();
+    assert_eq!(&mapped[..], &[2]);
 }

@@ -1,6 +1,6 @@
 //! Buffers, queues and kernels used from several threads at once.
 
-mod common;
+use crate::common;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Barrier;

@@ -2,24 +2,12 @@
 //! return. Non-blocking transfers are gated with user events, so that what is in flight
 //! is decided by the test, not by timing.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
-use std::time::Duration;
 
-use cl_lifetime::{Arg, CommandKind, Error, Status, Transfer, wait_all};
+use cl_lifetime::{Arg, CommandKind, Error, Status, wait_all};
 
-/// How long a blocked call is given to return wrongly before the gate opens. A correct
-/// library passes whatever this is; a broken one fails unless the machine stalls this long.
-const WINDOW: Duration = Duration::from_millis(200);
-
-/// A recognisable, index-dependent pattern: a misplaced or stale element shows up.
-fn pattern(len: usize, seed: u32) -> Vec<u32> {
-    (0..len as u32)
-        .map(|i| i.wrapping_mul(2_654_435_761).wrapping_add(seed) ^ 0x5A5A_5A5A)
-        .collect()
-}
+use crate::common::{self, WINDOW, pattern};
 
 #[test]
 fn blocking_write_then_read_round_trips() {
@@ -64,110 +52,6 @@ fn write_at_and_read_at_use_element_offsets() {
     queue.read_at(&buf, 14, &mut last).unwrap();
     assert_eq!(last, [0, -4]);
     buf.release().unwrap();
-}
-
-#[test]
-fn transfers_outside_the_buffer_are_refused_and_not_recorded() {
-    let ctx = device!();
-    let queue = ctx.queue().unwrap();
-    let buf = ctx.buffer::<u32>(8).unwrap();
-    let other = ctx.buffer::<u32>(4).unwrap();
-
-    let err = queue.write_at(&buf, 6, &[1, 2, 3]).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::OutOfRange {
-                transfer: Transfer::Write,
-                offset: 6,
-                len: 3,
-                buffer_len: 8
-            }
-        ),
-        "{err:?}"
-    );
-    let mut out = [0u32; 9];
-    let err = queue.read(&buf, &mut out).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::OutOfRange {
-                transfer: Transfer::Read,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    let err = queue.read_owned_range(&buf, 4..9).unwrap_err();
-    assert!(matches!(err, Error::OutOfRange { .. }), "{err:?}");
-    let err = queue.fill_range(&buf, 1, 7..9).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::OutOfRange {
-                transfer: Transfer::Fill,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    let err = queue.copy(&buf, &other).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::OutOfRange {
-                transfer: Transfer::CopyDestination,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    let err = queue.copy_range(&other, 2, &buf, 0, 3).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::OutOfRange {
-                transfer: Transfer::CopySource,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    let err = queue.write(&buf, &[]).unwrap_err();
-    assert!(matches!(err, Error::ZeroLength), "{err:?}");
-    let err = queue.read_owned_range(&buf, 3..3).unwrap_err();
-    assert!(matches!(err, Error::ZeroLength), "{err:?}");
-    // Reversed on purpose: refused as reversed, not read as empty.
-    #[allow(clippy::reversed_empty_ranges)]
-    let reversed = 5..3;
-    let err = queue.read_owned_range(&buf, reversed.clone()).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::ReversedRange {
-                transfer: Transfer::Read,
-                start: 5,
-                end: 3,
-            }
-        ),
-        "{err:?}"
-    );
-    let err = queue.fill_range(&buf, 1, reversed).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::ReversedRange {
-                transfer: Transfer::Fill,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-
-    assert_eq!(buf.record_len(), 0, "a refused transfer was recorded");
-    assert_eq!(other.record_len(), 0, "a refused transfer was recorded");
-    assert_eq!(buf.release().unwrap().waited_on, 0);
-    assert_eq!(other.release().unwrap().waited_on, 0);
 }
 
 #[test]
@@ -360,44 +244,6 @@ fn non_blocking_write_keeps_its_host_memory_alive_until_it_runs() {
 }
 
 #[test]
-fn buffer_released_with_a_gated_owned_write_waits_for_it() {
-    let ctx = device!();
-    let queue = ctx.queue().unwrap();
-    let buf = ctx.buffer::<u32>(1024).unwrap();
-    let gate = ctx.user_event().unwrap();
-    let write = queue
-        .after(&[gate.event()])
-        .write_owned(&buf, pattern(1024, 4))
-        .unwrap();
-    queue.flush().unwrap();
-    let watch = common::watch(&buf, &[&write]);
-
-    let opened = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel();
-    let seen = opened.clone();
-    let releaser = std::thread::spawn(move || {
-        let report = buf.release().unwrap();
-        tx.send(seen.load(Ordering::SeqCst)).unwrap();
-        report
-    });
-    assert!(
-        rx.recv_timeout(WINDOW).is_err(),
-        "release returned while its write was gated"
-    );
-    opened.store(true, Ordering::SeqCst);
-    gate.complete().unwrap();
-    assert!(
-        rx.recv().unwrap(),
-        "release returned before the gate opened"
-    );
-    let report = releaser.join().unwrap();
-    assert!(report.failed.is_empty(), "{report:?}");
-    assert!(report.freed, "{report:?}");
-    assert_eq!(write.status().unwrap(), Status::Complete);
-    watch.assert_released_after_events();
-}
-
-#[test]
 fn gated_read_owned_is_pending_until_its_gate_opens() {
     let ctx = device!();
     let queue = ctx.queue().unwrap();
@@ -452,24 +298,12 @@ fn dropping_a_pending_read_on_another_thread_blocks_until_the_read_ends() {
     queue.flush().unwrap();
     let read_event = pending.event().clone();
 
-    let opened = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel();
-    let seen = opened.clone();
-    let dropper = std::thread::spawn(move || {
-        drop(pending);
-        tx.send(seen.load(Ordering::SeqCst)).unwrap();
-    });
-    assert!(
-        rx.recv_timeout(WINDOW).is_err(),
-        "dropping a gated read returned while the device could still write"
+    // The device could still write the read's memory until the gate opens.
+    common::returns_only_after(
+        "dropping a gated read",
+        move || drop(pending),
+        || gate.complete().unwrap(),
     );
-    opened.store(true, Ordering::SeqCst);
-    gate.complete().unwrap();
-    assert!(
-        rx.recv().unwrap(),
-        "dropping a gated read returned before the gate opened"
-    );
-    dropper.join().unwrap();
     assert_eq!(read_event.status().unwrap(), Status::Complete);
     let report = buf.release().unwrap();
     assert!(report.failed.is_empty(), "{report:?}");
@@ -507,33 +341,6 @@ fn dropping_a_pending_read_whose_gate_another_thread_opens_blocks_until_the_read
     assert_eq!(read_event.status().unwrap(), Status::Complete);
     let report = buf.release().unwrap();
     assert!(report.failed.is_empty(), "{report:?}");
-}
-
-#[test]
-fn failed_gated_read_returns_command_failed_and_the_buffer_still_releases() {
-    let ctx = device!();
-    let queue = ctx.queue().unwrap();
-    let buf = ctx.buffer_from(&[1u32; 256]).unwrap();
-    let gate = ctx.user_event().unwrap();
-    let pending = queue.after(&[gate.event()]).read_owned(&buf).unwrap();
-    queue.flush().unwrap();
-    let watch = common::watch(&buf, &[pending.event()]);
-
-    gate.fail(-5).unwrap();
-    match pending.wait() {
-        Err(Error::CommandFailed { status }) => assert!(status.code() < 0, "{status}"),
-        other => panic!("expected CommandFailed, got {other:?}"),
-    }
-    let report = buf.release().unwrap();
-    watch.assert_released_after_events();
-    assert!(report.freed, "{report:?}");
-    assert!(
-        report
-            .failed
-            .iter()
-            .any(|f| f.command == CommandKind::Read && f.status.code() < 0),
-        "{report:?}"
-    );
 }
 
 #[test]
@@ -625,23 +432,13 @@ fn wait_all_waits_for_every_event_and_reports_a_failure() {
     other_queue.flush().unwrap();
 
     wait_all(&[]).unwrap();
-    let opened = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel();
-    let seen = opened.clone();
     let (w1, w2) = (e1.clone(), e2.clone());
-    let waiter = std::thread::spawn(move || {
-        let result = wait_all(&[&w1, &w2]);
-        tx.send(seen.load(Ordering::SeqCst)).unwrap();
-        result
-    });
-    assert!(
-        rx.recv_timeout(WINDOW).is_err(),
-        "wait_all returned while its events were gated"
-    );
-    opened.store(true, Ordering::SeqCst);
-    gate.complete().unwrap();
-    assert!(rx.recv().unwrap(), "wait_all returned before the gate");
-    waiter.join().unwrap().unwrap();
+    common::returns_only_after(
+        "wait_all of two gated events",
+        move || wait_all(&[&w1, &w2]),
+        || gate.complete().unwrap(),
+    )
+    .unwrap();
     assert_eq!(e1.status().unwrap(), Status::Complete);
     assert_eq!(e2.status().unwrap(), Status::Complete);
 

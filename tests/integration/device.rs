@@ -1,21 +1,11 @@
 //! Device selection (`src/device.rs` rules 1 to 3), and "no ICD" as a typed error.
 
-mod common;
-
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
 use cl_lifetime::{Context, DEVICE_VAR, Device, Error};
+
+use crate::common;
 
 /// PoCL's `CL_PLATFORM_NAME`.
 const POCL_PLATFORM: &str = "Portable Computing Language";
-
-/// The marker that makes [`child_no_icd_probe`] do its work.
-const CHILD_VAR: &str = "CL_LIFETIME_TEST_CHILD";
-
-/// How long the child may take before it counts as stalled.
-const CHILD_LIMIT: Duration = Duration::from_secs(60);
 
 #[test]
 fn device_list_is_not_empty_where_a_device_exists() {
@@ -151,94 +141,48 @@ fn no_spec_picks_the_first_gpu_else_the_first_device() {
     assert_eq!(chosen.as_raw(), expected.as_raw());
 }
 
-/// The child half of [`missing_icd_is_a_typed_error_without_panic_or_stall`]. Run by
-/// itself it does nothing and passes: it works only when the parent test re-runs this
-/// executable with `CL_LIFETIME_TEST_CHILD=no_icd` and an empty `OCL_ICD_VENDORS`, and
-/// the parent checks what it printed. Needs no device, so it does not use `device!()`.
-#[test]
-fn child_no_icd_probe() {
-    if std::env::var(CHILD_VAR).as_deref() != Ok("no_icd") {
-        return;
-    }
-    let err = Context::from_env().expect_err("a context without any ICD");
-    println!("probe debug: {err:?}");
-    println!("probe display: {err}");
-    assert!(
-        matches!(&err, Error::NoDevice { found, .. } if found.is_empty()),
-        "{err:?}"
-    );
-    assert!(Device::all().unwrap().is_empty());
-}
-
+/// With no ICD registered at all (`OCL_ICD_VENDORS` an empty folder, so no platform),
+/// asking for a context is a typed error, not a panic or a stall: the body runs in a child
+/// process whose environment says so, with a time limit.
 #[test]
 fn missing_icd_is_a_typed_error_without_panic_or_stall() {
-    let no_vendors =
-        std::env::temp_dir().join(format!("cl-lifetime-no-icd-{}", std::process::id()));
-    std::fs::create_dir_all(&no_vendors).unwrap();
-    assert_eq!(
-        std::fs::read_dir(&no_vendors).unwrap().count(),
-        0,
-        "{no_vendors:?} is not empty"
+    common::isolated(
+        &test_path!(missing_icd_is_a_typed_error_without_panic_or_stall),
+        common::CHILD_LIMIT,
+        &[],
+        || {
+            let no_vendors = common::TempDir::new("no-icd");
+            assert_eq!(
+                std::fs::read_dir(no_vendors.path()).unwrap().count(),
+                0,
+                "{:?} is not empty",
+                no_vendors.path()
+            );
+            // SAFETY: the child process runs this test alone, and nothing has opened
+            // OpenCL or started a thread that reads the environment yet.
+            unsafe {
+                std::env::set_var("OCL_ICD_VENDORS", no_vendors.path());
+                std::env::remove_var("OCL_ICD_FILENAMES");
+                std::env::remove_var(DEVICE_VAR);
+            }
+            let err = Context::from_env().expect_err("a context without any ICD");
+            println!("probe debug: {err:?}");
+            println!("probe display: {err}");
+            assert!(
+                matches!(&err, Error::NoDevice { found, .. } if found.is_empty()),
+                "{err:?}"
+            );
+            assert!(Device::all().unwrap().is_empty());
+            let debug = format!("{err:?}");
+            assert!(debug.starts_with("NoDevice"), "{debug}");
+            assert!(debug.contains("found: []"), "{debug}");
+            assert!(debug.contains("looked_for: \"any device\""), "{debug}");
+            let display = err.to_string();
+            assert!(
+                display.contains("no platform or device was found at all"),
+                "{display}"
+            );
+            assert!(display.contains("pocl"), "{display}");
+        },
     );
-
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_no_icd_probe", "--nocapture"])
-        .env(CHILD_VAR, "no_icd")
-        .env("OCL_ICD_VENDORS", &no_vendors)
-        .env_remove("OCL_ICD_FILENAMES")
-        .env_remove(DEVICE_VAR)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = pipe.read_to_string(&mut text);
-            text
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().unwrap()));
-    let stderr = drain(Box::new(child.stderr.take().unwrap()));
-
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if start.elapsed() > CHILD_LIMIT {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            break None;
-        }
-        // Polls the child; nothing is ordered by this pause.
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stdout = stdout.join().unwrap();
-    let stderr = stderr.join().unwrap();
-    let _ = std::fs::remove_dir(&no_vendors);
-    let output = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
-
-    let status =
-        status.unwrap_or_else(|| panic!("the child stalled past {CHILD_LIMIT:?}\n{output}"));
-    assert!(status.success(), "child failed: {status}\n{output}");
-    // The probe really ran (an unknown name would run zero tests and still succeed).
-    assert!(
-        stdout.contains("test child_no_icd_probe ... ok"),
-        "{output}"
-    );
-    assert!(stdout.contains("1 passed"), "{output}");
-    assert!(stdout.contains("probe debug: NoDevice"), "{output}");
-    assert!(stdout.contains("found: []"), "{output}");
-    assert!(stdout.contains("looked_for: \"any device\""), "{output}");
-    let display = stdout
-        .lines()
-        .find(|l| l.starts_with("probe display: "))
-        .unwrap_or_else(|| panic!("no display line\n{output}"));
-    assert!(
-        display.contains("no platform or device was found at all"),
-        "{display}"
-    );
-    assert!(display.contains("pocl"), "{display}");
 }

@@ -1,0 +1,260 @@
+//! What the integration tests share: finding a device, the cl-sys oracle ([`oracle`]),
+//! child processes for tests that need one ([`child`]), the one logger ([`logs`]), and
+//! test data.
+
+#[macro_use]
+mod child;
+pub mod logs;
+mod oracle;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Duration;
+
+use cl_lifetime::{ClBuffer, Context, Pod, Queue};
+
+pub use child::{CHILD_LIMIT, isolated, rss_bytes, test_path};
+pub use oracle::{Watch, raw_status, watch};
+
+/// How long a command held back by a closed gate (or a call waiting for one) is given to
+/// end or return wrongly. A correct library passes whatever this is; a broken one fails
+/// unless the machine stalls this long. It can only show that something has not happened
+/// yet: order is shown by the data once the gate opens.
+pub const WINDOW: Duration = Duration::from_millis(200);
+
+/// How long a call that must not block is given before the test fails instead of hanging.
+pub const HANG: Duration = Duration::from_secs(30);
+
+/// Runs `call`, which waits behind a closed gate, on a thread of its own: asserts that it
+/// has not returned after [`WINDOW`], then runs `open` (which opens the gate) and asserts
+/// that `call` returns, within [`HANG`], and only after `open` began. Returns what `call`
+/// returned. `what` names the call in the failures.
+pub fn returns_only_after<T: Send + 'static>(
+    what: &str,
+    call: impl FnOnce() -> T + Send + 'static,
+    open: impl FnOnce(),
+) -> T {
+    let opened = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let seen = opened.clone();
+    let caller = std::thread::spawn(move || {
+        let out = call();
+        let _ = tx.send(seen.load(Ordering::SeqCst));
+        out
+    });
+    assert!(
+        rx.recv_timeout(WINDOW).is_err(),
+        "{what} returned while its gate was closed"
+    );
+    opened.store(true, Ordering::SeqCst);
+    open();
+    match rx.recv_timeout(HANG) {
+        Ok(after_open) => assert!(after_open, "{what} returned before its gate opened"),
+        Err(RecvTimeoutError::Timeout) => {
+            panic!("{what} did not return within {HANG:?} after its gate opened")
+        }
+        // `call` panicked: the join below passes its panic on.
+        Err(RecvTimeoutError::Disconnected) => {}
+    }
+    caller
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// The context the tests run on: `CL_LIFETIME_DEVICE`, or the default device. Without a
+/// device the test is skipped, except under `CL_LIFETIME_REQUIRE_DEVICE=1` (set by CI),
+/// where finding none fails it.
+pub fn context() -> Option<Context> {
+    logs::install();
+    match Context::from_env() {
+        Ok(ctx) => Some(ctx),
+        Err(e) if std::env::var("CL_LIFETIME_REQUIRE_DEVICE").as_deref() == Ok("1") => {
+            panic!("CL_LIFETIME_REQUIRE_DEVICE=1 but no OpenCL device: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipped: no OpenCL device ({e})");
+            None
+        }
+    }
+}
+
+/// A context on the chosen device or, when it cannot be opened, on the first device that
+/// can. For child processes whose test is not about the device: on an H100 machine a child
+/// of a test process that held the GPU saw no NVIDIA device (compute mode `Default`; the
+/// cause is not known), and a lookup test has no reason to depend on that.
+pub fn any_context() -> Option<Context> {
+    logs::install();
+    if let Ok(ctx) = Context::from_env() {
+        return Some(ctx);
+    }
+    let devices = cl_lifetime::Device::all().unwrap_or_default();
+    let found = devices.iter().find_map(|d| Context::new(d).ok());
+    if found.is_none() {
+        return context();
+    }
+    found
+}
+
+/// `let ctx = device!();` returns from the test when there is no device (see [`context`]).
+macro_rules! device {
+    () => {
+        match $crate::common::context() {
+            Some(ctx) => ctx,
+            None => return,
+        }
+    };
+}
+
+/// The `busy.cl` program's kernels.
+pub fn busy(ctx: &Context) -> cl_lifetime::Program {
+    ctx.program("busy.cl", "").expect("busy.cl builds")
+}
+
+/// A context over two devices of one platform: the platform of the chosen device
+/// (`CL_LIFETIME_DEVICE`, or the default) when it has two, else the first platform that
+/// does. The chosen device comes first when it is on that platform. Without such a
+/// platform the test is skipped, except under `CL_LIFETIME_REQUIRE_TWO_DEVICES=1` (set
+/// by CI, which runs PoCL with `POCL_DEVICES="pthread pthread"`), where it fails.
+pub fn two_device_context() -> Option<Context> {
+    logs::install();
+    let required = std::env::var("CL_LIFETIME_REQUIRE_TWO_DEVICES").as_deref() == Ok("1");
+    let skip = |why: String| -> Option<Context> {
+        if required {
+            panic!("CL_LIFETIME_REQUIRE_TWO_DEVICES=1 but {why}");
+        }
+        eprintln!("skipped: {why}");
+        None
+    };
+    let devices = match cl_lifetime::Device::all() {
+        Ok(devices) => devices,
+        Err(e) => return skip(format!("no OpenCL devices ({e})")),
+    };
+    let chosen = cl_lifetime::Device::from_env().ok();
+    let mut platforms: Vec<usize> = devices.iter().map(|d| d.indices().0).collect();
+    platforms.dedup();
+    if let Some(p) = chosen.as_ref().map(|d| d.indices().0) {
+        platforms.sort_by_key(|&q| q != p);
+    }
+    let mut failures = Vec::new();
+    for platform in platforms {
+        let mut on: Vec<&cl_lifetime::Device> = devices
+            .iter()
+            .filter(|d| d.indices().0 == platform)
+            .collect();
+        if let Some(c) = &chosen {
+            on.sort_by_key(|d| d.indices() != c.indices());
+        }
+        if let [d0, d1, ..] = on[..] {
+            match Context::with_devices(&[d0.clone(), d1.clone()]) {
+                Ok(ctx) => return Some(ctx),
+                Err(e) => failures.push(format!("{d0} + {d1}: {e}")),
+            }
+        }
+    }
+    let found: Vec<String> = devices.iter().map(ToString::to_string).collect();
+    skip(format!(
+        "no platform with two usable devices (found {found:?}; failed {failures:?}); \
+         PoCL exposes two with POCL_DEVICES=\"pthread pthread\""
+    ))
+}
+
+/// The buffer's contents, read on `queue` (which waits on the buffer's writers).
+pub fn contents<T: Pod>(queue: &Queue, buf: &ClBuffer<T>) -> Vec<T> {
+    queue
+        .read_owned(buf)
+        .expect("read enqueued")
+        .wait()
+        .expect("read")
+}
+
+/// `1, 1 + step, 1 + 2 * step, ...` (wrapping): data that no fill or stale block holds by
+/// accident.
+pub fn ramp(len: usize, step: u32) -> Vec<u32> {
+    (0..len as u32).map(|i| i.wrapping_mul(step) + 1).collect()
+}
+
+/// A recognisable, index-dependent pattern, different for each `seed`: a misplaced or
+/// stale element shows up.
+pub fn pattern(len: usize, seed: u32) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761).wrapping_add(seed) ^ 0x5A5A_5A5A)
+        .collect()
+}
+
+/// The splitmix64 finalizer.
+pub fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// splitmix64: small, fast and good enough to drive randomized tests from a seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mix(self.0)
+    }
+
+    /// Uniform in `0..n`, `n > 0`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// Uniform in `lo..=hi`.
+    pub fn between(&mut self, lo: usize, hi: usize) -> usize {
+        lo + self.below(hi - lo + 1)
+    }
+
+    /// Uniform in `lo..=hi`.
+    pub fn int(&mut self, lo: i32, hi: i32) -> i32 {
+        lo + self.below((hi - lo + 1) as usize) as i32
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+
+    /// A non-empty range inside `0..len`.
+    pub fn range(&mut self, len: usize) -> std::ops::Range<usize> {
+        let start = self.below(len);
+        start..self.between(start + 1, len)
+    }
+}
+
+/// A temporary folder unique to this process, tag and moment, removed when dropped
+/// whatever the test's outcome.
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// Creates `cl-lifetime-<tag>-<pid>-<nanos>` in the system's temporary folder.
+    pub fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir =
+            std::env::temp_dir().join(format!("cl-lifetime-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create a temporary folder");
+        TempDir(dir)
+    }
+
+    /// The folder.
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    /// Writes `contents` to the file `name` in the folder; returns its path.
+    pub fn write(&self, name: &str, contents: &[u8]) -> std::path::PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, contents).expect("write a temporary file");
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -1,0 +1,261 @@
+//! Programs: the per-context build cache, kernel file lookup, and launches with local
+//! memory and more than one dimension. What is refused (a missing or broken kernel file,
+//! an unknown kernel, a launch with the wrong arguments or work size, a kernel of another
+//! context) is in `errors`.
+
+use cl_lifetime::{Arg, Context, Error, KERNELS_VAR};
+
+use crate::common::{self, TempDir};
+
+#[test]
+fn a_program_is_built_once_per_context_file_and_options() {
+    let ctx = device!();
+    assert_eq!(ctx.programs_built(), 0);
+    let first = ctx.program("vector_add.cl", "").unwrap();
+    assert_eq!(ctx.programs_built(), 1);
+    let again = ctx.program("vector_add.cl", "").unwrap();
+    assert_eq!(ctx.programs_built(), 1, "the second lookup built again");
+    let bare = ctx.program("vector_add", "").unwrap();
+    assert_eq!(ctx.programs_built(), 1, "the name without .cl built again");
+    assert_eq!(first.file(), again.file());
+    assert_eq!(first.file(), bare.file());
+    assert!(first.file().ends_with("kernels/vector_add.cl"), "{first:?}");
+
+    let path = first.file().to_str().unwrap().to_string();
+    ctx.program(&path, "").unwrap();
+    assert_eq!(ctx.programs_built(), 1, "the full path built again");
+
+    ctx.program("vector_add.cl", "-DUNUSED=1").unwrap();
+    assert_eq!(ctx.programs_built(), 2, "other options share a build");
+    ctx.program("vector_add", "-DUNUSED=1").unwrap();
+    assert_eq!(ctx.programs_built(), 2);
+
+    ctx.program("busy", "").unwrap();
+    assert_eq!(ctx.programs_built(), 3, "another file shares a build");
+
+    // Another context has a cache of its own.
+    let other = Context::new(ctx.device()).unwrap();
+    assert_eq!(other.programs_built(), 0);
+    other.program("vector_add.cl", "").unwrap();
+    assert_eq!(other.programs_built(), 1);
+    other.program("vector_add", "").unwrap();
+    assert_eq!(other.programs_built(), 1);
+    assert_eq!(
+        ctx.programs_built(),
+        3,
+        "the other context's build counted here"
+    );
+}
+
+#[test]
+fn threads_asking_for_one_program_at_once_build_it_once() {
+    let ctx = device!();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let ctx = &ctx;
+            s.spawn(move || {
+                let name = if t % 2 == 0 { "busy.cl" } else { "busy" };
+                let program = ctx.program(name, "").unwrap();
+                assert!(
+                    program
+                        .kernel_names()
+                        .unwrap()
+                        .contains(&"scale".to_string())
+                );
+            });
+        }
+    });
+    assert_eq!(ctx.programs_built(), 1);
+}
+
+/// `CL_LIFETIME_KERNELS` is process-global and tests run in parallel, so the lookup runs
+/// in a child process, which sets it before anything opens OpenCL.
+#[test]
+fn kernels_var_folders_are_searched_before_the_crates_own() {
+    common::isolated(
+        &test_path!(kernels_var_folders_are_searched_before_the_crates_own),
+        common::CHILD_LIMIT,
+        &[],
+        || {
+            let empty = TempDir::new("empty");
+            let kernels = TempDir::new("kernels");
+            kernels.write(
+                "only_here.cl",
+                b"__kernel void triple(__global int *data) {\n\
+                  \x20   data[get_global_id(0)] *= 3;\n}\n",
+            );
+            // Shadows the crate's own kernels/vector_add.cl.
+            kernels.write(
+                "vector_add.cl",
+                b"__kernel void shadowed(__global int *data) { data[0] = 1; }\n",
+            );
+            let list = std::env::join_paths([empty.path(), kernels.path()]).unwrap();
+            // SAFETY: the child process runs this test alone, and nothing has opened
+            // OpenCL or started a thread that reads the environment yet.
+            unsafe { std::env::set_var(KERNELS_VAR, &list) };
+            let dir = kernels.path().canonicalize().unwrap();
+            // This test is about file lookup; any device that can be opened will do.
+            let Some(ctx) = common::any_context() else {
+                return;
+            };
+
+            let program = ctx.program("only_here", "").unwrap();
+            assert_eq!(program.file(), dir.join("only_here.cl"));
+            assert_eq!(program.kernel_names().unwrap(), ["triple"]);
+            let same = ctx.program("only_here.cl", "").unwrap();
+            assert_eq!(same.file(), program.file());
+            assert_eq!(ctx.programs_built(), 1);
+
+            let triple = program.kernel("triple").unwrap();
+            let queue = ctx.queue().unwrap();
+            let buf = ctx.buffer_from(&[1i32, 2, 3, 4]).unwrap();
+            queue
+                .launch(&triple, &[4], &[Arg::read_write(&buf)])
+                .unwrap();
+            assert_eq!(
+                queue.read_owned(&buf).unwrap().wait().unwrap(),
+                [3, 6, 9, 12]
+            );
+
+            let shadow = ctx.program("vector_add", "").unwrap();
+            assert_eq!(shadow.file(), dir.join("vector_add.cl"));
+            assert_eq!(shadow.kernel_names().unwrap(), ["shadowed"]);
+
+            // Files only in `kernels/` under the working directory are still found.
+            let busy = ctx.program("busy", "").unwrap();
+            assert!(busy.file().ends_with("kernels/busy.cl"), "{busy:?}");
+        },
+    );
+}
+
+#[test]
+fn kernel_names_and_argument_counts_match_the_source() {
+    let ctx = device!();
+    let vector_add = ctx.program("vector_add", "").unwrap();
+    assert_eq!(vector_add.kernel_names().unwrap(), ["add"]);
+    assert_eq!(vector_add.kernel("add").unwrap().num_args(), 4);
+
+    let busy = common::busy(&ctx);
+    let mut names = busy.kernel_names().unwrap();
+    names.sort();
+    assert_eq!(names, ["group_sum", "increment", "scale", "spin"]);
+    for (name, args) in [
+        ("spin", 2),
+        ("increment", 2),
+        ("scale", 4),
+        ("group_sum", 3),
+    ] {
+        let kernel = busy.kernel(name).unwrap();
+        assert_eq!(kernel.name(), name);
+        assert_eq!(kernel.num_args(), args, "{name}");
+    }
+    assert_eq!(
+        ctx.program("fill2d", "")
+            .unwrap()
+            .kernel("fill2d")
+            .unwrap()
+            .num_args(),
+        2
+    );
+
+    let err = vector_add.kernel("sub").unwrap_err();
+    match &err {
+        Error::UnknownKernel {
+            name, available, ..
+        } => {
+            assert_eq!(name, "sub");
+            assert_eq!(available, &["add"]);
+        }
+        other => panic!("expected UnknownKernel, got {other:?}"),
+    }
+}
+
+#[test]
+fn local_memory_arguments_give_each_work_group_its_scratch() {
+    const GROUP: usize = 64;
+    const GROUPS: usize = 4;
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let group_sum = common::busy(&ctx).kernel("group_sum").unwrap();
+    let values: Vec<i32> = (0..(GROUP * GROUPS) as i32).map(|i| i * i - 100).collect();
+    let input = ctx.buffer_from(&values).unwrap();
+    let sums = ctx.buffer_from(&[0i32; GROUPS]).unwrap();
+
+    let launch = queue
+        .launch_local(
+            &group_sum,
+            &[GROUP * GROUPS],
+            Some(&[GROUP]),
+            &[
+                Arg::read(&input),
+                Arg::write(&sums),
+                Arg::local::<i32>(GROUP),
+            ],
+        )
+        .unwrap();
+    let got = queue.read_owned(&sums).unwrap().wait().unwrap();
+    let expected: Vec<i32> = values.chunks(GROUP).map(|c| c.iter().sum()).collect();
+    assert_eq!(got, expected);
+    launch.wait().unwrap();
+
+    let report = input.release().unwrap();
+    assert!(report.failed.is_empty(), "{report:?}");
+    // The launch had ended (waited above): nothing was left to wait for.
+    assert_eq!(report.waited_on, 0, "{report:?}");
+}
+
+#[test]
+fn two_dimensional_launches_cover_every_item() {
+    const WIDTH: usize = 16;
+    const HEIGHT: usize = 8;
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let fill2d = ctx.program("fill2d", "").unwrap().kernel("fill2d").unwrap();
+    let expected: Vec<i32> = (0..HEIGHT)
+        .flat_map(|y| (0..WIDTH).map(move |x| (y * 1000 + x) as i32))
+        .collect();
+
+    for local in [None, Some(&[4usize, 2][..])] {
+        let grid = ctx.buffer_from(&[-1i32; WIDTH * HEIGHT]).unwrap();
+        queue
+            .launch_local(
+                &fill2d,
+                &[WIDTH, HEIGHT],
+                local,
+                &[Arg::write(&grid), Arg::scalar(WIDTH as u32)],
+            )
+            .unwrap();
+        let got = queue.read_owned(&grid).unwrap().wait().unwrap();
+        assert_eq!(got, expected, "local size {local:?}");
+        let report = grid.release().unwrap();
+        assert!(report.failed.is_empty(), "{report:?}");
+    }
+}
+
+#[test]
+fn a_buffer_passed_as_two_arguments_works_in_place() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let scale = common::busy(&ctx).kernel("scale").unwrap();
+    let buf = ctx.buffer_from(&[2.0f32; 32]).unwrap();
+    // In place: read and written through two arguments. Its record is locked once.
+    let launch = queue
+        .launch(
+            &scale,
+            &[32],
+            &[
+                Arg::read(&buf),
+                Arg::write(&buf),
+                Arg::scalar(1.5f32),
+                Arg::scalar(32u32),
+            ],
+        )
+        .unwrap();
+    launch.wait().unwrap();
+    assert_eq!(buf.record_len(), 1);
+    assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), [3.0; 32]);
+    let watch = common::watch(&buf, &[&launch]);
+    let report = buf.release().unwrap();
+    watch.assert_released_after_events();
+    assert!(report.failed.is_empty(), "{report:?}");
+}
