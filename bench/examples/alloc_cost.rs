@@ -48,7 +48,6 @@ use opencl3::kernel::Kernel as RawKernel;
 use opencl3::memory::{self as clm, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE};
 use opencl3::types::{cl_event, cl_mem};
 
-mod harness;
 use harness::{ProgramHandle, calibrate, cl_err, enqueue_1d, print_device, release_event, set_arg};
 
 /// Buffer sizes of part 1, in bytes.

@@ -12,18 +12,18 @@
 //! 1. **Tracking overhead**: host time per `tiny` enqueue, cl-lifetime `Queue::launch`
 //!    against raw `clEnqueueNDRangeKernel` with the argument set once, on one queue and on
 //!    two alternating queues (raw code passes the previous event and flushes by hand). As
-//!    in `examples/enqueue_cost.rs`, each batch of launches waits on a user event until
-//!    the clock stops, so the host path alone is timed. On two queues a second baseline
-//!    is the same raw code holding each event until the next batch and releasing it
-//!    there, inside the loop, which is what the buffer's record does with superseded
+//!    in `enqueue_cost.rs` beside this file, each batch of launches waits on a user event
+//!    until the clock stops, so the host path alone is timed. On two queues a second
+//!    baseline is the same raw code holding each event until the next batch and releasing
+//!    it there, inside the loop, which is what the buffer's record does with superseded
 //!    events (tracker rule 5).
 //! 2. **Precise release**: host time to release a buffer whose own work has ended while
 //!    another queue runs a long `spin` kernel on another buffer: `ClBuffer::release`
 //!    against `clFinish` on both queues then `clReleaseMemObject` (the serialising fix),
 //!    and against a bare `clReleaseMemObject`.
 //! 3. **Allocation**: a pooled acquire + release (with and without a first use) against
-//!    `clCreateBuffer` + a 4-byte first use + `clReleaseMemObject`, as in
-//!    `examples/alloc_cost.rs`.
+//!    `clCreateBuffer` + a 4-byte first use + `clReleaseMemObject`, as in `alloc_cost.rs`
+//!    beside this file.
 //! 4. **Pipeline**: iterations of allocate, write, kernel, read, release on 1 and 4 queues;
 //!    iterations per second and peak device bytes. The `clFinish` baseline ends every
 //!    round; every other variant keeps up to [`DEPTH`] iterations in flight per queue
@@ -51,7 +51,7 @@
 //! `CARGO_TARGET_DIR` when set).
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::ptr;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -65,7 +65,6 @@ use opencl3::memory::{self as clm, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE};
 use opencl3::types::{cl_context, cl_event, cl_mem};
 use plotters::prelude::*;
 
-mod harness;
 use harness::{
     Keep, KeptEvents, ProgramHandle, RawGate, calibrate, cl_err, enqueue_1d, release_event, set_arg,
 };
@@ -178,11 +177,11 @@ fn parse_args() -> anyhow::Result<bool> {
     Ok(quick)
 }
 
-/// `target/bench`, created.
+/// `target/bench` of the workspace (the repository root), created.
 fn bench_dir() -> anyhow::Result<PathBuf> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
     let dir = target.join("bench");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)

@@ -77,7 +77,6 @@ use opencl3::kernel::Kernel as RawKernel;
 use opencl3::memory::{self as clm, Buffer, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE, ClMem};
 use opencl3::types::{cl_event, cl_mem};
 
-mod harness;
 use harness::{
     Keep, KeptEvents, ProgramHandle, RawGate, cl_err, enqueue_1d, print_device, release_event,
     set_arg,
