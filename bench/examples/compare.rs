@@ -66,7 +66,8 @@ use opencl3::types::{cl_context, cl_event, cl_mem};
 use plotters::prelude::*;
 
 use harness::{
-    Keep, KeptEvents, ProgramHandle, RawGate, calibrate, cl_err, enqueue_1d, release_event, set_arg,
+    Keep, KeptEvents, ProgramHandle, RawGate, Stats, Variant, calibrate, cl_err, enqueue_1d,
+    interleave, median, release_event, set_arg, size_label,
 };
 
 /// Work items of a `tiny` launch (and i32 elements of its buffer).
@@ -230,54 +231,6 @@ impl Plan {
             }
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// Statistics and the interleaved runner.
-// ---------------------------------------------------------------------------------------
-
-/// Median and min-max over the repetitions of one variant.
-#[derive(Clone, Copy, Debug)]
-struct Stats {
-    median: f64,
-    min: f64,
-    max: f64,
-}
-
-impl Stats {
-    fn of(values: &[f64]) -> Stats {
-        let mut sorted = values.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        let mid = sorted.len() / 2;
-        let median = if sorted.is_empty() {
-            f64::NAN
-        } else if sorted.len() % 2 == 1 {
-            sorted[mid]
-        } else {
-            (sorted[mid - 1] + sorted[mid]) / 2.0
-        };
-        Stats {
-            median,
-            min: sorted.first().copied().unwrap_or(f64::NAN),
-            max: sorted.last().copied().unwrap_or(f64::NAN),
-        }
-    }
-}
-
-type Variant<'a> = Box<dyn FnMut() -> anyhow::Result<f64> + 'a>;
-
-/// Runs every variant `reps` times, in an order that reverses every repetition; returns
-/// the samples of each variant.
-fn interleave(reps: usize, variants: &mut [Variant<'_>]) -> anyhow::Result<Vec<Vec<f64>>> {
-    let mut samples = vec![Vec::with_capacity(reps); variants.len()];
-    let mut order: Vec<usize> = (0..variants.len()).collect();
-    for _ in 0..reps {
-        for &v in &order {
-            samples[v].push(variants[v]()?);
-        }
-        order.reverse();
-    }
-    Ok(samples)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -552,14 +505,6 @@ fn ratio_text(ratio: f64) -> String {
         format!("{ratio:.2e}")
     } else {
         format!("{ratio:.3}")
-    }
-}
-
-fn size_label(bytes: usize) -> String {
-    if bytes >= 1 << 20 {
-        format!("{} MiB", bytes >> 20)
-    } else {
-        format!("{} KiB", bytes >> 10)
     }
 }
 
@@ -1911,10 +1856,6 @@ fn keep_first(
 
 const RAW_RETURNED: &str = "raw clReleaseMemObject returned";
 const RAW_FREED: &str = "raw clReleaseMemObject + its destructor callback (freed, as release() is)";
-
-fn median(values: &[f64]) -> f64 {
-    Stats::of(values).median
-}
 
 /// The goal's flatness figure: release time at the largest point over the smallest, ours
 /// against the raw release (with its destructor callback) over the same points.

@@ -2,8 +2,9 @@
 //! `compare`, `enqueue_cost`, `alloc_cost`, `release_stages`): raw-`opencl3` pieces (launches
 //! in one dimension, a user-event gate, the raw side's event keeping) and, from the
 //! library's own examples (`examples/common/mod.rs`), the device header, error mapping,
-//! kernel arguments, event release, program handle and the `spin` calibration. Each
-//! example uses part of it.
+//! kernel arguments, event release, program handle and the `spin` calibration; and the
+//! statistics and interleaved repetitions of their method ([`stats`]). Each example uses
+//! part of it.
 
 use std::ptr;
 
@@ -18,6 +19,9 @@ use opencl3::types::{cl_command_queue, cl_context, cl_event, cl_kernel};
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 mod common;
 pub use common::{ProgramHandle, calibrate, cl_err, print_device, release_event, set_arg};
+
+pub mod stats;
+pub use stats::{Stats, Variant, interleave, interleave_with, median};
 
 /// `clEnqueueNDRangeKernel` over `global` work items in one dimension, waiting on `wait`;
 /// the caller owns the returned event.
@@ -159,5 +163,14 @@ impl Drop for RawGate {
         if let Err(e) = release_event(self.event) {
             log::error!("{e}");
         }
+    }
+}
+
+/// A buffer size in KiB or MiB.
+pub fn size_label(bytes: usize) -> String {
+    if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
     }
 }
