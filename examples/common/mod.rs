@@ -1,7 +1,7 @@
-//! Pieces the library's examples share with the measuring programs of bench/ (whose
-//! harness includes this file): the device header, raw-`opencl3` error mapping, kernel
-//! arguments, event release and program handle, and the `spin` kernel's calibration.
-//! Each example uses part of it.
+//! Pieces the library's examples share: the device header, raw-`opencl3` error mapping,
+//! kernel arguments, event release and program handle, and the `spin` kernel's
+//! calibration. Each example uses part of it. (The measuring programs of bench/ have
+//! their own copy in their harness: each package builds from its own files.)
 #![allow(dead_code)]
 
 use std::ffi::CString;
