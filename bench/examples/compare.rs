@@ -182,7 +182,11 @@ fn parse_args() -> anyhow::Result<bool> {
 fn bench_dir() -> anyhow::Result<PathBuf> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+        .unwrap_or_else(|| {
+            // This package's folder is bench/ in the repository (the workspace's root).
+            let bench = Path::new(env!("CARGO_MANIFEST_DIR"));
+            bench.parent().unwrap_or(bench).join("target")
+        });
     let dir = target.join("bench");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
