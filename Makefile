@@ -11,7 +11,8 @@ setup:
 demo: setup
 	$(CARGO) run --release --example tour
 
-# The comparative benchmark (examples/compare.rs): target/bench/report.{json,md,svg}.
+# The comparative benchmark (bench/examples/compare.rs, an example of the workspace's
+# unpublished member bench/): target/bench/report.{json,md,svg}.
 # QUICK=1 runs the short version (under 2 minutes on PoCL).
 bench: setup
 	$(CARGO) run --release --example compare -- $(if $(QUICK),--quick,)

@@ -28,8 +28,8 @@ use opencl3::command_queue::{self as clq, CL_QUEUE_PROPERTIES};
 use opencl3::memory::{self as clm, CL_MEM_READ_WRITE};
 use opencl3::types::{cl_command_queue, cl_event, cl_mem};
 
-mod harness;
-use harness::{ProgramHandle, cl_err, print_device, release_event, set_arg};
+mod common;
+use common::{ProgramHandle, cl_err, print_device, release_event, set_arg};
 
 /// Work items per work group, the same for every launch.
 const LOCAL: usize = 64;

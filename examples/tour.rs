@@ -49,8 +49,8 @@ use opencl3::memory::{Buffer, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE, ClMem};
 use opencl3::program::Program as RawProgram;
 use opencl3::types::{cl_event, cl_int, cl_mem};
 
-mod harness;
-use harness::{calibrate, print_device};
+mod common;
+use common::{calibrate, print_device};
 
 /// How long one launch of the `spin` kernel should run.
 const TARGET: Duration = Duration::from_millis(300);

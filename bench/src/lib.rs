@@ -1,7 +1,13 @@
-//! Raw-`opencl3` pieces the measuring examples share: error mapping, the device header,
-//! kernel arguments and one-dimensional launches, a program handle, a user-event gate, the
-//! raw side's event keeping, and the `spin` calibration. Each example uses part of it.
-#![allow(dead_code)]
+//! What the measuring programs of cl-lifetime share (the examples of this package:
+//! `compare`, `enqueue_cost`, `alloc_cost`, `release_stages`): raw-`opencl3` pieces (error
+//! mapping, the device header, kernel arguments and one-dimensional launches, a program
+//! handle, a user-event gate, the raw side's event keeping), the `spin` calibration, and
+//! the statistics and interleaved repetitions of their method ([`stats`]). Each example
+//! uses part of it.
+//!
+//! The library's own examples keep their copy of the few pieces they use
+//! (`examples/common/mod.rs`): `cargo package` packages both members of the workspace,
+//! and each must build from its own files.
 
 use std::ffi::CString;
 use std::ptr;
@@ -16,6 +22,9 @@ use opencl3::program as clp;
 use opencl3::types::{
     cl_command_queue, cl_context, cl_device_id, cl_event, cl_int, cl_kernel, cl_program,
 };
+
+pub mod stats;
+pub use stats::{Stats, Variant, interleave, interleave_with, median};
 
 /// Maps a raw status to an error naming the call and the status.
 pub fn cl_err(call: &'static str) -> impl Fn(cl_int) -> anyhow::Error {
@@ -153,6 +162,9 @@ impl Drop for KeptEvents {
 }
 
 /// Releases one reference to `event`, which the caller owns.
+// A safe function on a raw handle, as the measuring programs call it on events they own
+// (clippy asks a library's public functions on raw pointers to be `unsafe`).
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn release_event(event: cl_event) -> anyhow::Result<()> {
     // SAFETY: `event` came from an enqueue or clCreateUserEvent of the caller, which owns
     // its one reference and gives it up here, exactly once.
@@ -202,16 +214,19 @@ impl Drop for ProgramHandle {
 /// A raw user event that holds launches back. Dropping it opens it (if still closed, so
 /// that nothing waits forever after an error) and releases it.
 pub struct RawGate {
+    /// The user event, for the wait lists of the launches it holds back.
     pub event: cl_event,
     open: bool,
 }
 
 impl RawGate {
+    /// A closed gate in `context`.
     pub fn new(context: cl_context) -> anyhow::Result<RawGate> {
         let event = cle::create_user_event(context).map_err(cl_err("clCreateUserEvent"))?;
         Ok(RawGate { event, open: false })
     }
 
+    /// Opens the gate: the launches waiting on it may run.
     pub fn open(&mut self) -> anyhow::Result<()> {
         self.open = true;
         cle::set_user_event_status(self.event, cle::CL_COMPLETE)
@@ -271,4 +286,13 @@ pub fn calibrate(
     let mut took = [time(estimate)?, time(estimate)?, time(estimate)?];
     took.sort();
     Ok(scale(estimate, took[1]))
+}
+
+/// A buffer size in KiB or MiB.
+pub fn size_label(bytes: usize) -> String {
+    if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
+    }
 }

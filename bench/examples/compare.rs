@@ -12,18 +12,18 @@
 //! 1. **Tracking overhead**: host time per `tiny` enqueue, cl-lifetime `Queue::launch`
 //!    against raw `clEnqueueNDRangeKernel` with the argument set once, on one queue and on
 //!    two alternating queues (raw code passes the previous event and flushes by hand). As
-//!    in `examples/enqueue_cost.rs`, each batch of launches waits on a user event until
-//!    the clock stops, so the host path alone is timed. On two queues a second baseline
-//!    is the same raw code holding each event until the next batch and releasing it
-//!    there, inside the loop, which is what the buffer's record does with superseded
+//!    in `enqueue_cost.rs` beside this file, each batch of launches waits on a user event
+//!    until the clock stops, so the host path alone is timed. On two queues a second
+//!    baseline is the same raw code holding each event until the next batch and releasing
+//!    it there, inside the loop, which is what the buffer's record does with superseded
 //!    events (tracker rule 5).
 //! 2. **Precise release**: host time to release a buffer whose own work has ended while
 //!    another queue runs a long `spin` kernel on another buffer: `ClBuffer::release`
 //!    against `clFinish` on both queues then `clReleaseMemObject` (the serialising fix),
 //!    and against a bare `clReleaseMemObject`.
 //! 3. **Allocation**: a pooled acquire + release (with and without a first use) against
-//!    `clCreateBuffer` + a 4-byte first use + `clReleaseMemObject`, as in
-//!    `examples/alloc_cost.rs`.
+//!    `clCreateBuffer` + a 4-byte first use + `clReleaseMemObject`, as in `alloc_cost.rs`
+//!    beside this file.
 //! 4. **Pipeline**: iterations of allocate, write, kernel, read, release on 1 and 4 queues;
 //!    iterations per second and peak device bytes. The `clFinish` baseline ends every
 //!    round; every other variant keeps up to [`DEPTH`] iterations in flight per queue
@@ -51,7 +51,7 @@
 //! `CARGO_TARGET_DIR` when set).
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::ptr;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -65,9 +65,9 @@ use opencl3::memory::{self as clm, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE};
 use opencl3::types::{cl_context, cl_event, cl_mem};
 use plotters::prelude::*;
 
-mod harness;
 use harness::{
-    Keep, KeptEvents, ProgramHandle, RawGate, calibrate, cl_err, enqueue_1d, release_event, set_arg,
+    Keep, KeptEvents, ProgramHandle, RawGate, Stats, Variant, calibrate, cl_err, enqueue_1d,
+    interleave, median, release_event, set_arg, size_label,
 };
 
 /// Work items of a `tiny` launch (and i32 elements of its buffer).
@@ -178,11 +178,15 @@ fn parse_args() -> anyhow::Result<bool> {
     Ok(quick)
 }
 
-/// `target/bench`, created.
+/// `target/bench` of the workspace (the repository root), created.
 fn bench_dir() -> anyhow::Result<PathBuf> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+        .unwrap_or_else(|| {
+            // This package's folder is bench/ in the repository (the workspace's root).
+            let bench = Path::new(env!("CARGO_MANIFEST_DIR"));
+            bench.parent().unwrap_or(bench).join("target")
+        });
     let dir = target.join("bench");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
@@ -231,54 +235,6 @@ impl Plan {
             }
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// Statistics and the interleaved runner.
-// ---------------------------------------------------------------------------------------
-
-/// Median and min-max over the repetitions of one variant.
-#[derive(Clone, Copy, Debug)]
-struct Stats {
-    median: f64,
-    min: f64,
-    max: f64,
-}
-
-impl Stats {
-    fn of(values: &[f64]) -> Stats {
-        let mut sorted = values.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        let mid = sorted.len() / 2;
-        let median = if sorted.is_empty() {
-            f64::NAN
-        } else if sorted.len() % 2 == 1 {
-            sorted[mid]
-        } else {
-            (sorted[mid - 1] + sorted[mid]) / 2.0
-        };
-        Stats {
-            median,
-            min: sorted.first().copied().unwrap_or(f64::NAN),
-            max: sorted.last().copied().unwrap_or(f64::NAN),
-        }
-    }
-}
-
-type Variant<'a> = Box<dyn FnMut() -> anyhow::Result<f64> + 'a>;
-
-/// Runs every variant `reps` times, in an order that reverses every repetition; returns
-/// the samples of each variant.
-fn interleave(reps: usize, variants: &mut [Variant<'_>]) -> anyhow::Result<Vec<Vec<f64>>> {
-    let mut samples = vec![Vec::with_capacity(reps); variants.len()];
-    let mut order: Vec<usize> = (0..variants.len()).collect();
-    for _ in 0..reps {
-        for &v in &order {
-            samples[v].push(variants[v]()?);
-        }
-        order.reverse();
-    }
-    Ok(samples)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -553,14 +509,6 @@ fn ratio_text(ratio: f64) -> String {
         format!("{ratio:.2e}")
     } else {
         format!("{ratio:.3}")
-    }
-}
-
-fn size_label(bytes: usize) -> String {
-    if bytes >= 1 << 20 {
-        format!("{} MiB", bytes >> 20)
-    } else {
-        format!("{} KiB", bytes >> 10)
     }
 }
 
@@ -1912,10 +1860,6 @@ fn keep_first(
 
 const RAW_RETURNED: &str = "raw clReleaseMemObject returned";
 const RAW_FREED: &str = "raw clReleaseMemObject + its destructor callback (freed, as release() is)";
-
-fn median(values: &[f64]) -> f64 {
-    Stats::of(values).median
-}
 
 /// The goal's flatness figure: release time at the largest point over the smallest, ours
 /// against the raw release (with its destructor callback) over the same points.

@@ -48,8 +48,10 @@ use opencl3::kernel::Kernel as RawKernel;
 use opencl3::memory::{self as clm, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE};
 use opencl3::types::{cl_event, cl_mem};
 
-mod harness;
-use harness::{ProgramHandle, calibrate, cl_err, enqueue_1d, print_device, release_event, set_arg};
+use harness::{
+    ProgramHandle, Stats, calibrate, cl_err, enqueue_1d, interleave_with, median, print_device,
+    release_event, set_arg, size_label,
+};
 
 /// Buffer sizes of part 1, in bytes.
 const SIZES: [usize; 3] = [4 << 10, 1 << 20, 64 << 20];
@@ -413,25 +415,18 @@ impl AllocBench<'_> {
         let mut samples: [Vec<f64>; 4] = Default::default();
         let mut pooled_pairs = 0u64;
         let mut pooled_driver_allocations = 0u64;
-        for rep in 0..reps {
-            let mut order = Alloc::ALL;
-            if rep % 2 == 1 {
-                order.reverse();
+        interleave_with(reps, &Alloc::ALL, |variant| {
+            let pooled = matches!(variant, Alloc::Pooled | Alloc::PooledUsed);
+            let before = self.ctx.memory_stats().driver_allocations;
+            let took = self.run(variant, bytes, n[variant as usize])?;
+            if pooled {
+                pooled_pairs += n[variant as usize] as u64;
+                pooled_driver_allocations += self.ctx.memory_stats().driver_allocations - before;
             }
-            for variant in order {
-                let pooled = matches!(variant, Alloc::Pooled | Alloc::PooledUsed);
-                let before = self.ctx.memory_stats().driver_allocations;
-                let took = self.run(variant, bytes, n[variant as usize])?;
-                if pooled {
-                    pooled_pairs += n[variant as usize] as u64;
-                    pooled_driver_allocations +=
-                        self.ctx.memory_stats().driver_allocations - before;
-                }
-                samples[variant as usize]
-                    .push(took.as_secs_f64() * 1e6 / n[variant as usize] as f64);
-            }
-        }
-        let stats = samples.map(Stats::of);
+            samples[variant as usize].push(took.as_secs_f64() * 1e6 / n[variant as usize] as f64);
+            Ok(())
+        })?;
+        let stats = samples.map(|s| Stats::of(&s));
         println!(
             "{:>6}: raw {:.2} µs, pool pair {:.3} µs ({:.0}x), pool pair + use {:.2} µs \
              ({:.1}x); {pooled_pairs} pooled pairs made {pooled_driver_allocations} \
@@ -447,35 +442,6 @@ impl AllocBench<'_> {
             bail!("the pool called clCreateBuffer inside a timed loop: it did not reuse");
         }
         Ok(SizeResult { bytes, n, stats })
-    }
-}
-
-/// µs per pair or per release over the repetitions of one variant.
-struct Stats {
-    median: f64,
-    min: f64,
-    max: f64,
-}
-
-fn median(sorted: &[f64]) -> f64 {
-    let mid = sorted.len() / 2;
-    if sorted.is_empty() {
-        f64::NAN
-    } else if sorted.len() % 2 == 1 {
-        sorted[mid]
-    } else {
-        (sorted[mid - 1] + sorted[mid]) / 2.0
-    }
-}
-
-impl Stats {
-    fn of(mut values: Vec<f64>) -> Stats {
-        values.sort_by(f64::total_cmp);
-        Stats {
-            median: median(&values),
-            min: values.first().copied().unwrap_or(f64::NAN),
-            max: values.last().copied().unwrap_or(f64::NAN),
-        }
     }
 }
 
@@ -600,15 +566,10 @@ impl ReleaseBench<'_> {
         waited?;
 
         let mut samples: [Vec<Released>; 3] = Default::default();
-        for rep in 0..reps {
-            let mut order = Release::ALL;
-            if rep % 2 == 1 {
-                order.reverse();
-            }
-            for variant in order {
-                samples[variant as usize].push(self.run(variant)?);
-            }
-        }
+        interleave_with(reps, &Release::ALL, |variant| {
+            samples[variant as usize].push(self.run(variant)?);
+            Ok(())
+        })?;
         let pending = self.ctx.memory_stats().pending_release_bytes;
         if pending != 0 {
             bail!("{pending} bytes still pending release after wait_deferred");
@@ -628,12 +589,11 @@ struct ReleaseResults {
 
 impl ReleaseResults {
     fn stats(&self, variant: Release) -> Stats {
-        Stats::of(
-            self.samples[variant as usize]
-                .iter()
-                .map(|s| s.took.as_secs_f64() * 1e6)
-                .collect(),
-        )
+        let us: Vec<f64> = self.samples[variant as usize]
+            .iter()
+            .map(|s| s.took.as_secs_f64() * 1e6)
+            .collect();
+        Stats::of(&us)
     }
 
     fn kernel_ms(&self) -> f64 {
@@ -643,21 +603,13 @@ impl ReleaseResults {
             .flatten()
             .map(|s| s.kernel.as_secs_f64() * 1e3)
             .collect();
-        Stats::of(all).median
+        median(&all)
     }
 }
 
 // ---------------------------------------------------------------------------------------
 // Output.
 // ---------------------------------------------------------------------------------------
-
-fn size_label(bytes: usize) -> String {
-    if bytes >= 1 << 20 {
-        format!("{} MiB", bytes >> 20)
-    } else {
-        format!("{} KiB", bytes >> 10)
-    }
-}
 
 /// µs with a precision that suits its size.
 fn us(value: f64) -> String {

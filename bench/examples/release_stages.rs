@@ -23,7 +23,6 @@
 use anyhow::{Context as _, bail};
 use cl_lifetime::{Arg, Context, Queue};
 
-mod harness;
 use harness::{cl_err, print_device};
 
 /// Launches between two drains, as in `compare`.

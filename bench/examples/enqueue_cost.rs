@@ -77,10 +77,9 @@ use opencl3::kernel::Kernel as RawKernel;
 use opencl3::memory::{self as clm, Buffer, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE, ClMem};
 use opencl3::types::{cl_event, cl_mem};
 
-mod harness;
 use harness::{
-    Keep, KeptEvents, ProgramHandle, RawGate, cl_err, enqueue_1d, print_device, release_event,
-    set_arg,
+    Keep, KeptEvents, ProgramHandle, RawGate, Stats, cl_err, enqueue_1d, interleave_with, median,
+    print_device, release_event, set_arg,
 };
 
 /// Work items per launch (and elements of each buffer).
@@ -400,28 +399,25 @@ impl Bench {
     fn measure(&self, scenario: Scenario, n: usize, reps: usize) -> anyhow::Result<Measured> {
         let mut samples: [Vec<Sample>; 5] = Default::default();
         let mut hazards = HazardStats::default();
-        for rep in 0..reps {
-            let mut order = Variant::ALL;
-            if rep % 2 == 1 {
-                order.reverse();
-            }
-            for variant in order {
-                let sample = self.run(scenario, variant, n)?;
-                add_hazards(&mut hazards, &sample.hazards);
-                samples[variant as usize].push(sample);
-            }
-        }
+        interleave_with(reps, &Variant::ALL, |variant| {
+            let sample = self.run(scenario, variant, n)?;
+            add_hazards(&mut hazards, &sample.hazards);
+            samples[variant as usize].push(sample);
+            Ok(())
+        })?;
         // What the raw code passes by hand: nothing in A; in B, every launch waits on the
         // one before.
         let raw_waits = match scenario {
             Scenario::OneQueue => 0.0,
             Scenario::TwoQueues => 1.0,
         };
+        let measured = samples.map(|s| stats_of(&s, n));
         Ok(Measured {
             scenario,
             n,
             gated: self.gated,
-            stats: samples.map(|s| Stats::of(&s, n)),
+            stats: measured.map(|(stats, _)| stats),
+            drain_ms: measured.map(|(_, drain)| drain),
             hazards,
             raw_waits,
         })
@@ -724,51 +720,28 @@ impl Lib {
 // Statistics and output.
 // ---------------------------------------------------------------------------------------
 
-/// µs per enqueue over the repetitions of one variant.
-struct Stats {
-    median: f64,
-    min: f64,
-    max: f64,
-    /// Median drain time per repetition, ms.
-    drain_ms: f64,
-}
-
-fn median(sorted: &[f64]) -> f64 {
-    let mid = sorted.len() / 2;
-    if sorted.len() % 2 == 1 {
-        sorted[mid]
-    } else {
-        (sorted[mid - 1] + sorted[mid]) / 2.0
-    }
-}
-
-impl Stats {
-    fn of(samples: &[Sample], n: usize) -> Stats {
-        let mut us: Vec<f64> = samples
-            .iter()
-            .map(|s| s.enqueue.as_secs_f64() * 1e6 / n as f64)
-            .collect();
-        us.sort_by(f64::total_cmp);
-        let mut drain: Vec<f64> = samples
-            .iter()
-            .map(|s| s.drain.as_secs_f64() * 1e3)
-            .collect();
-        drain.sort_by(f64::total_cmp);
-        Stats {
-            median: median(&us),
-            min: us.first().copied().unwrap_or(f64::NAN),
-            max: us.last().copied().unwrap_or(f64::NAN),
-            drain_ms: median(&drain),
-        }
-    }
+/// µs per enqueue over the repetitions of one variant, and the median drain time per
+/// repetition in ms.
+fn stats_of(samples: &[Sample], n: usize) -> (Stats, f64) {
+    let us: Vec<f64> = samples
+        .iter()
+        .map(|s| s.enqueue.as_secs_f64() * 1e6 / n as f64)
+        .collect();
+    let drain: Vec<f64> = samples
+        .iter()
+        .map(|s| s.drain.as_secs_f64() * 1e3)
+        .collect();
+    (Stats::of(&us), median(&drain))
 }
 
 struct Measured {
     scenario: Scenario,
     n: usize,
     gated: bool,
-    /// Indexed by `Variant as usize`.
+    /// µs per enqueue, indexed by `Variant as usize`.
     stats: [Stats; 5],
+    /// Median drain time per repetition in ms, indexed by `Variant as usize`.
+    drain_ms: [f64; 5],
     hazards: HazardStats,
     /// Wait-list entries per enqueue the raw code passes by hand.
     raw_waits: f64,
@@ -789,7 +762,7 @@ impl Measured {
                 s.median,
                 s.min,
                 s.max,
-                s.drain_ms
+                self.drain_ms[variant as usize]
             );
         }
         for variant in Variant::ALL.into_iter().filter(|&v| v != Variant::Library) {
@@ -809,7 +782,7 @@ impl Measured {
             self.hazards.enqueues,
             self.raw_waits
         );
-        let drain = self.stats.iter().map(|s| s.drain_ms).fold(0.0, f64::max);
+        let drain = self.drain_ms.iter().copied().fold(0.0, f64::max);
         let slowest = self
             .stats
             .iter()
