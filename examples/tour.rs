@@ -104,7 +104,7 @@ fn user_data(mark: Mark) -> *mut c_void {
 }
 
 /// The destructor callback: records the time and nothing else (no OpenCL calls in a
-/// callback, DESIGN.md trap 6).
+/// callback, design trap "nothing blocking in callbacks" in docs/design.md).
 extern "C" fn on_mem_freed(_mem: cl_mem, user_data: *mut c_void) {
     // SAFETY: OpenCL passes back the `user_data` given at registration, which is always a
     // `Mark`: a leaked `&'static OnceLock<Instant>`, valid for the rest of the process.
@@ -362,7 +362,7 @@ impl Raw {
 
     /// Launches `spin` on `buffer` and submits it.
     fn launch(&self, buffer: &Buffer<f32>, iters: u32) -> anyhow::Result<RawEvent> {
-        let mem: cl_mem = buffer.get(); // not `cl_mem::from(buffer)`: that drops it (trap 9)
+        let mem: cl_mem = buffer.get(); // not `cl_mem::from(buffer)`: that drops it (design trap "opencl3's From releases")
         // SAFETY: `spin(__global float *data, const uint iters)` gets a live cl_mem of `N`
         // floats and a u32, over `N` work items: one element each.
         let event = unsafe {

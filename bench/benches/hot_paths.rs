@@ -108,7 +108,7 @@ fn record_event(c: &mut Criterion) {
                 Access::Read
             };
             // A cross-queue write waits on the others, so its superseded entries go to
-            // the shadow (rule 5) and are pruned as they complete.
+            // the shadow (the tracker's *shadow* rule) and are pruned as they complete.
             let had_wait_list = access == Access::Write;
             set.record(
                 black_box(lane),

@@ -16,7 +16,7 @@
 //!    until the clock stops, so the host path alone is timed. On two queues a second
 //!    baseline is the same raw code holding each event until the next batch and releasing
 //!    it there, inside the loop, which is what the buffer's record does with superseded
-//!    events (tracker rule 5).
+//!    events (the tracker's *shadow* rule).
 //! 2. **Precise release**: host time to release a buffer whose own work has ended while
 //!    another queue runs a long `spin` kernel on another buffer: `ClBuffer::release`
 //!    against `clFinish` on both queues then `clReleaseMemObject` (the serialising fix),
@@ -763,7 +763,7 @@ fn tracking_raw(raw: &Raw, mem: cl_mem, nq: usize, n: usize, keep: Keep) -> anyh
             for i in 0..batch {
                 let q = i % 2;
                 // The producer queue must be flushed before another queue waits on its
-                // event (DESIGN.md trap 5).
+                // event (design trap "flush before a cross-queue wait").
                 raw.flush(producer)?;
                 let event = raw.enqueue(q, &raw.tiny, TINY_ITEMS, &[previous])?;
                 events.done(previous)?;
@@ -846,7 +846,7 @@ fn tracking(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::R
                 &samples[0],
             );
             if nq == 2 {
-                // What the record's rule 5 costs, reproduced in raw code: each event held
+                // What the record's *shadow* rule costs, reproduced in raw code: each event held
                 // until it has ended, then freed on the enqueuing thread.
                 report.cost(
                     "1 tracking overhead",

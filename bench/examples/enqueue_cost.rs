@@ -14,11 +14,11 @@
 //!   what the library does (it also resets the argument to NULL after the enqueue).
 //! - **B**, two in-order queues alternating on one buffer: each launch must wait on the
 //!   previous one, from the other queue. Raw code passes the previous event as a one-entry
-//!   wait list by hand and flushes the producer queue first (DESIGN.md trap 5); the
+//!   wait list by hand and flushes the producer queue first (design trap "flush before a cross-queue wait", docs/design.md); the
 //!   library works both out from the buffer's record.
 //!
 //! Two more raw variants isolate what the library's record does with events in B: it keeps
-//! each superseded event until it is known to have ended (tracker rule 5, in case the
+//! each superseded event until it is known to have ended (the tracker's *shadow* rule, in case the
 //! command that superseded it fails early), then releases it as it prunes, where raw code
 //! releases each event as soon as the next launch has it in its wait list. "Raw, events
 //! kept until drained" holds every event of a batch and releases them after the clock
@@ -293,7 +293,7 @@ enum Variant {
     RawKeep,
     /// Raw, each launch's event kept, and the previous batch's events (ended by then)
     /// released one per launch inside the timed loop: in scenario B, what the library's
-    /// record does with superseded events (tracker rule 5) when it prunes them.
+    /// record does with superseded events (the tracker's *shadow* rule) when it prunes them.
     RawLate,
 }
 
@@ -597,7 +597,7 @@ impl Raw {
                 for i in 0..n {
                     let q = i % 2;
                     // The producer queue must be flushed before another queue waits on its
-                    // event (DESIGN.md trap 5).
+                    // event (design trap "flush before a cross-queue wait", docs/design.md).
                     clq::flush(self.queues[producer].get()).map_err(cl_err("clFlush"))?;
                     let event = self.launch(&self.queues[q], per_launch, &[previous])?;
                     events.done(previous)?;

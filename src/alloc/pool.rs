@@ -490,7 +490,7 @@ impl Pool {
     ///
     /// # Errors
     ///
-    /// [`Error::ZeroLength`], [`Error::TooLarge`], [`Error::PoolExhausted`] (rule 4), or
+    /// [`Error::ZeroLength`], [`Error::TooLarge`], [`Error::PoolExhausted`] (the *maximum* rule), or
     /// the driver's allocation error after one trim and retry.
     #[track_caller]
     pub fn acquire<T: Pod>(&self, len: usize) -> Result<ClBuffer<T>> {

@@ -1,4 +1,4 @@
-//! Device selection (`src/device.rs` rules 1 to 3), and "no ICD" as a typed error.
+//! Device selection (the *named device*, *default device* and *typed misses* rules), and "no ICD" as a typed error.
 
 use cl_lifetime::{Context, DEVICE_VAR, Device, Error};
 
@@ -40,7 +40,7 @@ fn pocl_spec_picks_the_pocl_device_in_any_case() {
         eprintln!("skipped: no PoCL device here");
         return;
     };
-    // README and rule 1 name `pocl` as a spec that works.
+    // README and the *named device* rule name `pocl` as a spec that works.
     for spec in ["POCL", "pocl", "PoCL"] {
         match Device::select(Some(spec)) {
             Ok(found) => assert_eq!(

@@ -377,7 +377,7 @@ fn cancelled_commands_keep_the_process_memory_flat() {
             );
             // Not in proportion to `n`: at each checkpoint (every tenth, after waiting for
             // the cancelled commands) the library holds no more than one tenth's commands.
-            // A record keeps up to twice its live entries between prunes (tracker rule 6),
+            // A record keeps up to twice its live entries between prunes (the tracker's *pruning* rule),
             // so a driver that fails dependent commands a moment after their gate (NVIDIA,
             // a backlog of hundreds) leaves more than one that fails them at once (PoCL).
             assert!(

@@ -361,7 +361,7 @@ const PIPELINE_DEPTH: usize = 3;
 /// Blocks a three-queue pipeline may allocate. At each `acquire_on` the host holds no
 /// block, and at most `PIPELINE_DEPTH - 1` pooled blocks can still be in use: every older
 /// chunk's read-back has completed, and with it the write and the kernel it waited for.
-/// So once the pool holds `PIPELINE_DEPTH` blocks, one of them has ended, and rule 7
+/// So once the pool holds `PIPELINE_DEPTH` blocks, one of them has ended, and the *stream-ordered reuse* rule
 /// reuses it (it looks at eight): never a new block, whatever the device's timing.
 const PIPELINE_BLOCKS: u64 = PIPELINE_DEPTH as u64;
 

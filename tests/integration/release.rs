@@ -48,7 +48,7 @@ fn release_waits_for_a_gated_command_on_its_buffer() {
     }
 }
 
-/// Buffer rule 4: a Drop that would wait behind an unset user event of its context (the
+/// The record layer's *drop behind a gate* rule: a Drop that would wait behind an unset user event of its context (the
 /// caller may be about to set it, or unwinding past it) returns at once and leaves the
 /// release to the reaper, which frees the memory only after the command has ended.
 #[test]

@@ -266,7 +266,7 @@ impl Kind {
         )
     }
 
-    /// The buffers whose contents the command may read (buffer rule 6): a host read's or
+    /// The buffers whose contents the command may read (the *failed write* rule): a host read's or
     /// map's, a copy's source, and every buffer argument of a kernel, writable ones too.
     fn reads(&self) -> Vec<usize> {
         match *self {

@@ -31,12 +31,12 @@ enum Input {
 
 /// `THREADS` threads, each with its own queue and output buffer, launch `scale` `LAUNCHES`
 /// times. Each launch uses a factor unique to its thread and iteration and is checked
-/// exactly, so arguments of one thread reaching another's launch (trap 11) show up as a
+/// exactly, so arguments of one thread reaching another's launch (design trap "kernel arguments hold buffers") show up as a
 /// wrong result. A barrier before every launch makes the threads set arguments at the
 /// same moment as often as possible.
 ///
 /// With a shared input, the input's record lock already serialises the launches, kernel
-/// lock or not; only `Input::PerThread` leaves the kernel's own lock (rule 4) alone in
+/// lock or not; only `Input::PerThread` leaves the kernel's own lock (the *one lock per kernel* rule) alone in
 /// keeping the arguments of concurrent launches apart.
 fn scale_from_threads(ctx: &Context, sharing: Sharing, input: Input) {
     let program = common::busy(ctx);

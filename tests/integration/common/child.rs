@@ -48,7 +48,7 @@ macro_rules! isolated_test {
 
 /// The environment this process started with, read before anything opened OpenCL:
 /// NVIDIA's driver changes the environment of a process that opens it, and a child that
-/// inherits the changed one sees no NVIDIA device (DESIGN.md trap 15).
+/// inherits the changed one sees no NVIDIA device (design trap "NVIDIA changes the environment", docs/design.md).
 static START_ENV: std::sync::OnceLock<Vec<(std::ffi::OsString, std::ffi::OsString)>> =
     std::sync::OnceLock::new();
 

@@ -1,4 +1,4 @@
-//! The cl-sys oracle (DESIGN.md traps 8 and 10): a buffer's destructor callback and raw
+//! The cl-sys oracle (design traps "the destructor callback is not completion" and "no cl-sys in the library", docs/design.md): a buffer's destructor callback and raw
 //! event statuses, read through `cl-sys`, a binding independent of the library's own, so
 //! a bug in the library's wrappers cannot hide itself from the tests.
 
@@ -64,7 +64,7 @@ impl Watch {
         self.0.fired.load(Ordering::SeqCst)
     }
 
-    /// Asserts the release guarantee (trap 8): the callback has fired and every watched
+    /// Asserts the release guarantee (design trap "the destructor callback is not completion"): the callback has fired and every watched
     /// event was terminal when it did.
     pub fn assert_released_after_events(&self) {
         assert!(self.fired(), "destructor callback has not fired");
