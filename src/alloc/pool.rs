@@ -208,28 +208,6 @@ impl PoolInner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The *size classes* and *threshold and trim* rules: takes a block back from a released buffer. Returns whether the pool
-    /// kept it (else it is released deferred).
-    fn recycle(&self, mut mem: Block) -> bool {
-        let class = mem.bytes() as u64;
-        mem.given_back();
-        let mut state = self.lock();
-        state.in_use = state.in_use.saturating_sub(class);
-        let keep = !self.closed.load(Ordering::Acquire)
-            && state.pooled + class <= self.options.release_threshold;
-        if keep {
-            state.pooled += class;
-            state.blocks += 1;
-            mem.move_to(Bucket::Pooled);
-            state.free.entry(mem.bytes()).or_default().push_back(mem);
-        } else {
-            self.leaving.add(class);
-            drop(state);
-            self.let_go(vec![mem]);
-        }
-        keep
-    }
-
     /// The *stream-ordered reuse* rule: an unused block of `class` for `lane`, taken out of `state`. Without a lane,
     /// the newest. With one, the first of the class's oldest [`SCAN`] blocks that a command
     /// there can use with no wait (every recorded command has ended, or ran on that
@@ -406,8 +384,26 @@ impl PoolInner {
 }
 
 impl Owner for PoolInner {
-    fn take_back(&self, block: Block) -> bool {
-        self.recycle(block)
+    /// The *size classes* and *threshold and trim* rules: takes a block back from a
+    /// released buffer. Returns whether the pool kept it (else it is released deferred).
+    fn take_back(&self, mut mem: Block) -> bool {
+        let class = mem.bytes() as u64;
+        mem.given_back();
+        let mut state = self.lock();
+        state.in_use = state.in_use.saturating_sub(class);
+        let keep = !self.closed.load(Ordering::Acquire)
+            && state.pooled + class <= self.options.release_threshold;
+        if keep {
+            state.pooled += class;
+            state.blocks += 1;
+            mem.move_to(Bucket::Pooled);
+            state.free.entry(mem.bytes()).or_default().push_back(mem);
+        } else {
+            self.leaving.add(class);
+            drop(state);
+            self.let_go(vec![mem]);
+        }
+        keep
     }
 }
 
@@ -474,7 +470,7 @@ impl Pool {
         };
         Ok(Pool {
             inner: Arc::new(PoolInner {
-                ctx: ctx.core.clone(),
+                ctx: ctx.core().clone(),
                 options,
                 queue: ctx.queue()?,
                 poison,

@@ -39,9 +39,8 @@ type ProgramKey = (PathBuf, String, String);
 /// ```
 #[derive(Clone)]
 pub struct Context {
-    pub(crate) core: Arc<ContextCore>,
-    /// Shared by the user's clones only (queues and buffers hold `core`): its drop is the
-    /// context's end from the user's side.
+    /// Shared by the user's clones only (queues and buffers hold its `core`): its drop is
+    /// the context's end from the user's side.
     shared: Arc<Shared>,
 }
 
@@ -87,12 +86,17 @@ impl Drop for Shared {
 impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Context")
-            .field("device", &self.core.device)
+            .field("device", &self.core().device)
             .finish_non_exhaustive()
     }
 }
 
 impl Context {
+    /// The context's shared state, which queues, buffers and pools hold.
+    pub(crate) fn core(&self) -> &Arc<ContextCore> {
+        &self.shared.core
+    }
+
     /// A context on the device `CL_LIFETIME_DEVICE` names, or the default device.
     ///
     /// # Errors
@@ -120,25 +124,23 @@ impl Context {
     /// [`Error::NoDevice`] for an empty list; [`Error::Cl`] when `clCreateContext` fails
     /// (`CL_INVALID_DEVICE` for devices of different platforms, for example).
     pub fn with_devices(devices: &[Device]) -> Result<Context> {
-        let core = Arc::new(ContextCore::create(devices)?);
         Ok(Context {
             shared: Arc::new(Shared {
-                core: core.clone(),
+                core: Arc::new(ContextCore::create(devices)?),
                 programs: Mutex::new(HashMap::new()),
                 builds: AtomicUsize::new(0),
             }),
-            core,
         })
     }
 
     /// The first device: the one [`Context::queue`] uses.
     pub fn device(&self) -> &Device {
-        &self.core.device
+        &self.core().device
     }
 
     /// Every device of the context.
     pub fn devices(&self) -> &[Device] {
-        &self.core.devices
+        &self.core().devices
     }
 
     /// A new in-order command queue on the first device.
@@ -147,7 +149,7 @@ impl Context {
     ///
     /// [`Error::Cl`] when the queue cannot be created.
     pub fn queue(&self) -> Result<Queue> {
-        self.queue_of(&self.core.device, false)
+        self.queue_of(&self.core().device, false)
     }
 
     /// A new out-of-order command queue on the first device.
@@ -156,7 +158,7 @@ impl Context {
     ///
     /// [`Error::Cl`] with `CL_INVALID_QUEUE_PROPERTIES` when the device has none.
     pub fn out_of_order_queue(&self) -> Result<Queue> {
-        self.queue_of(&self.core.device, true)
+        self.queue_of(&self.core().device, true)
     }
 
     /// A new command queue on `device`, one of the context's devices.
@@ -167,7 +169,7 @@ impl Context {
     /// [`Context::queue`] and [`Context::out_of_order_queue`].
     pub fn queue_on(&self, device: &Device, out_of_order: bool) -> Result<Queue> {
         let device = self
-            .core
+            .core()
             .devices
             .iter()
             .find(|d| d.id == device.id)
@@ -176,23 +178,23 @@ impl Context {
     }
 
     fn queue_of(&self, device: &Device, out_of_order: bool) -> Result<Queue> {
-        let core = QueueCore::create(&self.core, device, out_of_order)?;
+        let core = QueueCore::create(self.core(), device, out_of_order)?;
         Ok(Queue::from_core(Arc::new(core)))
     }
 
     /// Blocks until every deferred release submitted so far is done: the memory is freed.
     pub fn wait_deferred(&self) {
-        self.core.reaper.wait_idle();
+        self.core().reaper.wait_idle();
     }
 
     /// Live, pending-release, pooled and peak bytes, and allocation counts.
     pub fn memory_stats(&self) -> MemoryStats {
-        self.core.ledger.memory()
+        self.core().ledger.memory()
     }
 
     /// How many wait-list entries the hazard rules have produced so far.
     pub fn hazard_stats(&self) -> HazardStats {
-        self.core.stats.hazards()
+        self.core().stats.hazards()
     }
 
     /// A buffer of `len` elements whose contents are undefined until written.
@@ -203,7 +205,7 @@ impl Context {
     /// [`Error::Cl`] from `clCreateBuffer`.
     #[track_caller]
     pub fn buffer<T: Pod>(&self, len: usize) -> Result<ClBuffer<T>> {
-        ClBuffer::create(&self.core, len, None)
+        ClBuffer::create(self.core(), len, None)
     }
 
     /// A buffer holding a copy of `data`, copied at creation (`CL_MEM_COPY_HOST_PTR`).
@@ -213,7 +215,7 @@ impl Context {
     /// As [`Context::buffer`].
     #[track_caller]
     pub fn buffer_from<T: Pod>(&self, data: &[T]) -> Result<ClBuffer<T>> {
-        ClBuffer::create(&self.core, data.len(), Some(data))
+        ClBuffer::create(self.core(), data.len(), Some(data))
     }
 
     /// A closed gate: commands that depend on it wait until it is completed or failed.
@@ -224,8 +226,8 @@ impl Context {
     #[track_caller]
     pub fn user_event(&self) -> Result<UserEvent> {
         UserEvent::new(
-            self.core.raw,
-            &self.core.gates,
+            self.core().raw,
+            &self.core().gates,
             next_id(),
             std::panic::Location::caller(),
         )
@@ -237,12 +239,12 @@ impl Context {
     /// [`ReleaseReport::free_wait`](crate::ReleaseReport::free_wait); on the reaper thread
     /// a buffer in its grace holds up no other release.
     pub fn free_grace(&self) -> std::time::Duration {
-        self.core.free_grace()
+        self.core().free_grace()
     }
 
     /// Sets [`Context::free_grace`] for every later release of the context's buffers.
     pub fn set_free_grace(&self, grace: std::time::Duration) {
-        self.core.set_free_grace(grace);
+        self.core().set_free_grace(grace);
     }
 }
 
@@ -297,7 +299,7 @@ impl Context {
         if let Some(found) = cache.get(&key) {
             return Ok(Program::from_inner(found.clone()));
         }
-        let built = ProgramInner::build(&self.core, &key.0, source, options)?;
+        let built = ProgramInner::build(self.core(), &key.0, source, options)?;
         self.shared.builds.fetch_add(1, Ordering::Relaxed);
         cache.insert(key, built.clone());
         Ok(Program::from_inner(built))
@@ -310,6 +312,6 @@ impl Context {
 
     /// The raw handle, still owned by this context.
     pub fn as_raw(&self) -> cl_context {
-        self.core.raw
+        self.core().raw
     }
 }

@@ -262,8 +262,7 @@ impl Kernel {
                 });
             }
             if let ArgKind::Buffer(block, _) = &arg.0 {
-                let holder: Weak<dyn ArgHolder> = Arc::downgrade(&self.inner) as Weak<KernelInner>;
-                block.bound_to(holder);
+                block.bound_to(Arc::downgrade(&self.inner) as Weak<dyn ArgHolder>);
             }
             *bound = wanted;
         }

@@ -53,7 +53,7 @@
 //!
 //! | lock | owner | taken by | held across |
 //! |---|---|---|---|
-//! | pool state | [`crate::alloc`] | acquire, recycle, trim | a block's `free_for` status queries; never an enqueue |
+//! | pool state | [`crate::alloc`] | acquire, take back, trim | a block's `free_for` status queries; never an enqueue |
 //! | program cache | [`crate::api`] `Context` | `program` | the build (`clBuildProgram`) |
 //! | records of a command's buffers, in buffer-ID order | [`block::Block`] | [`submit::Submit`] | status queries, flushes of other queues, the enqueue, the fold's marker |
 //! | kernel state | [`crate::kernel`] | a launch's enqueue (inside the records), a release's unbind (no record held) | `clSetKernelArg` and `clEnqueueNDRangeKernel` |
