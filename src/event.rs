@@ -30,6 +30,8 @@ pub(crate) struct EventInner {
     /// The terminal execution status once read ([`UNKNOWN`] until then): a terminal status
     /// never changes, so it is read from the driver once.
     seen: AtomicI32,
+    /// Its number on its queue's echo (0: not numbered), see [`QueueCore::skipped`].
+    seq: u64,
 }
 
 /// [`EventInner::seen`] before a terminal status has been read.
@@ -59,6 +61,7 @@ impl EventInner {
         context: cl_context,
         queue: Option<Arc<QueueCore>>,
         deps: Option<Box<[Event]>>,
+        seq: u64,
     ) -> Self {
         HELD.fetch_add(1, Ordering::Relaxed);
         EventInner {
@@ -67,6 +70,7 @@ impl EventInner {
             queue,
             deps: Mutex::new(deps),
             seen: AtomicI32::new(UNKNOWN),
+            seq,
         }
     }
 }
@@ -218,11 +222,13 @@ impl Event {
         self.inner.context == ctx.raw
     }
 
-    /// The event of a command the library enqueued on `queue` after the events `deps`.
+    /// The event of a command the library enqueued on `queue` after the events `deps`,
+    /// numbered `seq` by the queue's echo ([`QueueCore::enqueue_tracked`]).
     pub(crate) fn from_enqueue(
         raw: cl_event,
         queue: &Arc<QueueCore>,
         deps: Option<Box<[Event]>>,
+        seq: u64,
     ) -> Event {
         Event {
             inner: Arc::new(EventInner::new(
@@ -230,6 +236,7 @@ impl Event {
                 queue.ctx.raw,
                 Some(queue.clone()),
                 deps,
+                seq,
             )),
         }
     }
@@ -256,7 +263,7 @@ impl Event {
         // An event from outside may fail without the library seeing it.
         note_failure_possible();
         Event {
-            inner: Arc::new(EventInner::new(raw, context, None, None)),
+            inner: Arc::new(EventInner::new(raw, context, None, None, 0)),
         }
     }
 
@@ -278,37 +285,93 @@ impl Event {
             }
             return Ok(Status::from_raw(seen));
         }
-        let mut raw =
+        let raw =
             ffi::execution_status(self.inner.raw).map_err(|s| Error::cl("clGetEventInfo", s))?;
-        if raw == ffi::CL_COMPLETE && failures_possible() {
-            // NVIDIA reports some commands whose wait list held a failed event as complete
-            // without having run them: such a command failed.
-            if let Some(failed) = self.failed_dependency() {
-                raw = failed;
-            }
-        }
-        if raw <= ffi::CL_COMPLETE && self.inner.seen.swap(raw, Ordering::AcqRel) == UNKNOWN {
-            if raw == ffi::CL_COMPLETE {
-                // Complete, so every dependency completed before it: none is needed now,
-                // and letting them go breaks chains of commands that waited on each other.
-                let deps = self
-                    .inner
-                    .deps
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .take();
-                if let Some(deps) = deps {
-                    drop_iteratively(deps);
-                }
-            } else {
-                match &self.inner.queue {
-                    Some(queue) => queue.ctx.gates.note_failure(),
-                    None => note_failure(),
-                }
-                self.let_go_of_ended_deps();
-            }
-        }
+        let raw = match raw {
+            ffi::CL_COMPLETE if failures_possible() => self.resolve_complete(),
+            terminal if terminal <= ffi::CL_COMPLETE => self.finish(terminal),
+            running => running,
+        };
         Ok(Status::from_raw(raw))
+    }
+
+    /// The status of this command, which the driver reports complete, once a failure is
+    /// possible. It failed when its queue's driver may have skipped it after another
+    /// command failed (design trap "a failure echoes on its queue"), or when a command of
+    /// its wait list failed: NVIDIA reports some such commands complete without having
+    /// run them, and runs others on what a skipped command left. The commands of the wait
+    /// list that the driver reports complete are resolved the same way first, without
+    /// recursion, so a chain that ran after a skipped command fails as a whole.
+    fn resolve_complete(&self) -> cl_int {
+        let mut stack: Vec<(Event, bool)> = vec![(self.clone(), false)];
+        while let Some((event, deps_resolved)) = stack.pop() {
+            if event.inner.seen.load(Ordering::Acquire) != UNKNOWN {
+                continue;
+            }
+            if deps_resolved {
+                let failed = event.failed_dependency();
+                event.finish(failed.unwrap_or(ffi::CL_COMPLETE));
+                continue;
+            }
+            if event
+                .inner
+                .queue
+                .as_ref()
+                .is_some_and(|queue| queue.skipped(event.inner.seq))
+            {
+                event.finish(ffi::codes::CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+                continue;
+            }
+            let complete_deps: Vec<Event> = event
+                .inner
+                .deps
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .filter(|dep| {
+                    dep.inner.seen.load(Ordering::Acquire) == UNKNOWN
+                        && ffi::execution_status(dep.inner.raw) == Ok(ffi::CL_COMPLETE)
+                })
+                .cloned()
+                .collect();
+            stack.push((event, true));
+            stack.extend(complete_deps.into_iter().map(|dep| (dep, false)));
+        }
+        self.inner.seen.load(Ordering::Acquire)
+    }
+
+    /// Records the terminal status `raw`, unless one was recorded first (which is
+    /// returned instead), and lets go of the dependencies that are no longer needed.
+    fn finish(&self, raw: cl_int) -> cl_int {
+        if let Err(seen) =
+            self.inner
+                .seen
+                .compare_exchange(UNKNOWN, raw, Ordering::AcqRel, Ordering::Acquire)
+        {
+            return seen;
+        }
+        if raw == ffi::CL_COMPLETE {
+            // Complete, so every dependency completed before it: none is needed now,
+            // and letting them go breaks chains of commands that waited on each other.
+            let deps = self
+                .inner
+                .deps
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            if let Some(deps) = deps {
+                drop_iteratively(deps);
+            }
+        } else {
+            match &self.inner.queue {
+                Some(queue) => queue.ctx.gates.note_failure(),
+                None => note_failure(),
+            }
+            self.let_go_of_ended_deps();
+        }
+        raw
     }
 
     /// The terminal status if known, else the driver's status, without looking at

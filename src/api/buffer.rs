@@ -174,8 +174,9 @@ impl<T: Pod> ClBuffer<T> {
 /// writing into its memory.
 pub struct PendingRead<T: Pod> {
     event: Event,
-    /// The buffer's last write when the read was enqueued (the *failed write* rule).
-    writer: Option<Event>,
+    /// The writes the buffer's contents came from when the read was enqueued (the
+    /// *failed write* rule).
+    writers: Vec<Event>,
     /// Capacity `len`; length 0 until the read has completed.
     data: Vec<T>,
     len: usize,
@@ -191,10 +192,10 @@ impl<T: Pod> fmt::Debug for PendingRead<T> {
 }
 
 impl<T: Pod> PendingRead<T> {
-    pub(crate) fn new(event: Event, writer: Option<Event>, data: Vec<T>, len: usize) -> Self {
+    pub(crate) fn new(event: Event, writers: Vec<Event>, data: Vec<T>, len: usize) -> Self {
         PendingRead {
             event,
-            writer,
+            writers,
             data,
             len,
         }
@@ -213,7 +214,7 @@ impl<T: Pod> PendingRead<T> {
     /// (the *failed write* rule), [`Error::CommandFailed`](crate::Error::CommandFailed) when the read
     /// itself failed.
     pub fn wait(mut self) -> Result<Vec<T>> {
-        settle(&self.event, self.writer.as_ref())?;
+        settle(&self.event, &self.writers)?;
         // SAFETY: the read completed, so the device wrote all `len` elements, and the
         // capacity is at least `len` (allocated with it).
         unsafe { self.data.set_len(self.len) };

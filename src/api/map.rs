@@ -70,8 +70,9 @@ impl After<'_> {
             access,
             map: MapStep::Map(access),
             reads: true,
+            covers: false,
         };
-        let mut writer = None;
+        let mut writers = Vec::new();
         let mut mapped = ptr::null_mut();
         let event = self.submit().run_reading(
             &[touch],
@@ -91,7 +92,7 @@ impl After<'_> {
                 mapped = at;
                 Ok(event)
             },
-            Some(&mut writer),
+            Some(&mut writers),
         )?;
         // From here on the guard unmaps, whatever happens.
         let mapping = Mapping {
@@ -102,7 +103,7 @@ impl After<'_> {
             access,
             _elements: PhantomData,
         };
-        settle(&event, writer.as_ref())?;
+        settle(&event, &writers)?;
         Ok(mapping)
     }
 }
@@ -126,6 +127,7 @@ impl<T: Pod> Drop for Mapping<'_, T> {
             access: self.access,
             map: MapStep::Unmap(self.access),
             reads: false,
+            covers: false,
         };
         let unmapped = self.queue.after(&[]).submit().run(&[touch], |wait| {
             // SAFETY: the queue and the buffer are live (borrowed); `mapped` came from

@@ -62,23 +62,23 @@ impl After<'_> {
         check_range(Transfer::Write, offset, data.len(), buffer.len())?;
         let block = buffer.block();
         let queue = self.queue.core.raw;
-        self.submit()
-            .run(&[Touch::new(block, Access::Write)], |wait| {
-                // SAFETY: the queue and the buffer are live (borrowed); the range was checked
-                // against the buffer; `data` stays alive until the command ends: the callers
-                // either wait for it or own the memory (the *lent host memory* rule); the
-                // wait list holds live events (retained by the locked records).
-                unsafe {
-                    ffi::enqueue_write(
-                        queue,
-                        block.raw(),
-                        offset * size_of::<T>(),
-                        size_of_val(data),
-                        data.as_ptr().cast(),
-                        wait,
-                    )
-                }
-            })
+        let covers = offset == 0 && data.len() == buffer.len();
+        self.submit().run(&[Touch::write(block, covers)], |wait| {
+            // SAFETY: the queue and the buffer are live (borrowed); the range was checked
+            // against the buffer; `data` stays alive until the command ends: the callers
+            // either wait for it or own the memory (the *lent host memory* rule); the
+            // wait list holds live events (retained by the locked records).
+            unsafe {
+                ffi::enqueue_write(
+                    queue,
+                    block.raw(),
+                    offset * size_of::<T>(),
+                    size_of_val(data),
+                    data.as_ptr().cast(),
+                    wait,
+                )
+            }
+        })
     }
 
     /// Enqueues a read of `len` elements into `out`, which must stay valid and unaliased
@@ -89,7 +89,7 @@ impl After<'_> {
         offset: usize,
         out: *mut T,
         len: usize,
-        writer: &mut Option<Event>,
+        writers: &mut Vec<Event>,
     ) -> Result<Event> {
         check_range(Transfer::Read, offset, len, buffer.len())?;
         let block = buffer.block();
@@ -112,7 +112,7 @@ impl After<'_> {
                     )
                 }
             },
-            Some(writer),
+            Some(writers),
         )
     }
 
@@ -185,10 +185,10 @@ impl After<'_> {
         offset: usize,
         out: &mut [T],
     ) -> Result<()> {
-        let mut writer = None;
-        let event = self.enqueue_read(buffer, offset, out.as_mut_ptr(), out.len(), &mut writer)?;
+        let mut writers = Vec::new();
+        let event = self.enqueue_read(buffer, offset, out.as_mut_ptr(), out.len(), &mut writers)?;
         // `out` is borrowed (the *lent host memory* rule), so this returns only when the command has ended.
-        settle(&event, writer.as_ref())
+        settle(&event, &writers)
     }
 
     /// Reads the whole buffer into a new `Vec` without blocking.
@@ -215,9 +215,9 @@ impl After<'_> {
         let mut data: Vec<T> = Vec::with_capacity(len);
         // The device fills the spare capacity; `PendingRead` sets the length only after
         // the read has completed, and owns the allocation until then (the *lent host memory* rule).
-        let mut writer = None;
-        let event = self.enqueue_read(buffer, range.start, data.as_mut_ptr(), len, &mut writer)?;
-        Ok(PendingRead::new(event, writer, data, len))
+        let mut writers = Vec::new();
+        let event = self.enqueue_read(buffer, range.start, data.as_mut_ptr(), len, &mut writers)?;
+        Ok(PendingRead::new(event, writers, data, len))
     }
 }
 
@@ -250,7 +250,10 @@ impl After<'_> {
         check_range(Transfer::CopyDestination, dst_offset, len, dst.len())?;
         let (s, d) = (src.block(), dst.block());
         let queue = self.queue.core.raw;
-        let touches = [Touch::new(s, Access::Read), Touch::new(d, Access::Write)];
+        let touches = [
+            Touch::new(s, Access::Read),
+            Touch::write(d, dst_offset == 0 && len == dst.len()),
+        ];
         self.submit().run(&touches, |wait| {
             // SAFETY: the queue and both buffers are live (borrowed); both ranges were
             // checked against their buffers; the wait list holds live events.
@@ -293,23 +296,23 @@ impl After<'_> {
         let len = check_span(Transfer::Fill, &range, buffer.len())?;
         let block = buffer.block();
         let queue = self.queue.core.raw;
-        self.submit()
-            .run(&[Touch::new(block, Access::Write)], |wait| {
-                // SAFETY: the queue and the buffer are live (borrowed); the range was checked;
-                // the wait list holds live events; `value` is `size_of::<T>()` readable bytes,
-                // copied by OpenCL before it returns.
-                unsafe {
-                    ffi::enqueue_fill(
-                        queue,
-                        block.raw(),
-                        ptr::from_ref(&value).cast(),
-                        size_of::<T>(),
-                        range.start * size_of::<T>(),
-                        len * size_of::<T>(),
-                        wait,
-                    )
-                }
-            })
+        let covers = len == buffer.len();
+        self.submit().run(&[Touch::write(block, covers)], |wait| {
+            // SAFETY: the queue and the buffer are live (borrowed); the range was checked;
+            // the wait list holds live events; `value` is `size_of::<T>()` readable bytes,
+            // copied by OpenCL before it returns.
+            unsafe {
+                ffi::enqueue_fill(
+                    queue,
+                    block.raw(),
+                    ptr::from_ref(&value).cast(),
+                    size_of::<T>(),
+                    range.start * size_of::<T>(),
+                    len * size_of::<T>(),
+                    wait,
+                )
+            }
+        })
     }
 }
 

@@ -225,6 +225,15 @@ impl Device {
         self.platform
     }
 
+    /// Whether the device's driver skips the commands that follow a failed one on its
+    /// queue, reporting some complete (NVIDIA's; design trap "a failure echoes on its
+    /// queue"): its queues keep an [`echo`](super::echo).
+    pub(crate) fn echoes_failures(&self) -> bool {
+        [&self.platform_name, &self.platform_vendor]
+            .iter()
+            .any(|name| name.to_ascii_lowercase().contains("nvidia"))
+    }
+
     /// The raw device ID (not reference counted: root devices live as long as the
     /// platform).
     pub fn as_raw(&self) -> cl_device_id {

@@ -4,7 +4,8 @@
 //! - [`device`]: platforms, devices and the selection rule;
 //! - [`context::ContextCore`]: one context's handle, devices, counters, ledger, reaper
 //!   and open gates;
-//! - [`queue::QueueCore`]: one queue's handle, lane and unflushed-work flag;
+//! - [`queue::QueueCore`]: one queue's handle, lane, unflushed-work flag and echo;
+//! - [`echo`]: which commands of a queue a driver may have skipped after a failure;
 //! - [`stats`]: the enqueue counters and the memory ledger;
 //! - [`reaper`]: the thread that finishes deferred releases;
 //! - [`gates`]: whether failures are possible, the failure epoch, and a context's
@@ -12,6 +13,7 @@
 
 pub(crate) mod context;
 pub(crate) mod device;
+pub(crate) mod echo;
 pub(crate) mod gates;
 pub(crate) mod queue;
 pub(crate) mod reaper;

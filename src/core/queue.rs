@@ -1,13 +1,15 @@
 //! The shared state of one command queue: what events and the enqueue protocol need to
 //! know about the queue that produced a command.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::context::ContextCore;
 use super::device::Device;
+use super::echo::{Echo, RawEvent};
+use super::gates::failures_possible;
 use crate::error::Result;
-use crate::ffi::{self, cl_command_queue};
+use crate::ffi::{self, cl_command_queue, cl_event};
 use crate::launch::Limits;
 use crate::tracker::Lane;
 use crate::util::next_id;
@@ -22,7 +24,14 @@ pub(crate) struct QueueCore {
     pub(crate) limits: Limits,
     /// Set by every enqueue, cleared by a flush.
     dirty: AtomicBool,
+    /// On a driver whose failures echo on their queue (NVIDIA): the commands that may
+    /// have been skipped (see [`super::echo`]).
+    echo: Option<Mutex<Echo<RawEvent>>>,
 }
+
+/// Set to `1`, every queue keeps an echo, whatever its driver: the tests use it to run
+/// the echo's code on drivers that do not need it.
+pub const ASSUME_ECHO_VAR: &str = "CL_LIFETIME_ASSUME_ECHO";
 
 // SAFETY: a cl_command_queue may be used from any thread (OpenCL 3.0 appendix A.2: every
 // call is thread-safe except clSetKernelArg); `dirty` is atomic.
@@ -52,7 +61,59 @@ impl QueueCore {
             ctx: ctx.clone(),
             limits: device.limits,
             dirty: AtomicBool::new(false),
+            echo: (device.echoes_failures()
+                || std::env::var(ASSUME_ECHO_VAR).is_ok_and(|v| v == "1"))
+            .then(|| Mutex::new(Echo::default())),
         })
+    }
+
+    /// Enqueues one command through `enqueue` and returns its event with its sequence
+    /// number on the queue (0 when the queue keeps no echo, or no failure is possible
+    /// yet). `may_fail`: the command has a wait list.
+    ///
+    /// On a queue with an echo, the enqueue runs under the echo's lock, so that numbers
+    /// follow the driver's order, and a settling marker goes in first when one is due
+    /// (the echo's *settle* rule).
+    pub(crate) fn enqueue_tracked(
+        &self,
+        may_fail: bool,
+        enqueue: impl FnOnce() -> Result<cl_event>,
+    ) -> Result<(cl_event, u64)> {
+        let Some(echo) = self.echo.as_ref().filter(|_| failures_possible()) else {
+            return Ok((enqueue()?, 0));
+        };
+        let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
+        if echo.before_enqueue() {
+            // SAFETY: `raw` is live (held by `self`); an empty wait list waits for every
+            // command enqueued before.
+            match unsafe { ffi::enqueue_marker(self.raw, &[]) } {
+                // SAFETY: the marker's one reference is ours, handed to the echo.
+                Ok(marker) => echo.settling(unsafe { RawEvent::own(marker) }),
+                Err(e) => {
+                    log::warn!(target: "cl_lifetime::queue", "settling a queue after a failure: {e}")
+                }
+            }
+        }
+        let raw = enqueue()?;
+        let watched = if echo.watches(may_fail) {
+            // SAFETY: `raw` was just returned by the enqueue, so it is valid.
+            unsafe { RawEvent::retain(raw) }
+        } else {
+            None
+        };
+        Ok((raw, echo.enqueued(watched)))
+    }
+
+    /// Whether the command numbered `seq` on this queue, which the driver reports
+    /// complete, may have been skipped after a failure (the echo's *skipped* rule).
+    pub(crate) fn skipped(&self, seq: u64) -> bool {
+        match (&self.echo, seq) {
+            (Some(echo), 1..) => echo
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .skipped(seq),
+            _ => false,
+        }
     }
 
     /// Notes that a command was enqueued and not flushed yet.

@@ -37,6 +37,16 @@ pub(crate) unsafe fn release_event(raw: cl_event) -> Result<()> {
     unsafe { cl::release_event(raw) }.map_err(|s| Error::cl("clReleaseEvent", s))
 }
 
+/// `clRetainEvent`: one more reference to `raw`, owned by the caller.
+///
+/// # Safety
+///
+/// `raw` is a valid event.
+pub(crate) unsafe fn retain_event(raw: cl_event) -> Result<()> {
+    // SAFETY: as the caller vouches.
+    unsafe { cl::retain_event(raw) }.map_err(|s| Error::cl("clRetainEvent", s))
+}
+
 /// `clCreateUserEvent`: a new event with one reference, owned by the caller.
 pub(crate) fn create_user_event(context: cl_context) -> Result<cl_event> {
     cl::create_user_event(context).map_err(|s| Error::cl("clCreateUserEvent", s))

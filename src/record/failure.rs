@@ -54,12 +54,13 @@ impl From<FailedCommand> for Error {
 }
 
 /// Waits for a host command that reads a buffer (a read or a map), then applies the
-/// *failed write* rule ([`crate::record`]): if `writer`, the buffer's last write when the
-/// command was enqueued, failed, the data is not what was asked for.
-pub(crate) fn settle(event: &Event, writer: Option<&Event>) -> Result<()> {
+/// *failed write* rule ([`crate::record`]): if one of `writers`, the writes the buffer's
+/// contents came from when the command was enqueued, failed, the data is not what was
+/// asked for.
+pub(crate) fn settle(event: &Event, writers: &[Event]) -> Result<()> {
     let ended = event.wait();
     if failures_possible() {
-        if let Some(failed) = writer.and_then(failure_of) {
+        if let Some(failed) = writers.iter().find_map(failure_of) {
             return Err(failed.into());
         }
     }

@@ -47,9 +47,13 @@ pub(crate) struct Record {
     /// A recorded command was seen to fail (the *shadow* rule then trusts no cover until the
     /// shadow has drained).
     saw_failure: bool,
-    /// The newest command that wrote the buffer, kept after it ends: a command that reads
-    /// the buffer after it failed reads data that was never written (the *failed write* rule).
-    last_write: Option<Event>,
+    /// The writes the buffer's contents come from (the *failed write* rule): the newest
+    /// one that replaced all of it, and every later one, less those seen complete once a
+    /// failure is possible (until then, only the newest write). A command that reads the
+    /// buffer after one of them failed reads data that was never written.
+    writes: Vec<Event>,
+    /// `writes` is pruned of complete writes when it grows to this length.
+    writes_prune_at: usize,
     /// Host memory that in-flight commands use (the *lent host memory* rule), with the event that ends the use.
     host: Vec<(Event, Box<dyn Any + Send>)>,
 }
@@ -128,7 +132,8 @@ impl Record {
     }
 
     /// Records `event`; `failures_possible` is what the enqueue read from
-    /// the *failures possible* flag ([`crate::core::gates`]).
+    /// the *failures possible* flag ([`crate::core::gates`]); `replaces`: the command
+    /// writes all of the buffer and reads none of it.
     pub(crate) fn record(
         &mut self,
         lane: Lane,
@@ -136,10 +141,11 @@ impl Record {
         event: Event,
         had_wait_list: bool,
         failures_possible: bool,
+        replaces: bool,
     ) {
         self.trust_queue_order(failures_possible);
         if access == Access::Write {
-            self.last_write = Some(event.clone());
+            self.record_write(&event, failures_possible, replaces);
         }
         let (failed, saw) = (&mut self.failed, &mut self.saw_failure);
         self.events.record(lane, access, event, had_wait_list, |e| {
@@ -171,16 +177,30 @@ impl Record {
         }
     }
 
-    /// The *failed write* rule: the failure of the buffer's last write, if it failed (asks the driver until
-    /// the write has ended, then remembers).
-    pub(crate) fn failed_write(&self) -> Option<FailedCommand> {
-        let write = self.last_write.as_ref()?;
-        failure::failure_of(write)
+    /// The *failed write* rule: a write that replaces all of the buffer is all its
+    /// contents come from; a partial one leaves the rest to the writes before it, so
+    /// those stay of interest until seen complete.
+    fn record_write(&mut self, event: &Event, failures_possible: bool, replaces: bool) {
+        if replaces || !failures_possible {
+            self.writes.clear();
+        } else if self.writes.len() >= self.writes_prune_at.max(4) {
+            self.writes
+                .retain(|w| !matches!(w.status(), Ok(Status::Complete)));
+            self.writes_prune_at = 2 * self.writes.len();
+        }
+        self.writes.push(event.clone());
     }
 
-    /// The newest write, for a host read to check once it has ended (the *failed write* rule).
-    pub(crate) fn last_write(&self) -> Option<&Event> {
-        self.last_write.as_ref()
+    /// The *failed write* rule: the failure of a write the buffer's contents come from,
+    /// if one failed (asks the driver until each write has ended, then remembers).
+    pub(crate) fn failed_write(&self) -> Option<FailedCommand> {
+        self.writes.iter().find_map(failure::failure_of)
+    }
+
+    /// The writes the buffer's contents come from, for a host read to check once it has
+    /// ended (the *failed write* rule).
+    pub(crate) fn writes(&self) -> &[Event] {
+        &self.writes
     }
 
     /// Whether every command recorded here, and every use of lent host memory, has ended
@@ -195,7 +215,7 @@ impl Record {
     pub(crate) fn forget_failures(&mut self) {
         self.failed.clear();
         self.saw_failure = false;
-        self.last_write = None;
+        self.writes.clear();
         self.events.prune_each(true);
         self.events.prune(Event::state);
     }
@@ -229,7 +249,7 @@ impl Record {
     /// the last write is of no more interest.
     pub(crate) fn released(&mut self) {
         self.host.clear();
-        self.last_write = None;
+        self.writes.clear();
     }
 
     /// Flushes the library queues whose commands this record holds, for a release that

@@ -35,12 +35,16 @@
 //!   up to the context's free grace; a reference held outside the library (a forgotten
 //!   mapping, a raw retain) can delay it longer, which the report shows as
 //!   `freed: false`, with the time spent in `free_wait`.
-//! - **Failed write.** A failed write leaves the buffer's contents undefined: a command
-//!   that reads the buffer after its last write failed is refused with
+//! - **Failed write.** A failed write leaves the buffer's contents undefined (it may have
+//!   run in part, or not at all): a command that reads the buffer after one of the writes
+//!   its contents come from failed is refused with
 //!   [`Error::DependencyFailed`](crate::Error::DependencyFailed) naming that write (a host
 //!   read that was already enqueued returns that error when it ends). A write that reads
-//!   nothing of the buffer (`write`, `write_owned`, `fill`, a copy into it) replaces the
-//!   failed one, and reads succeed again.
+//!   nothing of the buffer and covers all of it (`write`, `write_owned`, `fill`, a copy
+//!   into all of it) replaces the failed one, and reads succeed again; a partial write
+//!   (`write_at`, `fill_range`, `copy_range`) leaves the rest of the buffer to the failed
+//!   one, and does not. On a driver whose failures echo on their queue (NVIDIA), a command
+//!   that followed a failed one on its queue counts as failed ([`crate::core::echo`]).
 //! - **Mapped.** A mapped buffer refuses device commands that conflict with the mapping
 //!   ([`Error::Mapped`](crate::Error::Mapped)): nothing writes memory the host reads, and a
 //!   writable mapping is exclusive.
@@ -56,6 +60,7 @@
 //! | pool state | [`crate::alloc`] | acquire, take back, trim | a block's `free_for` status queries; never an enqueue |
 //! | program cache | [`crate::api`] `Context` | `program` | the build (`clBuildProgram`) |
 //! | records of a command's buffers, in buffer-ID order | [`block::Block`] | [`submit::Submit`] | status queries, flushes of other queues, the enqueue, the fold's marker |
+//! | a queue's echo | [`crate::core::echo`] | an enqueue on a queue that keeps one (inside the records; around a launch's kernel state), status reads | the enqueue (and the settling marker's), status queries of the commands it watches |
 //! | kernel state | [`crate::kernel`] | a launch's enqueue (inside the records), a release's unbind (no record held) | `clSetKernelArg` and `clEnqueueNDRangeKernel` |
 //! | a block's kernel list | [`block::Block`] | `set_args` (inside the kernel state) | nothing |
 //! | an event's dependency list | [`crate::event`] | status reads | nothing |

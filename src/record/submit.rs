@@ -73,6 +73,9 @@ pub(crate) struct Touch<'a> {
     /// read, a kernel's writable argument (it may read too) and a map; not a write, fill
     /// or copy into it, nor an unmap.
     pub(crate) reads: bool,
+    /// Whether the command writes all of the buffer (the *failed write* rule: with no
+    /// read, it replaces every earlier write).
+    pub(crate) covers: bool,
 }
 
 impl<'a> Touch<'a> {
@@ -84,6 +87,15 @@ impl<'a> Touch<'a> {
             access,
             map: MapStep::None,
             reads: access == Access::Read,
+            covers: false,
+        }
+    }
+
+    /// A command that only writes the buffer: all of it when `covers`.
+    pub(crate) fn write(block: &'a Block, covers: bool) -> Self {
+        Touch {
+            covers,
+            ..Touch::new(block, Access::Write)
         }
     }
 
@@ -102,6 +114,7 @@ struct Locked<'a> {
     access: Access,
     map: MapStep,
     reads: bool,
+    covers: bool,
     record: MutexGuard<'a, Record>,
 }
 
@@ -132,13 +145,13 @@ impl Submit<'_> {
         self.run_reading(touches, enqueue, None)
     }
 
-    /// [`Submit::run`], also handing back in `writer` the last write of the (one) buffer
+    /// [`Submit::run`], also handing back in `writer` the writes the contents of the (one) buffer
     /// touched, for a host read to check once it has ended (the *failed write* rule).
     pub(crate) fn run_reading<'t>(
         &self,
         touches: impl IntoIterator<Item = &'t Touch<'t>>,
         mut enqueue: impl FnMut(&[cl_event]) -> Result<cl_event>,
-        writer: Option<&mut Option<Event>>,
+        writer: Option<&mut Vec<Event>>,
     ) -> Result<Event> {
         let queue = self.queue;
         if !self.deps.iter().all(|d| d.in_context(&queue.ctx)) {
@@ -152,14 +165,14 @@ impl Submit<'_> {
         // NVIDIA then refuses the enqueue with the failed status: gather again (the failed
         // event is left out, or refuses the command) a few times.
         let mut attempts = 0;
-        let (raw, holds, had_wait_list) = loop {
+        let ((raw, seq), holds, had_wait_list) = loop {
             let Gathered {
                 wait,
                 holds,
                 unelided,
             } = self.gather(&mut locked, failures_possible)?;
             let wait = wait.as_slice();
-            match enqueue(wait) {
+            match queue.enqueue_tracked(!wait.is_empty(), || enqueue(wait)) {
                 Ok(raw) => {
                     queue.ctx.stats.count_enqueue(wait.len(), unelided);
                     break (raw, holds, !wait.is_empty());
@@ -179,7 +192,7 @@ impl Submit<'_> {
         };
         queue.mark_dirty();
         let deps = (holds.len() != 0).then(|| holds.into_boxed_slice());
-        let event = Event::from_enqueue(raw, queue, deps);
+        let event = Event::from_enqueue(raw, queue, deps, seq);
         self.commit(
             &mut locked,
             &event,
@@ -211,12 +224,14 @@ impl Submit<'_> {
                         last.access = Access::Write;
                     }
                     last.reads |= touch.reads;
+                    last.covers |= touch.covers;
                 }
                 _ => locked.push(Locked {
                     block: touch.block,
                     access: touch.access,
                     map: touch.map,
                     reads: touch.reads,
+                    covers: touch.covers,
                     record: touch.block.lock_record(),
                 }),
             }
@@ -291,8 +306,8 @@ impl Submit<'_> {
             // then a reader is refused (the failed write rule).
             let ended = failures_possible && entry.event.is_terminal();
             if ended && reads && entry.access == Access::Write {
-                let last = record.last_write().map(Event::as_raw);
-                if last == Some(entry.event.as_raw()) {
+                let raw = entry.event.as_raw();
+                if record.writes().iter().any(|w| w.as_raw() == raw) {
                     if let Some(failed) = failure_of(&entry.event) {
                         return Err(failed.into());
                     }
@@ -339,11 +354,11 @@ impl Submit<'_> {
         event: &Event,
         had_wait_list: bool,
         failures_possible: bool,
-        mut writer: Option<&mut Option<Event>>,
+        mut writer: Option<&mut Vec<Event>>,
     ) {
         for l in locked.iter_mut() {
             if let Some(writer) = writer.as_deref_mut() {
-                *writer = l.record.last_write().cloned();
+                *writer = l.record.writes().to_vec();
             }
             l.record.record(
                 self.queue.lane,
@@ -351,6 +366,7 @@ impl Submit<'_> {
                 event.clone(),
                 had_wait_list,
                 failures_possible,
+                l.covers && !l.reads,
             );
             l.record.apply_map(l.map);
         }
@@ -395,10 +411,16 @@ impl Submit<'_> {
         let folded: Vec<cl_event> = holds.iter().map(Event::as_raw).collect();
         // SAFETY: `queue` is live (held by `self`); the wait list holds live events
         // (retained by `holds`) and outlives the call.
-        let raw = unsafe { ffi::enqueue_marker(queue.raw, &folded) }?;
+        let (raw, seq) = queue.enqueue_tracked(!folded.is_empty(), || unsafe {
+            ffi::enqueue_marker(queue.raw, &folded)
+        })?;
         queue.mark_dirty();
         let deps = (!holds.is_empty()).then(|| holds.into_boxed_slice());
-        record.fold(count, queue.lane, Event::from_enqueue(raw, queue, deps));
+        record.fold(
+            count,
+            queue.lane,
+            Event::from_enqueue(raw, queue, deps, seq),
+        );
         Ok(())
     }
 }

@@ -1,0 +1,333 @@
+//! A failure's echo on its queue: which commands of a queue a driver may have skipped
+//! while reporting them complete, after another command of that queue failed.
+//!
+//! NVIDIA's driver runs a queue's commands in order, out-of-order queues included, and
+//! when one of them fails (a gate it waits on failed, or a dependency did) the commands
+//! behind it on that queue are skipped: most are reported failed, but now and then one is
+//! reported complete although it never ran (design trap "a failure echoes on its queue").
+//! The commands enqueued right after the failure are hit too, even with empty wait lists,
+//! until the queue has drained once. A status that says complete is then a lie the driver
+//! gives no way to see, so the library keeps, for each queue of such a driver, the
+//! stretches of commands that may have been skipped and reports those as failed.
+//!
+//! # Rules
+//!
+//! - **Watched.** Once a failure is possible, every command of the queue that has a wait
+//!   list (it can fail) or is enqueued inside an open window is watched until it is seen
+//!   ended. Commands get consecutive sequence numbers in enqueue order.
+//! - **Window.** When a watched command is seen failed, every command after it on the
+//!   queue is suspect: a window opens at the next sequence number.
+//! - **Settle.** An open window closes once a marker enqueued on the queue after every
+//!   watched command before it had ended has itself ended: the queue drained once, and a
+//!   command enqueued from then on runs. The window ends at the first command enqueued
+//!   after the marker was seen ended; the marker is never waited for, so a queue that
+//!   holds a command behind a closed gate only keeps its window open longer.
+//! - **Skipped.** A command that the driver reports complete and whose sequence number
+//!   lies in a window is reported failed (`CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`):
+//!   its effect is unknown, as a failed command's is.
+
+use crate::ffi::{self, CL_COMPLETE, cl_event, cl_int};
+
+/// A command the echo watches: something whose execution status can be read.
+pub(crate) trait Watched {
+    /// The driver's execution status (negative once failed).
+    fn status(&self) -> cl_int;
+}
+
+/// One queue's echo state; see the module's rules.
+pub(crate) struct Echo<W: Watched> {
+    /// The sequence number of the next command enqueued.
+    next: u64,
+    /// Watched commands not seen ended, in enqueue order.
+    watched: Vec<(u64, W)>,
+    /// Stretches `[from, until)` of suspect commands; the last may be open
+    /// (`until == u64::MAX`).
+    windows: Vec<(u64, u64)>,
+    /// The marker that will close the open window, with its sequence number.
+    settle: Option<(u64, W)>,
+}
+
+/// At most this many closed windows are kept; older ones merge into one.
+const MAX_WINDOWS: usize = 64;
+
+impl<W: Watched> Default for Echo<W> {
+    fn default() -> Self {
+        Echo {
+            next: 1,
+            watched: Vec::new(),
+            windows: Vec::new(),
+            settle: None,
+        }
+    }
+}
+
+impl<W: Watched> Echo<W> {
+    fn open(&self) -> bool {
+        self.windows
+            .last()
+            .is_some_and(|&(_, until)| until == u64::MAX)
+    }
+
+    /// Reads the watched commands' statuses (those before `before`): ended ones go, and a
+    /// failed one opens a window after itself. Then closes the open window if its
+    /// settling marker has ended.
+    fn update(&mut self, before: u64) {
+        let mut failed_at = None;
+        self.watched.retain(|(seq, w)| {
+            if *seq >= before {
+                return true;
+            }
+            let status = w.status();
+            if status < 0 && failed_at.is_none() {
+                failed_at = Some(*seq);
+            }
+            status > CL_COMPLETE
+        });
+        if let Some(seq) = failed_at {
+            self.open_after(seq);
+        }
+        if let Some((_, marker)) = &self.settle {
+            if marker.status() <= CL_COMPLETE {
+                self.settle = None;
+                if let Some(last) = self.windows.last_mut() {
+                    last.1 = self.next;
+                }
+            }
+        }
+    }
+
+    fn open_after(&mut self, seq: u64) {
+        let from = seq + 1;
+        match self.windows.last_mut() {
+            Some(last) if last.1 == u64::MAX => last.0 = last.0.min(from),
+            // A failure inside the last closed window reopens it from there.
+            Some(last) if last.1 > from => {
+                last.0 = last.0.min(from);
+                last.1 = u64::MAX;
+            }
+            _ => {
+                if self.windows.len() == MAX_WINDOWS {
+                    let (first, second) = (self.windows[0], self.windows[1]);
+                    self.windows[1] = (first.0, second.1);
+                    self.windows.remove(0);
+                }
+                self.windows.push((from, u64::MAX));
+            }
+        }
+        // A marker enqueued before this failure says nothing of its echo.
+        self.settle = None;
+    }
+
+    /// Before a command is enqueued: updates the state, and says whether a settling
+    /// marker should be enqueued first (a window is open, none is pending, and every
+    /// watched command before now has ended).
+    pub(crate) fn before_enqueue(&mut self) -> bool {
+        self.update(self.next);
+        self.open() && self.settle.is_none() && self.watched.is_empty()
+    }
+
+    /// Notes the settling marker just enqueued.
+    pub(crate) fn settling(&mut self, marker: W) {
+        self.settle = Some((self.next, marker));
+        self.next += 1;
+    }
+
+    /// Whether a command with a wait list (`may_fail`) enqueued now would be watched.
+    pub(crate) fn watches(&self, may_fail: bool) -> bool {
+        may_fail || self.open()
+    }
+
+    /// Notes a command just enqueued, watched (`Some`) or not; returns its sequence
+    /// number.
+    pub(crate) fn enqueued(&mut self, watched: Option<W>) -> u64 {
+        let seq = self.next;
+        self.next += 1;
+        if let Some(w) = watched {
+            self.watched.push((seq, w));
+        }
+        seq
+    }
+
+    /// Whether the command numbered `seq`, which the driver reports complete, may have
+    /// been skipped (the *skipped* rule).
+    pub(crate) fn skipped(&mut self, seq: u64) -> bool {
+        self.update(seq);
+        self.windows
+            .iter()
+            .any(|&(from, until)| from <= seq && seq < until)
+    }
+}
+
+/// A retained raw event, released on drop: what a queue's echo watches. It holds no
+/// library handle, so the queue and its watched commands do not keep each other alive.
+pub(crate) struct RawEvent(cl_event);
+
+// SAFETY: OpenCL event handles may be used from any thread (OpenCL 3.0 appendix A.2).
+unsafe impl Send for RawEvent {}
+
+impl RawEvent {
+    /// Takes one more reference to `raw`.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a valid event.
+    pub(crate) unsafe fn retain(raw: cl_event) -> Option<RawEvent> {
+        // SAFETY: as the caller vouches.
+        unsafe { ffi::retain_event(raw) }
+            .ok()
+            .map(|()| RawEvent(raw))
+    }
+
+    /// Takes over the one reference the caller owns.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a valid event whose reference the caller gives up.
+    pub(crate) unsafe fn own(raw: cl_event) -> RawEvent {
+        RawEvent(raw)
+    }
+}
+
+impl Watched for RawEvent {
+    fn status(&self) -> cl_int {
+        // An unreadable status counts as failed: nothing is known of the command.
+        ffi::execution_status(self.0).unwrap_or(-1)
+    }
+}
+
+impl Drop for RawEvent {
+    fn drop(&mut self) {
+        // SAFETY: one reference was taken in `retain` or handed over to `own`, and is
+        // given up here, once.
+        if let Err(e) = unsafe { ffi::release_event(self.0) } {
+            log::error!(target: "cl_lifetime::queue", "{e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    use super::{Echo, Watched};
+
+    const RUNNING: i32 = 2;
+
+    #[derive(Clone)]
+    struct Fake(Rc<Cell<i32>>);
+
+    impl Fake {
+        fn new() -> Fake {
+            Fake(Rc::new(Cell::new(RUNNING)))
+        }
+        fn set(&self, status: i32) {
+            self.0.set(status);
+        }
+    }
+
+    impl Watched for Fake {
+        fn status(&self) -> i32 {
+            self.0.get()
+        }
+    }
+
+    #[test]
+    fn without_a_failure_nothing_is_skipped() {
+        let mut echo = Echo::default();
+        let gated = Fake::new();
+        let a = echo.enqueued(Some(gated.clone()));
+        let b = echo.enqueued(None);
+        gated.set(0);
+        assert!(!echo.skipped(a));
+        assert!(!echo.skipped(b));
+        assert!(!echo.before_enqueue());
+    }
+
+    #[test]
+    fn commands_after_a_failed_one_are_skipped_until_the_queue_settles() {
+        let mut echo = Echo::default();
+        let before = echo.enqueued(None);
+        let gated = Fake::new();
+        let failing = echo.enqueued(Some(gated.clone()));
+        let behind = echo.enqueued(None);
+        gated.set(-1234);
+        // Enqueued after the failure, before anything settled.
+        let after = echo.enqueued(None);
+        assert!(!echo.skipped(before));
+        assert!(echo.skipped(behind));
+        assert!(echo.skipped(after));
+        // The settling marker goes in once every watched command has ended.
+        assert!(echo.before_enqueue());
+        let marker = Fake::new();
+        echo.settling(marker.clone());
+        assert!(!echo.before_enqueue(), "one marker at a time");
+        let while_settling = echo.enqueued(Some(Fake::new()));
+        marker.set(0);
+        assert!(
+            echo.skipped(while_settling),
+            "enqueued before the marker ended"
+        );
+        assert!(!echo.before_enqueue());
+        let settled = echo.enqueued(None);
+        assert!(!echo.skipped(settled));
+        assert!(echo.skipped(behind), "a closed window still counts");
+        let _ = failing;
+    }
+
+    #[test]
+    fn a_pending_watched_command_holds_the_settling_marker_back() {
+        let mut echo = Echo::default();
+        let failed = Fake::new();
+        echo.enqueued(Some(failed.clone()));
+        let behind_a_gate = Fake::new();
+        echo.enqueued(Some(behind_a_gate.clone()));
+        failed.set(-5);
+        assert!(
+            !echo.before_enqueue(),
+            "a command before may still fail and echo"
+        );
+        behind_a_gate.set(0);
+        assert!(echo.before_enqueue());
+    }
+
+    #[test]
+    fn a_failure_while_settling_needs_a_new_marker() {
+        let mut echo = Echo::default();
+        let first = Fake::new();
+        echo.enqueued(Some(first.clone()));
+        first.set(-1);
+        assert!(echo.before_enqueue());
+        let marker = Fake::new();
+        echo.settling(marker.clone());
+        let second = Fake::new();
+        let late = echo.enqueued(Some(second.clone()));
+        second.set(-1);
+        marker.set(0);
+        let next = echo.enqueued(None);
+        assert!(
+            echo.skipped(next),
+            "the second failure keeps the window open"
+        );
+        assert!(echo.skipped(late + 1));
+        assert!(echo.before_enqueue());
+    }
+
+    #[test]
+    fn only_the_newest_windows_are_kept_apart() {
+        let mut echo = Echo::default();
+        for _ in 0..super::MAX_WINDOWS + 10 {
+            let failing = Fake::new();
+            echo.enqueued(Some(failing.clone()));
+            failing.set(-1);
+            assert!(echo.before_enqueue());
+            let marker = Fake::new();
+            echo.settling(marker.clone());
+            marker.set(0);
+            echo.before_enqueue();
+            echo.enqueued(None);
+        }
+        assert!(echo.windows.len() <= super::MAX_WINDOWS);
+        assert!(echo.skipped(2), "merged windows still cover the oldest");
+    }
+}
