@@ -47,13 +47,11 @@ pub(crate) struct Record {
     /// A recorded command was seen to fail (the *shadow* rule then trusts no cover until the
     /// shadow has drained).
     saw_failure: bool,
-    /// The writes the buffer's contents come from (the *failed write* rule): the newest
-    /// one that replaced all of it, and every later one, less those seen complete once a
-    /// failure is possible (until then, only the newest write). A command that reads the
-    /// buffer after one of them failed reads data that was never written.
+    /// The writes the buffer's contents come from (the *failed write* rule): the newest,
+    /// and the one before it when that one had failed and the newest did not replace all
+    /// of the buffer. A command that reads the buffer after one of them failed reads data
+    /// that was never written.
     writes: Vec<Event>,
-    /// `writes` is pruned of complete writes when it grows to this length.
-    writes_prune_at: usize,
     /// Host memory that in-flight commands use (the *lent host memory* rule), with the event that ends the use.
     host: Vec<(Event, Box<dyn Any + Send>)>,
 }
@@ -133,7 +131,7 @@ impl Record {
 
     /// Records `event`; `failures_possible` is what the enqueue read from
     /// the *failures possible* flag ([`crate::core::gates`]); `replaces`: the command
-    /// writes all of the buffer and reads none of it.
+    /// writes all of the buffer, or reads it (see `record_write`).
     pub(crate) fn record(
         &mut self,
         lane: Lane,
@@ -178,15 +176,19 @@ impl Record {
     }
 
     /// The *failed write* rule: a write that replaces all of the buffer is all its
-    /// contents come from; a partial one leaves the rest to the writes before it, so
-    /// those stay of interest until seen complete.
+    /// contents come from, and so is one that reads the buffer (it was refused if a write
+    /// before it had failed, and waits on those still running, so it fails if they do).
+    /// A partial write that reads nothing leaves the rest to the writes before it; of
+    /// those only one that has failed needs keeping: one still running is in the new
+    /// write's wait list (a write waits on every earlier write, or follows it on an
+    /// in-order queue), so if it fails, the new write fails too.
     fn record_write(&mut self, event: &Event, failures_possible: bool, replaces: bool) {
         if replaces || !failures_possible {
             self.writes.clear();
-        } else if self.writes.len() >= self.writes_prune_at.max(4) {
+        } else {
             self.writes
-                .retain(|w| !matches!(w.status(), Ok(Status::Complete)));
-            self.writes_prune_at = 2 * self.writes.len();
+                .retain(|w| matches!(w.status(), Ok(Status::Failed(_))));
+            self.writes.truncate(1);
         }
         self.writes.push(event.clone());
     }

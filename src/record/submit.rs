@@ -366,7 +366,7 @@ impl Submit<'_> {
                 event.clone(),
                 had_wait_list,
                 failures_possible,
-                l.covers && !l.reads,
+                l.covers || l.reads,
             );
             l.record.apply_map(l.map);
         }
