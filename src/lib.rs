@@ -83,7 +83,6 @@ pub use api::map::{Mapped, MappedMut};
 pub use api::queue::{After, Queue};
 pub use core::context::FREE_GRACE;
 pub use core::device::{DEVICE_VAR, Device};
-pub use core::queue::ASSUME_ECHO_VAR;
 pub use core::stats::{HazardStats, MemoryStats};
 pub use error::{ClStatus, Error, Result, Transfer};
 pub use event::{Event, UserEvent, events_held, wait_all};

@@ -20,8 +20,10 @@
 //! - **Settle.** An open window closes once a marker enqueued on the queue after every
 //!   watched command before it had ended has itself ended: the queue drained once, and a
 //!   command enqueued from then on runs. The window ends at the first command enqueued
-//!   after the marker was seen ended; the marker is never waited for, so a queue that
-//!   holds a command behind a closed gate only keeps its window open longer.
+//!   after the marker was seen ended. The next command on the queue waits for the marker
+//!   (before it locks any record) when no user event of the context is still closed, so
+//!   the commands after a failure run as soon as the queue has drained; while one is
+//!   closed the marker is not waited for, and the window stays open longer.
 //! - **Skipped.** A command that the driver reports complete and whose sequence number
 //!   lies in a window is reported failed (`CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`):
 //!   its effect is unknown, as a failed command's is.
@@ -45,7 +47,16 @@ pub(crate) struct Echo<W: Watched> {
     windows: Vec<(u64, u64)>,
     /// The marker that will close the open window, with its sequence number.
     settle: Option<(u64, W)>,
+    /// The failure epoch ([`crate::core::gates`]) when the enqueue path last read the
+    /// watched commands' statuses.
+    polled_epoch: u64,
+    /// The enqueue path reads them again, with no new failure, once this many are watched.
+    poll_at: usize,
 }
+
+/// The fewest watched commands at which the enqueue path reads their statuses with no
+/// new failure seen.
+const POLL_AT: usize = 16;
 
 /// At most this many closed windows are kept; older ones merge into one.
 const MAX_WINDOWS: usize = 64;
@@ -57,6 +68,8 @@ impl<W: Watched> Default for Echo<W> {
             watched: Vec::new(),
             windows: Vec::new(),
             settle: None,
+            polled_epoch: 0,
+            poll_at: POLL_AT,
         }
     }
 }
@@ -68,21 +81,28 @@ impl<W: Watched> Echo<W> {
             .is_some_and(|&(_, until)| until == u64::MAX)
     }
 
-    /// Reads the watched commands' statuses (those before `before`): ended ones go, and a
-    /// failed one opens a window after itself. Then closes the open window if its
-    /// settling marker has ended.
+    /// Reads the watched commands' statuses (those before `before`), oldest first, up to
+    /// the first still running (the driver runs the queue in order: the ones after it
+    /// have not ended either, so each update costs one query more than the commands it
+    /// lets go). Ended ones go, and a failed one opens a window after itself. Then closes
+    /// the open window if its settling marker has ended.
     fn update(&mut self, before: u64) {
         let mut failed_at = None;
-        self.watched.retain(|(seq, w)| {
+        let mut ended = 0;
+        for (seq, w) in &self.watched {
             if *seq >= before {
-                return true;
+                break;
             }
             let status = w.status();
+            if status > CL_COMPLETE {
+                break;
+            }
             if status < 0 && failed_at.is_none() {
                 failed_at = Some(*seq);
             }
-            status > CL_COMPLETE
-        });
+            ended += 1;
+        }
+        self.watched.drain(..ended);
         if let Some(seq) = failed_at {
             self.open_after(seq);
         }
@@ -120,9 +140,16 @@ impl<W: Watched> Echo<W> {
 
     /// Before a command is enqueued: updates the state, and says whether a settling
     /// marker should be enqueued first (a window is open, none is pending, and every
-    /// watched command before now has ended).
-    pub(crate) fn before_enqueue(&mut self) -> bool {
-        self.update(self.next);
+    /// watched command before now has ended). `epoch` is the failure epoch: the statuses
+    /// are read only when a failure was seen since the last time, a window is open, or
+    /// the watched commands have doubled (so they stay few); a failure that happens
+    /// unseen is found by [`Echo::skipped`], which always reads them.
+    pub(crate) fn before_enqueue(&mut self, epoch: u64) -> bool {
+        if epoch != self.polled_epoch || self.open() || self.watched.len() >= self.poll_at {
+            self.polled_epoch = epoch;
+            self.update(self.next);
+            self.poll_at = (2 * self.watched.len()).max(POLL_AT);
+        }
         self.open() && self.settle.is_none() && self.watched.is_empty()
     }
 
@@ -188,6 +215,13 @@ impl RawEvent {
     }
 }
 
+impl RawEvent {
+    /// Blocks until the command has ended.
+    pub(crate) fn wait(&self) {
+        ffi::wait_terminal(&[self.0]);
+    }
+}
+
 impl Watched for RawEvent {
     fn status(&self) -> cl_int {
         // An unreadable status counts as failed: nothing is known of the command.
@@ -213,6 +247,13 @@ mod tests {
     use super::{Echo, Watched};
 
     const RUNNING: i32 = 2;
+
+    /// A new failure epoch at each call, so that every update reads the statuses.
+    fn epoch() -> u64 {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static EPOCH: AtomicU64 = AtomicU64::new(1);
+        EPOCH.fetch_add(1, Ordering::Relaxed)
+    }
 
     #[derive(Clone)]
     struct Fake(Rc<Cell<i32>>);
@@ -241,7 +282,7 @@ mod tests {
         gated.set(0);
         assert!(!echo.skipped(a));
         assert!(!echo.skipped(b));
-        assert!(!echo.before_enqueue());
+        assert!(!echo.before_enqueue(epoch()));
     }
 
     #[test]
@@ -258,17 +299,17 @@ mod tests {
         assert!(echo.skipped(behind));
         assert!(echo.skipped(after));
         // The settling marker goes in once every watched command has ended.
-        assert!(echo.before_enqueue());
+        assert!(echo.before_enqueue(epoch()));
         let marker = Fake::new();
         echo.settling(marker.clone());
-        assert!(!echo.before_enqueue(), "one marker at a time");
+        assert!(!echo.before_enqueue(epoch()), "one marker at a time");
         let while_settling = echo.enqueued(Some(Fake::new()));
         marker.set(0);
         assert!(
             echo.skipped(while_settling),
             "enqueued before the marker ended"
         );
-        assert!(!echo.before_enqueue());
+        assert!(!echo.before_enqueue(epoch()));
         let settled = echo.enqueued(None);
         assert!(!echo.skipped(settled));
         assert!(echo.skipped(behind), "a closed window still counts");
@@ -284,11 +325,11 @@ mod tests {
         echo.enqueued(Some(behind_a_gate.clone()));
         failed.set(-5);
         assert!(
-            !echo.before_enqueue(),
+            !echo.before_enqueue(epoch()),
             "a command before may still fail and echo"
         );
         behind_a_gate.set(0);
-        assert!(echo.before_enqueue());
+        assert!(echo.before_enqueue(epoch()));
     }
 
     #[test]
@@ -297,7 +338,7 @@ mod tests {
         let first = Fake::new();
         echo.enqueued(Some(first.clone()));
         first.set(-1);
-        assert!(echo.before_enqueue());
+        assert!(echo.before_enqueue(epoch()));
         let marker = Fake::new();
         echo.settling(marker.clone());
         let second = Fake::new();
@@ -310,7 +351,34 @@ mod tests {
             "the second failure keeps the window open"
         );
         assert!(echo.skipped(late + 1));
-        assert!(echo.before_enqueue());
+        assert!(echo.before_enqueue(epoch()));
+    }
+
+    #[test]
+    fn with_no_new_failure_the_enqueue_path_reads_statuses_only_as_the_watched_double() {
+        let mut echo = Echo::default();
+        assert!(!echo.before_enqueue(7));
+        let done: Vec<Fake> = (0..super::POLL_AT - 1).map(|_| Fake::new()).collect();
+        for d in &done {
+            echo.enqueued(Some(d.clone()));
+            d.set(0);
+        }
+        assert!(!echo.before_enqueue(7));
+        assert!(!echo.before_enqueue(7));
+        assert_eq!(
+            echo.watched.len(),
+            super::POLL_AT - 1,
+            "no new failure: not read"
+        );
+        echo.enqueued(Some(Fake::new()));
+        assert!(!echo.before_enqueue(7));
+        assert_eq!(echo.watched.len(), 1, "read once they reached the bound");
+        // A failure seen elsewhere makes the next enqueue read them.
+        let failing = Fake::new();
+        echo.enqueued(Some(failing.clone()));
+        failing.set(-1);
+        echo.watched.remove(0);
+        assert!(echo.before_enqueue(8), "the failure opened a window");
     }
 
     #[test]
@@ -320,11 +388,11 @@ mod tests {
             let failing = Fake::new();
             echo.enqueued(Some(failing.clone()));
             failing.set(-1);
-            assert!(echo.before_enqueue());
+            assert!(echo.before_enqueue(epoch()));
             let marker = Fake::new();
             echo.settling(marker.clone());
             marker.set(0);
-            echo.before_enqueue();
+            echo.before_enqueue(epoch());
             echo.enqueued(None);
         }
         assert!(echo.windows.len() <= super::MAX_WINDOWS);

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use super::context::ContextCore;
 use super::device::Device;
 use super::echo::{Echo, RawEvent};
-use super::gates::failures_possible;
+use super::gates::{failure_epoch, failures_possible};
 use crate::error::Result;
 use crate::ffi::{self, cl_command_queue, cl_event};
 use crate::launch::Limits;
@@ -28,10 +28,6 @@ pub(crate) struct QueueCore {
     /// have been skipped (see [`super::echo`]).
     echo: Option<Mutex<Echo<RawEvent>>>,
 }
-
-/// Set to `1`, every queue keeps an echo, whatever its driver: the tests use it to run
-/// the echo's code on drivers that do not need it.
-pub const ASSUME_ECHO_VAR: &str = "CL_LIFETIME_ASSUME_ECHO";
 
 // SAFETY: a cl_command_queue may be used from any thread (OpenCL 3.0 appendix A.2: every
 // call is thread-safe except clSetKernelArg); `dirty` is atomic.
@@ -61,10 +57,55 @@ impl QueueCore {
             ctx: ctx.clone(),
             limits: device.limits,
             dirty: AtomicBool::new(false),
-            echo: (device.echoes_failures()
-                || std::env::var(ASSUME_ECHO_VAR).is_ok_and(|v| v == "1"))
-            .then(|| Mutex::new(Echo::default())),
+            echo: device
+                .echoes_failures()
+                .then(|| Mutex::new(Echo::default())),
         })
+    }
+
+    /// The echo's *settle* rule, before a command's records are locked: when a window of
+    /// suspect commands is open and every command that may have opened it has ended,
+    /// enqueues a marker, and waits for it when no user event of the context is closed
+    /// (so the wait only lasts until the device has run what is queued), so that the
+    /// command about to be enqueued runs.
+    pub(crate) fn settle(&self) {
+        let Some(echo) = self.echo.as_ref().filter(|_| failures_possible()) else {
+            return;
+        };
+        let marker = {
+            let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
+            if !echo.before_enqueue(failure_epoch()) {
+                return;
+            }
+            // SAFETY: `raw` is live (held by `self`); an empty wait list waits for every
+            // command enqueued before.
+            let marker = match unsafe { ffi::enqueue_marker(self.raw, &[]) } {
+                Ok(marker) => marker,
+                Err(e) => {
+                    log::warn!(target: "cl_lifetime::queue", "settling a queue after a failure: {e}");
+                    return;
+                }
+            };
+            // SAFETY: the marker was just returned by the enqueue, so it is valid; this
+            // second reference is this function's.
+            let ours = unsafe { RawEvent::retain(marker) };
+            // SAFETY: the enqueue's reference, which nothing else releases, goes to the
+            // echo.
+            echo.settling(unsafe { RawEvent::own(marker) });
+            ours
+        };
+        let Some(marker) = marker else { return };
+        if let Err(e) = self.flush() {
+            log::warn!(target: "cl_lifetime::queue", "settling a queue after a failure: {e}");
+            return;
+        }
+        if self.ctx.gates.count() == 0 {
+            marker.wait();
+            // Sees the marker ended and closes the window.
+            echo.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .before_enqueue(failure_epoch());
+        }
     }
 
     /// Enqueues one command through `enqueue` and returns its event with its sequence
@@ -83,7 +124,7 @@ impl QueueCore {
             return Ok((enqueue()?, 0));
         };
         let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
-        if echo.before_enqueue() {
+        if echo.before_enqueue(failure_epoch()) {
             // SAFETY: `raw` is live (held by `self`); an empty wait list waits for every
             // command enqueued before.
             match unsafe { ffi::enqueue_marker(self.raw, &[]) } {

@@ -157,6 +157,9 @@ impl Submit<'_> {
         if !self.deps.iter().all(|d| d.in_context(&queue.ctx)) {
             return Err(Error::ContextMismatch);
         }
+        // After a failure on a queue whose failures echo, let the queue drain first when
+        // it can, so that this command runs ([`crate::core::echo`]).
+        queue.settle();
         let mut locked = self.lock(touches)?;
         // Reading an event's status costs microseconds on some drivers (NVIDIA), so the
         // statuses of dependencies and hazards are read only once a failure is possible.

@@ -2163,20 +2163,6 @@ fn random_schedules_with_failures_keep_the_failure_rule() {
     );
 }
 
-/// The same, with every queue keeping an echo ([`cl_lifetime::ASSUME_ECHO_VAR`]), as
-/// queues of NVIDIA's driver do: the commands after a failed one on its queue are
-/// reported failed until the queue settles, and the failure rule must hold all the same
-/// (with no hang, and no leak of the events the echo watches).
-#[test]
-fn random_schedules_with_failures_keep_the_failure_rule_where_failures_echo() {
-    common::isolated(
-        &test_path!(random_schedules_with_failures_keep_the_failure_rule_where_failures_echo),
-        FAILURE_RUN_LIMIT,
-        &[(cl_lifetime::ASSUME_ECHO_VAR, "1")],
-        || failure_schedules(0xEC40_5C4E_D000_0005),
-    );
-}
-
 fn failure_schedules(base: u64) {
     let one = device!();
     let Some(runs) = runs(one, FAILURE_SCHEDULES_VAR, DEFAULT_FAILURE_SCHEDULES, base) else {
