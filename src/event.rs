@@ -272,6 +272,61 @@ impl Event {
         self.inner.raw
     }
 
+    /// Whether the command has completed or failed. An event whose status cannot be read
+    /// counts as terminal: nothing can wait on it anyway.
+    pub fn is_terminal(&self) -> bool {
+        self.status().map_or(true, Status::is_terminal)
+    }
+
+    /// The status as the tracker sees it; an unreadable status counts as failed.
+    pub(crate) fn state(&self) -> crate::tracker::State {
+        self.status()
+            .map_or(crate::tracker::State::Failed, Status::state)
+    }
+
+    /// The kind of command this event belongs to.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`] when the type cannot be queried.
+    pub fn command_kind(&self) -> Result<CommandKind> {
+        Ok(CommandKind::from_raw(ffi::command_type(self.inner.raw)?))
+    }
+
+    /// Blocks until the command completes or fails.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CommandFailed`] when it ended with an error status.
+    pub fn wait(&self) -> Result<()> {
+        ffi::wait_terminal(&[self.inner.raw]);
+        match self.status()? {
+            Status::Failed(status) => Err(Error::CommandFailed { status }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Flushes the library queue this event came from, if it has unflushed work, so that
+    /// another queue can wait on it (design trap "flush before a cross-queue wait").
+    pub(crate) fn flush_producer(&self) -> Result<()> {
+        match &self.inner.queue {
+            Some(queue) => queue.flush_if_dirty(),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn same_queue(&self, queue: &QueueCore) -> bool {
+        self.inner
+            .queue
+            .as_ref()
+            .is_some_and(|q| std::ptr::eq(Arc::as_ptr(q), queue))
+    }
+}
+
+/// Reading a command's status: once from the driver when it is terminal, and, once a
+/// failure is possible, resolved against the command's queue and wait list (a driver's
+/// "complete" is not taken on trust after a failure).
+impl Event {
     /// The command's execution status.
     ///
     /// # Errors
@@ -421,56 +476,6 @@ impl Event {
             .iter()
             .map(Event::raw_status_now)
             .find(|&status| status < 0)
-    }
-
-    /// Whether the command has completed or failed. An event whose status cannot be read
-    /// counts as terminal: nothing can wait on it anyway.
-    pub fn is_terminal(&self) -> bool {
-        self.status().map_or(true, Status::is_terminal)
-    }
-
-    /// The status as the tracker sees it; an unreadable status counts as failed.
-    pub(crate) fn state(&self) -> crate::tracker::State {
-        self.status()
-            .map_or(crate::tracker::State::Failed, Status::state)
-    }
-
-    /// The kind of command this event belongs to.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Cl`] when the type cannot be queried.
-    pub fn command_kind(&self) -> Result<CommandKind> {
-        Ok(CommandKind::from_raw(ffi::command_type(self.inner.raw)?))
-    }
-
-    /// Blocks until the command completes or fails.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::CommandFailed`] when it ended with an error status.
-    pub fn wait(&self) -> Result<()> {
-        ffi::wait_terminal(&[self.inner.raw]);
-        match self.status()? {
-            Status::Failed(status) => Err(Error::CommandFailed { status }),
-            _ => Ok(()),
-        }
-    }
-
-    /// Flushes the library queue this event came from, if it has unflushed work, so that
-    /// another queue can wait on it (design trap "flush before a cross-queue wait").
-    pub(crate) fn flush_producer(&self) -> Result<()> {
-        match &self.inner.queue {
-            Some(queue) => queue.flush_if_dirty(),
-            None => Ok(()),
-        }
-    }
-
-    pub(crate) fn same_queue(&self, queue: &QueueCore) -> bool {
-        self.inner
-            .queue
-            .as_ref()
-            .is_some_and(|q| std::ptr::eq(Arc::as_ptr(q), queue))
     }
 }
 

@@ -175,36 +175,6 @@ impl Record {
         }
     }
 
-    /// The *failed write* rule: a write that replaces all of the buffer is all its
-    /// contents come from, and so is one that reads the buffer (it was refused if a write
-    /// before it had failed, and waits on those still running, so it fails if they do).
-    /// A partial write that reads nothing leaves the rest to the writes before it; of
-    /// those only one that has failed needs keeping: one still running is in the new
-    /// write's wait list (a write waits on every earlier write, or follows it on an
-    /// in-order queue), so if it fails, the new write fails too.
-    fn record_write(&mut self, event: &Event, failures_possible: bool, replaces: bool) {
-        if replaces || !failures_possible {
-            self.writes.clear();
-        } else {
-            self.writes
-                .retain(|w| matches!(w.status(), Ok(Status::Failed(_))));
-            self.writes.truncate(1);
-        }
-        self.writes.push(event.clone());
-    }
-
-    /// The *failed write* rule: the failure of a write the buffer's contents come from,
-    /// if one failed (asks the driver until each write has ended, then remembers).
-    pub(crate) fn failed_write(&self) -> Option<FailedCommand> {
-        self.writes.iter().find_map(failure::failure_of)
-    }
-
-    /// The writes the buffer's contents come from, for a host read to check once it has
-    /// ended (the *failed write* rule).
-    pub(crate) fn writes(&self) -> &[Event] {
-        &self.writes
-    }
-
     /// Whether every command recorded here, and every use of lent host memory, has ended
     /// (asks the driver; never blocks).
     pub(crate) fn all_ended(&mut self) -> bool {
@@ -272,5 +242,38 @@ impl Record {
     pub(crate) fn keep_alive(&mut self, event: Event, payload: Box<dyn Any + Send>) {
         self.prune_host();
         self.host.push((event, payload));
+    }
+}
+
+/// The *failed write* rule ([`crate::record`]): the writes a buffer's contents come from.
+impl Record {
+    /// The *failed write* rule: a write that replaces all of the buffer is all its
+    /// contents come from, and so is one that reads the buffer (it was refused if a write
+    /// before it had failed, and waits on those still running, so it fails if they do).
+    /// A partial write that reads nothing leaves the rest to the writes before it; of
+    /// those only one that has failed needs keeping: one still running is in the new
+    /// write's wait list (a write waits on every earlier write, or follows it on an
+    /// in-order queue), so if it fails, the new write fails too.
+    fn record_write(&mut self, event: &Event, failures_possible: bool, replaces: bool) {
+        if replaces || !failures_possible {
+            self.writes.clear();
+        } else {
+            self.writes
+                .retain(|w| matches!(w.status(), Ok(Status::Failed(_))));
+            self.writes.truncate(1);
+        }
+        self.writes.push(event.clone());
+    }
+
+    /// The *failed write* rule: the failure of a write the buffer's contents come from,
+    /// if one failed (asks the driver until each write has ended, then remembers).
+    pub(crate) fn failed_write(&self) -> Option<FailedCommand> {
+        self.writes.iter().find_map(failure::failure_of)
+    }
+
+    /// The writes the buffer's contents come from, for a host read to check once it has
+    /// ended (the *failed write* rule).
+    pub(crate) fn writes(&self) -> &[Event] {
+        &self.writes
     }
 }
