@@ -53,6 +53,12 @@ if ! have_icd; then pkgs+=(pocl-opencl-icd); fi
 if [ ! -e /usr/lib/oclgrind/liboclgrind-rt-icd.so ] && command -v apt-get >/dev/null 2>&1; then
   pkgs+=(oclgrind)
 fi
+# CLBlast: a library the tests run commands of through the raw-command entry point
+# (loaded at run time; the tests that need it say so and skip where it is absent).
+if ! ls /usr/lib/*/libclblast.so.1 /usr/lib64/libclblast.so.1 >/dev/null 2>&1 &&
+  command -v apt-get >/dev/null 2>&1; then
+  pkgs+=(libclblast1)
+fi
 if [ ${#pkgs[@]} -gt 0 ] && ! command -v cc >/dev/null 2>&1; then pkgs+=(gcc libc6-dev); fi
 if [ ${#pkgs[@]} -gt 0 ] && ! command -v clinfo >/dev/null 2>&1; then pkgs+=(clinfo); fi
 

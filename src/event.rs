@@ -241,24 +241,58 @@ impl Event {
         }
     }
 
-    /// Takes ownership of one reference to `raw`.
+    /// An event for the raw handle `raw`, made by other code (an enqueue through opencl3,
+    /// a C library's command): the library takes its own reference, and the caller keeps
+    /// theirs. It may be given to [`Queue::after`](crate::Queue::after) like any other.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a valid `cl_event`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`] when the driver refuses the reference (`clRetainEvent`).
+    pub unsafe fn from_raw(raw: cl_event) -> Result<Event> {
+        // SAFETY: as the caller vouches; the reference taken here is the `Event`'s.
+        unsafe { ffi::retain_event(raw) }?;
+        // SAFETY: one reference is now the library's.
+        Ok(unsafe { Event::from_raw_owned(raw) })
+    }
+
+    /// An event that takes over the caller's reference to `raw` (the one a `clEnqueue*`
+    /// call returned, say), released when the last clone of the `Event` drops.
     ///
     /// # Safety
     ///
     /// - `raw` is a valid `cl_event`;
     /// - the caller gives up one reference to it (from a `clEnqueue*` call,
-    ///   `clCreateUserEvent` or `clRetainEvent`), which the `Event` will release.
-    pub unsafe fn from_raw(raw: cl_event) -> Event {
+    ///   `clCreateUserEvent` or `clRetainEvent`), which the `Event` will release, and
+    ///   does not use `raw` after the `Event` is gone.
+    pub unsafe fn from_raw_owned(raw: cl_event) -> Event {
         let context = ffi::event_context(raw);
         // SAFETY: as the caller vouches.
         unsafe { Event::adopt(raw, context) }
     }
 
-    /// [`Event::from_raw`] for an event of `context`.
+    /// One more reference to `raw`, an event of `context` that the library already holds,
+    /// as an `Event` of its own; `None` when the driver refuses the reference.
     ///
     /// # Safety
     ///
-    /// As [`Event::from_raw`], and `raw` belongs to `context`.
+    /// `raw` is a valid event of `context`.
+    pub(crate) unsafe fn retained(raw: cl_event, context: cl_context) -> Option<Event> {
+        // SAFETY: as the caller vouches; the reference taken here is the `Event`'s.
+        unsafe { ffi::retain_event(raw) }.ok()?;
+        Some(Event {
+            inner: Arc::new(EventInner::new(raw, context, None, None, 0)),
+        })
+    }
+
+    /// [`Event::from_raw_owned`] for an event of `context`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Event::from_raw_owned`], and `raw` belongs to `context`.
     unsafe fn adopt(raw: cl_event, context: cl_context) -> Event {
         // An event from outside may fail without the library seeing it.
         note_failure_possible();
@@ -270,6 +304,23 @@ impl Event {
     /// The raw handle, still owned by this `Event`.
     pub fn as_raw(&self) -> cl_event {
         self.inner.raw
+    }
+
+    /// When the command was queued, submitted, started and ended, from a queue made with
+    /// [`QueueOptions::profiling`](crate::QueueOptions::profiling).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`] with `CL_PROFILING_INFO_NOT_AVAILABLE` when the queue does not
+    /// profile, the command has not completed, or it is a user event.
+    pub fn profile(&self) -> Result<Profile> {
+        let [queued, submitted, started, ended] = ffi::profiling_times(self.inner.raw)?;
+        Ok(Profile {
+            queued,
+            submitted,
+            started,
+            ended,
+        })
     }
 
     /// Whether the command has completed or failed. An event whose status cannot be read
@@ -476,6 +527,33 @@ impl Event {
             .iter()
             .map(Event::raw_status_now)
             .find(|&status| status < 0)
+    }
+}
+
+/// When a command was queued, submitted, started and ended: `CL_PROFILING_COMMAND_*`, in
+/// nanoseconds of the device's clock (comparable between commands of one device).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Profile {
+    /// When the host enqueued it.
+    pub queued: u64,
+    /// When the host handed it to the device.
+    pub submitted: u64,
+    /// When the device started running it.
+    pub started: u64,
+    /// When the device finished it.
+    pub ended: u64,
+}
+
+impl Profile {
+    /// How long it ran on the device (end - start).
+    pub fn duration(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.ended.saturating_sub(self.started))
+    }
+
+    /// How long it waited between being enqueued and starting (start - queued): its wait
+    /// list, the queue's order and the device's load.
+    pub fn waited(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.started.saturating_sub(self.queued))
     }
 }
 

@@ -80,17 +80,22 @@ pub use alloc::{Arena, POISON, Pool, PoolOptions, PoolStats};
 pub use api::buffer::{ClBuffer, PendingRead};
 pub use api::context::Context;
 pub use api::map::{Mapped, MappedMut};
-pub use api::queue::{After, Queue};
+pub use api::queue::{After, Queue, QueueOptions};
+pub use api::raw::BufferUse;
 pub use core::context::FREE_GRACE;
 pub use core::device::{DEVICE_VAR, Device};
 pub use core::stats::{HazardStats, MemoryStats};
 pub use error::{ClStatus, Error, Result, Transfer};
-pub use event::{Event, UserEvent, events_held, wait_all};
+pub use event::{Event, Profile, UserEvent, events_held, wait_all};
 pub use kernel::{Arg, KERNELS_VAR, Kernel, Program};
+/// The opencl3 this crate is built on, for raw code that works beside it: one and the
+/// same version, so its handles and types agree with the library's.
+pub use opencl3;
 pub use pod::Pod;
 pub use record::failure::FailedCommand;
 pub use record::release::ReleaseReport;
 pub use status::{CommandKind, ExecStatus, Status};
+pub use tracker::Access;
 
 /// The README's examples run as doc tests.
 #[cfg(doctest)]

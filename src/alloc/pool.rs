@@ -376,7 +376,7 @@ impl PoolInner {
             // SAFETY: the pool's queue and the new block are live.
             let migrated = unsafe { ffi::enqueue_migrate(self.queue.as_raw(), block.raw()) }?;
             // SAFETY: `migrated` came from the enqueue above; its one reference is handed over.
-            let event = unsafe { Event::from_raw(migrated) };
+            let event = unsafe { Event::from_raw_owned(migrated) };
             event.wait()?;
         }
         Ok(block)

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::queue::Queue;
 use crate::core::context::ContextCore;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::ffi::{self, cl_mem};
 use crate::pod::Pod;
@@ -50,6 +50,23 @@ impl<T: Pod> ClBuffer<T> {
         // SAFETY: `init` is null, or points to `len` elements of `T`, `bytes` readable
         // bytes (checked above).
         let block = unsafe { Block::create(ctx, bytes, init, Location::caller()) }?;
+        Ok(ClBuffer::from_block(block, len))
+    }
+
+    /// A buffer for `raw`, a memory object of `ctx` made by other code; see
+    /// [`ClBuffer::from_raw`].
+    ///
+    /// # Safety
+    ///
+    /// As [`ClBuffer::from_raw`].
+    #[track_caller]
+    pub(crate) unsafe fn adopt(ctx: &Arc<ContextCore>, raw: cl_mem) -> Result<Self> {
+        // SAFETY: as the caller vouches.
+        let block = unsafe { Block::adopt_raw(ctx, raw, Location::caller()) }?;
+        let len = block.bytes() / size_of::<T>().max(1);
+        if len == 0 || size_of::<T>() == 0 {
+            return Err(Error::ZeroLength);
+        }
         Ok(ClBuffer::from_block(block, len))
     }
 
@@ -159,6 +176,30 @@ impl<T: Pod> ClBuffer<T> {
         std::mem::swap(self, &mut grown);
         grown.release_deferred();
         Ok(())
+    }
+
+    /// A buffer for the raw handle `raw`, a memory object of `ctx` made by other code
+    /// (opencl3, a C library), holding `CL_MEM_SIZE / size_of::<T>()` elements: the
+    /// library takes its own reference, and the caller keeps theirs. From then on it is
+    /// tracked like any other buffer; commands the caller enqueues on it directly are
+    /// not, unless told with [`After::enqueue_raw`](crate::After::enqueue_raw). Its
+    /// release gives up the library's reference once the buffer's commands have ended,
+    /// without waiting for the memory to be freed, which the caller's reference keeps
+    /// ([`ReleaseReport::freed`] says whether it was).
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a valid `cl_mem`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ContextMismatch`] when `raw` belongs to another context;
+    /// [`Error::Cl`] when its size cannot be read; [`Error::ZeroLength`] when it holds no
+    /// whole `T`.
+    #[track_caller]
+    pub unsafe fn from_raw(ctx: &crate::Context, raw: cl_mem) -> Result<Self> {
+        // SAFETY: as the caller vouches.
+        unsafe { ClBuffer::adopt(ctx.core(), raw) }
     }
 
     /// The raw handle, still owned by this buffer. Commands enqueued on it directly are

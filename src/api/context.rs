@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::buffer::ClBuffer;
-use super::queue::Queue;
+use super::queue::{Queue, QueueOptions};
 use crate::core::context::ContextCore;
 use crate::core::device::Device;
 use crate::core::queue::QueueCore;
@@ -178,7 +178,50 @@ impl Context {
     }
 
     fn queue_of(&self, device: &Device, out_of_order: bool) -> Result<Queue> {
-        let core = QueueCore::create(self.core(), device, out_of_order)?;
+        self.queue_on_with(device, QueueOptions::default().out_of_order(out_of_order))
+    }
+
+    /// A new command queue on the first device, made as `options` say (out of order,
+    /// profiling).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`] with `CL_INVALID_QUEUE_PROPERTIES` when the device cannot make such
+    /// a queue.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::QueueOptions;
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue_with(QueueOptions::default().profiling(true))?;
+    /// let buf = ctx.buffer::<u32>(1 << 16)?;
+    /// let fill = queue.fill(&buf, 7)?;
+    /// fill.wait()?;
+    /// println!("the fill ran for {:?}", fill.profile()?.duration());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn queue_with(&self, options: QueueOptions) -> Result<Queue> {
+        self.queue_on_with(&self.core().device, options)
+    }
+
+    /// A new command queue on `device`, one of the context's devices, made as `options`
+    /// say.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ContextMismatch`] when `device` is not in the context; [`Error::Cl`] as
+    /// [`Context::queue_with`].
+    pub fn queue_on_with(&self, device: &Device, options: QueueOptions) -> Result<Queue> {
+        let device = self
+            .core()
+            .devices
+            .iter()
+            .find(|d| d.id == device.id)
+            .ok_or(Error::ContextMismatch)?;
+        let core = QueueCore::create(self.core(), device, options.out_of_order, options.profiling)?;
         Ok(Queue::from_core(Arc::new(core)))
     }
 
@@ -313,5 +356,90 @@ impl Context {
     /// The raw handle, still owned by this context.
     pub fn as_raw(&self) -> cl_context {
         self.core().raw
+    }
+}
+
+/// Handles from other code.
+impl Context {
+    /// A context for the raw handle `raw`, made by other code (opencl3, a C library):
+    /// the library takes its own reference, and the caller keeps theirs. Its devices are
+    /// the context's (`CL_CONTEXT_DEVICES`), in that order. Every `Context::from_raw` of
+    /// one handle is a context of its own to the library: buffers and queues go with the
+    /// `Context` they were made or adopted through.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a valid `cl_context`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`] when the context's devices cannot be read; [`Error::NoDevice`] when
+    /// one of them is not among the platforms' devices ([`Device::all`]).
+    pub unsafe fn from_raw(raw: cl_context) -> Result<Context> {
+        let ids = crate::ffi::context_devices(raw)?;
+        let all = Device::all()?;
+        let devices = ids
+            .iter()
+            .map(|id| all.iter().find(|d| d.id == *id).cloned())
+            .collect::<Option<Vec<Device>>>()
+            .ok_or_else(|| Error::NoDevice {
+                looked_for: "the devices of an adopted context".to_string(),
+                found: all.iter().map(ToString::to_string).collect(),
+                hint: crate::error::INSTALL_HINT,
+            })?;
+        let Some(first) = devices.first() else {
+            return Err(Error::NoDevice {
+                looked_for: "the devices of an adopted context".to_string(),
+                found: Vec::new(),
+                hint: crate::error::INSTALL_HINT,
+            });
+        };
+        // SAFETY: `raw` is valid, as the caller vouches; the reference taken here is the
+        // one `ContextCore` releases.
+        unsafe { crate::ffi::retain_context(raw) }?;
+        Ok(Context {
+            shared: Arc::new(Shared {
+                core: Arc::new(ContextCore::adopt(raw, first, &devices)),
+                programs: Mutex::new(HashMap::new()),
+                builds: AtomicUsize::new(0),
+            }),
+        })
+    }
+
+    /// A queue for the raw handle `raw`, a command queue of this context made by other
+    /// code: the library takes its own reference, and the caller keeps theirs. Its
+    /// device, order and profiling are read from the driver. Commands the caller
+    /// enqueues on it directly are not known to the library: tell it with
+    /// [`After::enqueue_raw`](crate::After::enqueue_raw).
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a valid `cl_command_queue`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ContextMismatch`] when `raw` belongs to another context or device;
+    /// [`Error::Cl`] when its properties cannot be read.
+    pub(crate) unsafe fn adopt_queue(&self, raw: crate::ffi::cl_command_queue) -> Result<Queue> {
+        let info = crate::ffi::queue_info(raw)?;
+        if info.context != self.core().raw {
+            return Err(Error::ContextMismatch);
+        }
+        let device = self
+            .core()
+            .devices
+            .iter()
+            .find(|d| d.id == info.device)
+            .ok_or(Error::ContextMismatch)?;
+        // SAFETY: `raw` is valid, as the caller vouches; the reference taken here is the
+        // one `QueueCore` releases.
+        unsafe { crate::ffi::retain_queue(raw) }?;
+        Ok(Queue::from_core(Arc::new(QueueCore::adopt(
+            self.core(),
+            raw,
+            device,
+            info.out_of_order,
+            info.profiling,
+        ))))
     }
 }

@@ -1,5 +1,6 @@
 //! The public API: [`Context`](context::Context), [`ClBuffer`](buffer::ClBuffer) and
-//! [`Queue`](queue::Queue), whose commands are transfers, maps and launches. Each command
+//! [`Queue`](queue::Queue), whose commands are transfers, maps and launches, and
+//! commands from other code ([`raw`]). Each command
 //! checks its input, then hands the buffers it touches and one closure that calls OpenCL
 //! to the record layer's enqueue protocol ([`crate::record::submit`]).
 
@@ -8,4 +9,5 @@ pub(crate) mod context;
 mod launch;
 pub(crate) mod map;
 pub(crate) mod queue;
+pub(crate) mod raw;
 mod transfer;

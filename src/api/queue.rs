@@ -24,6 +24,45 @@ use crate::kernel::{Arg, Kernel};
 use crate::pod::Pod;
 use crate::record::submit::Submit;
 
+/// How to make a queue: see [`Context::queue_with`](crate::Context::queue_with).
+///
+/// # Examples
+///
+/// ```
+/// let options = cl_lifetime::QueueOptions::default()
+///     .out_of_order(true)
+///     .profiling(true);
+/// assert!(options.out_of_order && options.profiling);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueOptions {
+    /// Commands may run in any order their wait lists allow
+    /// (`CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE`); the library still orders the commands
+    /// that share a buffer.
+    pub out_of_order: bool,
+    /// The queue records when each command was queued, submitted, started and ended
+    /// (`CL_QUEUE_PROFILING_ENABLE`), read with [`Event::profile`]. It costs enqueue time
+    /// on some drivers: see `BENCHMARKS.md`.
+    pub profiling: bool,
+}
+
+impl QueueOptions {
+    /// With [`QueueOptions::out_of_order`] set to `yes`.
+    #[must_use]
+    pub fn out_of_order(mut self, yes: bool) -> Self {
+        self.out_of_order = yes;
+        self
+    }
+
+    /// With [`QueueOptions::profiling`] set to `yes`.
+    #[must_use]
+    pub fn profiling(mut self, yes: bool) -> Self {
+        self.profiling = yes;
+        self
+    }
+}
+
 /// A command queue. Cheap to clone; all clones are the same queue.
 #[derive(Clone)]
 pub struct Queue {
@@ -42,6 +81,43 @@ impl fmt::Debug for Queue {
 impl Queue {
     pub(crate) fn from_core(core: Arc<QueueCore>) -> Queue {
         Queue { core }
+    }
+
+    /// A queue for the raw handle `raw`, a command queue of `ctx` made by other code
+    /// (opencl3, a C library): the library takes its own reference, and the caller keeps
+    /// theirs. Its device, order and profiling are read from the driver. Commands the
+    /// caller enqueues on it directly are not known to the library: tell it with
+    /// [`After::enqueue_raw`].
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a valid `cl_command_queue`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ContextMismatch`](crate::Error::ContextMismatch) when `raw` belongs to
+    /// another context or to a device not in it; [`Error::Cl`](crate::Error::Cl) when
+    /// its properties cannot be read.
+    pub unsafe fn from_raw(ctx: &crate::Context, raw: cl_command_queue) -> Result<Queue> {
+        // SAFETY: as the caller vouches.
+        unsafe { ctx.adopt_queue(raw) }
+    }
+
+    /// Blocks until every command enqueued on the queue so far, by the library or by
+    /// other code, has ended (`clFinish`). The library's own waits never need it: each
+    /// waits on exactly the commands it depends on.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`](crate::Error::Cl) from `clFinish`.
+    pub fn finish(&self) -> Result<()> {
+        self.core.flush_if_dirty()?;
+        crate::ffi::finish(self.core.raw)
+    }
+
+    /// Whether the queue records its commands' times ([`QueueOptions::profiling`]).
+    pub fn is_profiling(&self) -> bool {
+        self.core.profiling
     }
 }
 

@@ -55,7 +55,12 @@ impl ContextCore {
         let ids: Vec<_> = devices.iter().map(|d| d.id).collect();
         let raw = ffi::create_context(&ids)?;
         log::debug!(target: "cl_lifetime::context", "context on {devices:?}");
-        Ok(ContextCore {
+        Ok(ContextCore::adopt(raw, first, devices))
+    }
+
+    /// Takes over one reference to `raw`, a context over `devices` (`first` among them).
+    pub(crate) fn adopt(raw: cl_context, first: &Device, devices: &[Device]) -> ContextCore {
+        ContextCore {
             raw,
             id: next_id(),
             device: first.clone(),
@@ -70,7 +75,7 @@ impl ContextCore {
             reaper: Reaper::default(),
             gates: Arc::default(),
             free_grace: AtomicU64::new(FREE_GRACE.as_nanos() as u64),
-        })
+        }
     }
 
     /// How long a release waits for the driver to free the memory.

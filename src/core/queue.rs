@@ -24,6 +24,8 @@ pub(crate) struct QueueCore {
     pub(crate) limits: Limits,
     /// Set by every enqueue, cleared by a flush.
     dirty: AtomicBool,
+    /// Whether the queue records its commands' times (`CL_QUEUE_PROFILING_ENABLE`).
+    pub(crate) profiling: bool,
     /// On a driver whose failures echo on their queue (NVIDIA): the commands that may
     /// have been skipped (see [`super::echo`]).
     echo: Option<Mutex<Echo<RawEvent>>>,
@@ -36,19 +38,34 @@ unsafe impl Send for QueueCore {}
 unsafe impl Sync for QueueCore {}
 
 impl QueueCore {
-    /// A new queue of `ctx` on `device` (one of its devices).
+    /// A new queue of `ctx` on `device` (one of its devices), out of order and with
+    /// profiling as asked.
     pub(crate) fn create(
         ctx: &Arc<ContextCore>,
         device: &Device,
         out_of_order: bool,
+        profiling: bool,
     ) -> Result<QueueCore> {
         let raw = ffi::create_queue(
             ctx.raw,
             device.id,
             out_of_order,
+            profiling,
             opencl_major(device.version()),
         )?;
-        Ok(QueueCore {
+        Ok(QueueCore::adopt(ctx, raw, device, out_of_order, profiling))
+    }
+
+    /// Takes over one reference to `raw`, a queue of `ctx` on `device` made with the
+    /// properties given.
+    pub(crate) fn adopt(
+        ctx: &Arc<ContextCore>,
+        raw: cl_command_queue,
+        device: &Device,
+        out_of_order: bool,
+        profiling: bool,
+    ) -> QueueCore {
+        QueueCore {
             raw,
             lane: Lane {
                 id: next_id(),
@@ -57,10 +74,11 @@ impl QueueCore {
             ctx: ctx.clone(),
             limits: device.limits,
             dirty: AtomicBool::new(false),
+            profiling,
             echo: device
                 .echoes_failures()
                 .then(|| Mutex::new(Echo::default())),
-        })
+        }
     }
 
     /// The echo's *settle* rule, before a command's records are locked: when a window of

@@ -20,3 +20,21 @@ pub(crate) unsafe fn release_context(raw: cl_context) -> Result<()> {
     // SAFETY: as the caller vouches.
     unsafe { cl::release_context(raw) }.map_err(|s| Error::cl("clReleaseContext", s))
 }
+
+/// `clRetainContext`: one more reference to `raw`, owned by the caller.
+///
+/// # Safety
+///
+/// `raw` is a valid context.
+pub(crate) unsafe fn retain_context(raw: cl_context) -> Result<()> {
+    // SAFETY: as the caller vouches.
+    unsafe { cl::retain_context(raw) }.map_err(|s| Error::cl("clRetainContext", s))
+}
+
+/// `CL_CONTEXT_DEVICES`.
+pub(crate) fn context_devices(raw: cl_context) -> Result<Vec<cl_device_id>> {
+    let devices = cl::get_context_info(raw, cl::CL_CONTEXT_DEVICES)
+        .map_err(|s| Error::cl("clGetContextInfo", s))?
+        .to_vec_intptr();
+    Ok(devices.into_iter().map(|d| d as cl_device_id).collect())
+}

@@ -78,3 +78,20 @@ pub(crate) fn wait_terminal(raws: &[cl_event]) {
         }
     }
 }
+
+/// `CL_PROFILING_COMMAND_QUEUED`, `_SUBMIT`, `_START` and `_END` of `raw`, in
+/// nanoseconds of the device's clock.
+pub(crate) fn profiling_times(raw: cl_event) -> Result<[u64; 4]> {
+    let mut times = [0; 4];
+    for (time, param) in times.iter_mut().zip([
+        cl::CL_PROFILING_COMMAND_QUEUED,
+        cl::CL_PROFILING_COMMAND_SUBMIT,
+        cl::CL_PROFILING_COMMAND_START,
+        cl::CL_PROFILING_COMMAND_END,
+    ]) {
+        *time = cl::get_event_profiling_info(raw, param)
+            .map_err(|s| Error::cl("clGetEventProfilingInfo", s))?
+            .to_ulong();
+    }
+    Ok(times)
+}

@@ -8,6 +8,27 @@ use opencl3::memory as cl;
 use super::{cl_context, cl_mem};
 use crate::error::{ClStatus, Error, Result};
 
+/// `clRetainMemObject`: one more reference to `raw`, owned by the caller.
+///
+/// # Safety
+///
+/// `raw` is a valid memory object.
+pub(crate) unsafe fn retain_mem(raw: cl_mem) -> Result<()> {
+    // SAFETY: as the caller vouches.
+    unsafe { cl::retain_mem_object(raw) }.map_err(|s| Error::cl("clRetainMemObject", s))
+}
+
+/// `CL_MEM_SIZE` and `CL_MEM_CONTEXT` of a memory object.
+pub(crate) fn mem_size_and_context(raw: cl_mem) -> Result<(usize, cl_context)> {
+    let size = cl::get_mem_object_info(raw, cl::CL_MEM_SIZE)
+        .map_err(|s| Error::cl("clGetMemObjectInfo", s))?
+        .to_size();
+    let context = cl::get_mem_object_info(raw, cl::CL_MEM_CONTEXT)
+        .map_err(|s| Error::cl("clGetMemObjectInfo", s))?
+        .to_ptr() as cl_context;
+    Ok((size, context))
+}
+
 /// `clCreateBuffer` of `bytes` read-write bytes, copied from `init` when it is not null
 /// (`CL_MEM_COPY_HOST_PTR`).
 ///

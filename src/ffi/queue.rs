@@ -16,13 +16,16 @@ pub(crate) fn create_queue(
     context: cl_context,
     device: cl_device_id,
     out_of_order: bool,
+    profiling: bool,
     opencl_major: u32,
 ) -> Result<cl_command_queue> {
-    let flags = if out_of_order {
-        cl::CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE
-    } else {
-        0
-    };
+    let mut flags = 0;
+    if out_of_order {
+        flags |= cl::CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE;
+    }
+    if profiling {
+        flags |= cl::CL_QUEUE_PROFILING_ENABLE;
+    }
     if opencl_major >= 2 {
         let properties = [u64::from(cl::CL_QUEUE_PROPERTIES), flags, 0];
         // SAFETY: `properties` is a zero-terminated list that outlives the call; the
@@ -35,6 +38,57 @@ pub(crate) fn create_queue(
         unsafe { cl::create_command_queue(context, device, flags) }
             .map_err(|s| Error::cl("clCreateCommandQueue", s))
     }
+}
+
+/// `clRetainCommandQueue`: one more reference to `raw`, owned by the caller.
+///
+/// # Safety
+///
+/// `raw` is a valid command queue.
+pub(crate) unsafe fn retain_queue(raw: cl_command_queue) -> Result<()> {
+    // SAFETY: as the caller vouches.
+    unsafe { cl::retain_command_queue(raw) }.map_err(|s| Error::cl("clRetainCommandQueue", s))
+}
+
+/// What a queue was made with: its context, device and properties.
+pub(crate) struct QueueInfo {
+    pub(crate) context: cl_context,
+    pub(crate) device: cl_device_id,
+    pub(crate) out_of_order: bool,
+    pub(crate) profiling: bool,
+}
+
+/// `CL_QUEUE_CONTEXT`, `CL_QUEUE_DEVICE` and `CL_QUEUE_PROPERTIES` of `raw`.
+pub(crate) fn queue_info(raw: cl_command_queue) -> Result<QueueInfo> {
+    let info = |param| {
+        cl::get_command_queue_info(raw, param).map_err(|s| Error::cl("clGetCommandQueueInfo", s))
+    };
+    let properties = info(cl::CL_QUEUE_PROPERTIES)?.to_ulong();
+    Ok(QueueInfo {
+        context: info(cl::CL_QUEUE_CONTEXT)?.to_ptr() as cl_context,
+        device: info(cl::CL_QUEUE_DEVICE)?.to_ptr() as cl_device_id,
+        out_of_order: properties & cl::CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE != 0,
+        profiling: properties & cl::CL_QUEUE_PROFILING_ENABLE != 0,
+    })
+}
+
+/// `clFinish`.
+pub(crate) fn finish(queue: cl_command_queue) -> Result<()> {
+    cl::finish(queue).map_err(|s| Error::cl("clFinish", s))
+}
+
+/// `clEnqueueBarrierWithWaitList`: every later command of `queue` waits for `wait`.
+///
+/// # Safety
+///
+/// `queue` is live and every event in `wait` is live.
+pub(crate) unsafe fn enqueue_barrier(
+    queue: cl_command_queue,
+    wait: &[cl_event],
+) -> Result<cl_event> {
+    // SAFETY: as the caller vouches.
+    unsafe { cl::enqueue_barrier_with_wait_list(queue, wait_len(wait), wait_ptr(wait)) }
+        .map_err(|s| Error::cl("clEnqueueBarrierWithWaitList", s))
 }
 
 /// `clReleaseCommandQueue` (which flushes it; its commands still complete).

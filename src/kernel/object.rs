@@ -144,6 +144,17 @@ impl Kernel {
         })
     }
 
+    /// The raw handle, still owned by this kernel. Raw code may query it, but must not
+    /// set its arguments nor enqueue it: the library keeps what it set, and sets and
+    /// enqueues under one lock per kernel.
+    pub fn as_raw(&self) -> ffi::cl_kernel {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .raw
+    }
+
     /// The kernel's name.
     pub fn name(&self) -> &str {
         &self.inner.name

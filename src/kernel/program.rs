@@ -100,6 +100,11 @@ impl Program {
         Program { inner }
     }
 
+    /// The raw handle, still owned by this program.
+    pub fn as_raw(&self) -> ffi::cl_program {
+        self.inner.raw
+    }
+
     /// The file it was built from.
     pub fn file(&self) -> &Path {
         &self.inner.file

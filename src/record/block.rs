@@ -34,6 +34,9 @@ pub(crate) struct Block {
     /// Kernels that may hold this block as an argument, reset at the release (the
     /// *unbind at release* rule of [`crate::kernel`]).
     kernels: Mutex<Vec<Weak<dyn ArgHolder>>>,
+    /// Adopted from other code, which keeps its own reference: the release does not wait
+    /// for the memory to be freed.
+    pub(super) shared: bool,
 }
 
 /// The owner a block returns to, or keeps alive.
@@ -84,6 +87,28 @@ impl Block {
         Ok(Block::adopt(ctx, raw, bytes, site, Bucket::Live))
     }
 
+    /// A block for `raw`, a memory object of `ctx` made by other code, which keeps its
+    /// reference; the block takes one of its own. Handed out at `site`.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a valid memory object.
+    pub(crate) unsafe fn adopt_raw(
+        ctx: &Arc<ContextCore>,
+        raw: cl_mem,
+        site: &'static Location<'static>,
+    ) -> Result<Block> {
+        let (bytes, context) = ffi::mem_size_and_context(raw)?;
+        if context != ctx.raw {
+            return Err(Error::ContextMismatch);
+        }
+        // SAFETY: `raw` is valid, as the caller vouches; this reference is the block's.
+        unsafe { ffi::retain_mem(raw) }?;
+        let mut block = Block::adopt(ctx, raw, bytes, site, Bucket::Live);
+        block.shared = true;
+        Ok(block)
+    }
+
     /// A sub-buffer of `bytes` at `origin` of `parent`, handed out at `site`. Its bytes are
     /// the parent's, counted there (bucket `Freed`).
     pub(crate) fn carve(
@@ -113,11 +138,12 @@ impl Block {
             ctx: ctx.clone(),
             record: Mutex::default(),
             allocated_at: site,
-            // SAFETY: `raw` was just created and is owned here.
+            // SAFETY: `raw` is valid, and one reference to it is owned here.
             freed: unsafe { ffi::watch_free(raw) },
             bucket: Bucket::Freed,
             home: None,
             kernels: Mutex::default(),
+            shared: false,
         };
         if bucket == Bucket::Live {
             log::debug!(target: "cl_lifetime::buffer", "allocated {bytes} bytes at {site}");
@@ -162,6 +188,7 @@ impl Block {
                     .get_mut()
                     .unwrap_or_else(PoisonError::into_inner),
             )),
+            shared: self.shared,
         }
     }
 

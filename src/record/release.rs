@@ -133,7 +133,10 @@ impl Block {
         self.move_to(Bucket::Freed);
         stages.mark("clReleaseMemObject");
         released?;
-        let freed = self.freed.take().filter(|f| !f.fired());
+        let mut freed = self.freed.take().filter(|f| !f.fired());
+        // Other code keeps its own reference to an adopted buffer: its memory goes with
+        // that, not with this release.
+        let shared_and_kept = self.shared && freed.take().is_some();
         drop(events);
         stages.mark("events released");
         stages.log(self.allocated_at);
@@ -141,7 +144,7 @@ impl Block {
             waited_on: raws.len(),
             waited,
             failed,
-            freed: freed.is_none(),
+            freed: freed.is_none() && !shared_and_kept,
             free_wait: Duration::ZERO,
             recycled: false,
         };

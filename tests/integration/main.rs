@@ -17,6 +17,7 @@ mod device;
 mod errors;
 mod failures;
 mod hazards;
+mod interop;
 mod pool;
 mod programs;
 mod release;

@@ -258,3 +258,17 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Polls `done` until it holds, for at most [`HANG`]; whether it held. For a state the
+/// driver or the library reaches on a thread of its own (a destructor callback); it
+/// orders nothing.
+pub fn eventually_true(mut done: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < HANG {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    done()
+}

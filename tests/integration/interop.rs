@@ -1,0 +1,510 @@
+//! Adoption: handles from other code come in and go out, commands other code enqueues
+//! join the buffers' records, and queues can time their commands.
+//!
+//! The raw side goes through cl-sys (an OpenCL binding independent of the library's) and,
+//! for a library no one here wrote, CLBlast, loaded at run time. Ordering is made with
+//! user events as gates, never with sleeps.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr;
+
+use cl_lifetime::{
+    Access, BufferUse, ClBuffer, ClStatus, Context, Error, Event, Queue, QueueOptions,
+};
+
+use crate::common::{self, returns_only_after};
+
+fn cl(call: &'static str, status: i32) -> Error {
+    Error::Cl {
+        call,
+        status: ClStatus(status),
+    }
+}
+
+/// A raw `clEnqueueFillBuffer` of all of `buf` with `value`, after `wait`.
+///
+/// # Safety
+///
+/// `queue` is a live queue of `buf`'s context; every event of `wait` is live.
+unsafe fn raw_fill(
+    queue: cl_sys::cl_command_queue,
+    buf: &ClBuffer<u32>,
+    value: u32,
+    wait: &[cl_sys::cl_event],
+) -> Result<cl_sys::cl_event, Error> {
+    let mut event = ptr::null_mut();
+    // SAFETY: as the caller vouches; `value` is read before the call returns.
+    let status = unsafe {
+        cl_sys::clEnqueueFillBuffer(
+            queue,
+            buf.as_raw() as cl_sys::cl_mem,
+            (&raw const value).cast(),
+            4,
+            0,
+            buf.len() * 4,
+            wait.len() as u32,
+            if wait.is_empty() {
+                ptr::null()
+            } else {
+                wait.as_ptr()
+            },
+            &mut event,
+        )
+    };
+    if status == 0 {
+        Ok(event)
+    } else {
+        Err(cl("clEnqueueFillBuffer", status))
+    }
+}
+
+/// A raw `clEnqueueCopyBuffer` of all of `src` into `dst`, after `wait`.
+///
+/// # Safety
+///
+/// As [`raw_fill`], for both buffers.
+unsafe fn raw_copy(
+    queue: cl_sys::cl_command_queue,
+    src: &ClBuffer<u32>,
+    dst: &ClBuffer<u32>,
+    wait: &[cl_sys::cl_event],
+) -> Result<cl_sys::cl_event, Error> {
+    let mut event = ptr::null_mut();
+    // SAFETY: as the caller vouches.
+    let status = unsafe {
+        cl_sys::clEnqueueCopyBuffer(
+            queue,
+            src.as_raw() as cl_sys::cl_mem,
+            dst.as_raw() as cl_sys::cl_mem,
+            0,
+            0,
+            src.len() * 4,
+            wait.len() as u32,
+            if wait.is_empty() {
+                ptr::null()
+            } else {
+                wait.as_ptr()
+            },
+            &mut event,
+        )
+    };
+    if status == 0 {
+        Ok(event)
+    } else {
+        Err(cl("clEnqueueCopyBuffer", status))
+    }
+}
+
+fn as_cl_sys(wait: &[cl_lifetime::opencl3::types::cl_event]) -> Vec<cl_sys::cl_event> {
+    wait.iter().map(|&e| e as cl_sys::cl_event).collect()
+}
+
+#[test]
+fn a_raw_command_told_to_the_library_waits_on_the_hazards_it_is_handed() {
+    let ctx = device!();
+    let (queue, raw_side) = (ctx.queue().unwrap(), ctx.out_of_order_queue().unwrap());
+    let src = ctx.buffer_from(&[1u32; 1024]).unwrap();
+    let dst = ctx.buffer_from(&[0u32; 1024]).unwrap();
+    let gate = ctx.user_event().unwrap();
+    queue.after(&[gate.event()]).fill(&src, 7).unwrap();
+    // SAFETY: the copy reads `src` and writes `dst` only, waits on the list given, and
+    // hands its event over.
+    let copy = unsafe {
+        raw_side.after(&[]).enqueue_raw(
+            &[BufferUse::read(&src), BufferUse::write(&dst)],
+            |raw_queue, wait| {
+                assert_eq!(wait.len(), 1, "the gated fill is the one hazard");
+                raw_copy(raw_queue as _, &src, &dst, &as_cl_sys(wait)).map(|e| e as _)
+            },
+        )
+    }
+    .unwrap();
+    // A read through the library waits for the raw copy, which waits for the fill.
+    let read = queue.read_owned(&dst).unwrap();
+    assert!(
+        !copy.is_terminal(),
+        "the raw copy ran before the fill it reads"
+    );
+    gate.complete().unwrap();
+    assert_eq!(read.wait().unwrap(), vec![7; 1024]);
+    assert!(copy.is_terminal());
+}
+
+#[test]
+fn the_release_of_a_buffer_waits_for_a_raw_command_told_to_the_library() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer::<u32>(1 << 16).unwrap();
+    let gate = ctx.user_event().unwrap();
+    // SAFETY: the fill writes `buf` only, waits on the list given (which holds the
+    // gate), and hands its event over.
+    let fill = unsafe {
+        queue
+            .after(&[gate.event()])
+            .enqueue_raw(&[BufferUse::write(&buf)], |q, wait| {
+                raw_fill(q as _, &buf, 3, &as_cl_sys(wait)).map(|e| e as _)
+            })
+    }
+    .unwrap();
+    let watch = common::watch(&buf, &[&fill]);
+    let report = returns_only_after(
+        "the release",
+        move || buf.release().unwrap(),
+        || gate.complete().unwrap(),
+    );
+    assert_eq!(report.waited_on, 1);
+    assert!(report.freed);
+    watch.assert_released_after_events();
+}
+
+#[test]
+fn a_raw_command_after_a_barrier_is_ordered_without_a_wait_list() {
+    let ctx = device!();
+    // An out-of-order queue: only the barrier keeps the copy behind the gated fill.
+    let queue = ctx.out_of_order_queue().unwrap();
+    let other = ctx.queue().unwrap();
+    let src = ctx.buffer_from(&[1u32; 1024]).unwrap();
+    let dst = ctx.buffer_from(&[0u32; 1024]).unwrap();
+    let gate = ctx.user_event().unwrap();
+    other.after(&[gate.event()]).fill(&src, 9).unwrap();
+    // SAFETY: the copy reads `src` and writes `dst` only, and hands its event over; it
+    // takes no wait list: the barrier orders it.
+    let copy = unsafe {
+        queue
+            .after(&[])
+            .enqueue_raw_after_barrier(&[BufferUse::read(&src), BufferUse::write(&dst)], |q| {
+                raw_copy(q as _, &src, &dst, &[]).map(|e| e as _)
+            })
+    }
+    .unwrap();
+    assert!(!copy.is_terminal(), "the copy ran past the barrier");
+    gate.complete().unwrap();
+    assert_eq!(
+        other.read_owned(&dst).unwrap().wait().unwrap(),
+        vec![9; 1024]
+    );
+}
+
+#[test]
+fn a_raw_command_that_reads_a_failed_write_is_refused_before_it_is_called() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer_from(&[1u32; 64]).unwrap();
+    let dst = ctx.buffer::<u32>(64).unwrap();
+    let gate = ctx.user_event().unwrap();
+    queue.after(&[gate.event()]).fill(&buf, 2).unwrap();
+    gate.fail(-77).unwrap();
+    queue.read_owned(&buf).and_then(|r| r.wait()).ok();
+    let mut called = false;
+    // SAFETY: never called: the library refuses first.
+    let refused = unsafe {
+        queue
+            .after(&[])
+            .enqueue_raw(&[BufferUse::read(&buf), BufferUse::write(&dst)], |q, w| {
+                called = true;
+                raw_copy(q as _, &buf, &dst, &as_cl_sys(w)).map(|e| e as _)
+            })
+    };
+    assert!(
+        matches!(refused, Err(Error::DependencyFailed { .. })),
+        "{refused:?}"
+    );
+    assert!(!called);
+}
+
+#[test]
+fn hazards_are_the_commands_a_use_must_wait_for() {
+    let ctx = device!();
+    let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let buf = ctx.buffer::<u32>(64).unwrap();
+    let other = ctx.buffer::<u32>(64).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let write = q1.after(&[gate.event()]).fill(&buf, 1).unwrap();
+    let read = q2.copy(&buf, &other).unwrap();
+    let raws = |events: Vec<Event>| {
+        let mut raws: Vec<_> = events.iter().map(|e| e.as_raw() as usize).collect();
+        raws.sort_unstable();
+        raws
+    };
+    assert_eq!(raws(buf.hazards(Access::Read)), raws(vec![write.clone()]));
+    assert_eq!(
+        raws(buf.hazards(Access::Write)),
+        raws(vec![write.clone(), read.clone()])
+    );
+    gate.complete().unwrap();
+    read.wait().unwrap();
+    assert!(buf.hazards(Access::Write).is_empty());
+}
+
+// Handles in and out.
+
+#[test]
+fn a_buffer_made_by_raw_code_is_tracked_once_adopted_and_its_owner_keeps_it() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let mut status = 0;
+    // SAFETY: a plain buffer of the library's context.
+    let raw = unsafe {
+        cl_sys::clCreateBuffer(
+            ctx.as_raw() as _,
+            cl_sys::CL_MEM_READ_WRITE,
+            4096,
+            ptr::null_mut(),
+            &mut status,
+        )
+    };
+    assert_eq!(status, 0);
+    // SAFETY: `raw` is a valid memory object, kept by this test until the end.
+    let buf = unsafe { ClBuffer::<u32>::from_raw(&ctx, raw as _) }.unwrap();
+    assert_eq!(buf.len(), 1024);
+    let gate = ctx.user_event().unwrap();
+    let fill = queue.after(&[gate.event()]).fill(&buf, 5).unwrap();
+    let watch = common::watch(&buf, &[&fill]);
+    let report = returns_only_after(
+        "the adopted buffer's release",
+        move || buf.release().unwrap(),
+        || gate.complete().unwrap(),
+    );
+    assert!(fill.is_terminal());
+    assert!(!report.freed, "the raw owner's reference keeps the memory");
+    assert!(
+        report.free_wait < ctx.free_grace(),
+        "the release waited the free grace for memory its owner keeps"
+    );
+    assert!(!watch.fired());
+    // The owner's data is the library's fill.
+    let mut out = vec![0u32; 1024];
+    // SAFETY: `raw` is live; `out` holds 4096 bytes; a blocking read.
+    let status = unsafe {
+        cl_sys::clEnqueueReadBuffer(
+            queue.as_raw() as _,
+            raw,
+            1,
+            0,
+            4096,
+            out.as_mut_ptr().cast(),
+            0,
+            ptr::null(),
+            ptr::null_mut(),
+        )
+    };
+    assert_eq!(status, 0);
+    assert_eq!(out, vec![5; 1024]);
+    // SAFETY: the test's own reference, given up once.
+    assert_eq!(unsafe { cl_sys::clReleaseMemObject(raw) }, 0);
+    assert!(common::eventually_true(|| watch.fired()));
+}
+
+#[test]
+fn a_context_and_a_queue_made_by_raw_code_work_once_adopted() {
+    let made = device!();
+    // SAFETY: the library's context handle is valid; adoption takes a reference.
+    let ctx = unsafe { Context::from_raw(made.as_raw()) }.unwrap();
+    assert_eq!(ctx.device().as_raw(), made.device().as_raw());
+    let mut status = 0;
+    // SAFETY: a queue on the context's device.
+    #[allow(deprecated)]
+    let raw = unsafe {
+        cl_sys::clCreateCommandQueue(
+            ctx.as_raw() as _,
+            ctx.device().as_raw() as _,
+            0,
+            &mut status,
+        )
+    };
+    assert_eq!(status, 0);
+    // SAFETY: `raw` is a valid queue of `ctx`; the test releases its own reference.
+    let queue = unsafe { Queue::from_raw(&ctx, raw as _) }.unwrap();
+    // SAFETY: the test's reference, given up once: the library holds its own.
+    assert_eq!(unsafe { cl_sys::clReleaseCommandQueue(raw) }, 0);
+    assert!(queue.is_in_order());
+    let buf = ctx.buffer::<u32>(16).unwrap();
+    queue.fill(&buf, 4).unwrap();
+    assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), vec![4; 16]);
+    // A queue of another context is refused.
+    let elsewhere = device!();
+    let foreign = elsewhere.queue().unwrap();
+    // SAFETY: a valid queue, of another context.
+    let refused = unsafe { Queue::from_raw(&ctx, foreign.as_raw()) };
+    assert!(
+        matches!(refused, Err(Error::ContextMismatch)),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn an_event_from_raw_keeps_its_own_reference() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer::<u32>(16).unwrap();
+    // SAFETY: a fill of `buf` on the library's queue, outside the record; finished
+    // below before `buf` goes.
+    let raw = unsafe { raw_fill(queue.as_raw() as _, &buf, 1, &[]) }.unwrap();
+    // SAFETY: `raw` is valid; the test keeps and releases its own reference.
+    let event = unsafe { Event::from_raw(raw as _) }.unwrap();
+    // SAFETY: the test's reference, given up once.
+    assert_eq!(unsafe { cl_sys::clReleaseEvent(raw) }, 0);
+    event.wait().unwrap();
+    assert_eq!(common::raw_status(event.as_raw() as _), 0);
+}
+
+// Profiling.
+
+#[test]
+fn a_profiling_queue_times_its_commands_and_another_says_it_cannot() {
+    let ctx = device!();
+    let timed = ctx
+        .queue_with(QueueOptions::default().profiling(true))
+        .unwrap();
+    assert!(timed.is_profiling());
+    let buf = ctx.buffer::<u32>(1 << 16).unwrap();
+    let fill = timed.fill(&buf, 1).unwrap();
+    fill.wait().unwrap();
+    let p = fill.profile().unwrap();
+    assert!(
+        p.queued <= p.submitted && p.submitted <= p.started && p.started <= p.ended,
+        "{p:?}"
+    );
+    assert_eq!(p.duration().as_nanos() as u64, p.ended - p.started);
+    let plain = ctx.queue().unwrap();
+    assert!(!plain.is_profiling());
+    let untimed = plain.fill(&buf, 2).unwrap();
+    untimed.wait().unwrap();
+    match untimed.profile() {
+        Err(Error::Cl { status, .. }) => {
+            assert_eq!(status.name(), "CL_PROFILING_INFO_NOT_AVAILABLE")
+        }
+        other => panic!("expected CL_PROFILING_INFO_NOT_AVAILABLE, got {other:?}"),
+    }
+    timed.finish().unwrap();
+}
+
+// A library no one here wrote: CLBlast.
+
+unsafe extern "C" {
+    fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void;
+    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+}
+
+/// `CLBlastSgemm` (clblast_c.h).
+type Sgemm = unsafe extern "C" fn(
+    layout: c_int,
+    a_transpose: c_int,
+    b_transpose: c_int,
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: cl_sys::cl_mem,
+    a_offset: usize,
+    a_ld: usize,
+    b: cl_sys::cl_mem,
+    b_offset: usize,
+    b_ld: usize,
+    beta: f32,
+    c: cl_sys::cl_mem,
+    c_offset: usize,
+    c_ld: usize,
+    queue: *mut cl_sys::cl_command_queue,
+    event: *mut cl_sys::cl_event,
+) -> c_int;
+
+/// CLBlast's `CLBlastSgemm`, loaded from `libclblast.so.1`, or `None` (with a message)
+/// where CLBlast is not installed.
+fn clblast_sgemm() -> Option<Sgemm> {
+    const RTLD_NOW: c_int = 2;
+    // SAFETY: a NUL-terminated name; dlopen reports failure with null.
+    let lib = unsafe { dlopen(c"libclblast.so.1".as_ptr(), RTLD_NOW) };
+    if lib.is_null() {
+        eprintln!("skipped: CLBlast (libclblast.so.1) is not installed; `make setup` installs it");
+        return None;
+    }
+    // SAFETY: a loaded library and a NUL-terminated name.
+    let sym = unsafe { dlsym(lib, c"CLBlastSgemm".as_ptr()) };
+    assert!(!sym.is_null(), "libclblast.so.1 has no CLBlastSgemm");
+    // SAFETY: CLBlastSgemm has the signature of `Sgemm` (clblast_c.h, CLBlast 1.5).
+    Some(unsafe { std::mem::transmute::<*mut c_void, Sgemm>(sym) })
+}
+
+#[test]
+fn a_clblast_gemm_joins_the_record_of_the_buffers_it_uses() {
+    const M: usize = 32;
+    let ctx = device!();
+    let Some(sgemm) = clblast_sgemm() else { return };
+    let queue = ctx.queue().unwrap();
+    let reader = ctx.queue().unwrap();
+    let a = ctx.buffer::<f32>(M * M).unwrap();
+    let b = ctx.buffer::<f32>(M * M).unwrap();
+    let c = ctx.buffer_from(&[0f32; M * M]).unwrap();
+    let av: Vec<f32> = (0..M * M).map(|i| (i % 7) as f32).collect();
+    let bv: Vec<f32> = (0..M * M).map(|i| (i % 5) as f32 - 2.0).collect();
+    // The inputs are written behind a gate on another queue: the GEMM must wait for them.
+    let gate = ctx.user_event().unwrap();
+    let deps = [gate.event()];
+    let writes = reader.after(&deps);
+    writes.write_owned(&a, av.clone()).unwrap();
+    writes.write_owned(&b, bv.clone()).unwrap();
+    // SAFETY: CLBlast reads `a` and `b` and writes `c` only, enqueues on the in-order
+    // queue it is given, and returns its last command's event with its one reference.
+    let gemm = unsafe {
+        queue.after(&[]).enqueue_raw_after_barrier(
+            &[
+                BufferUse::read(&a),
+                BufferUse::read(&b),
+                BufferUse::write(&c),
+            ],
+            |raw_queue| {
+                let mut q = raw_queue as cl_sys::cl_command_queue;
+                let mut event = ptr::null_mut();
+                let status = sgemm(
+                    101, // CLBlastLayoutRowMajor
+                    111, // CLBlastTransposeNo
+                    111,
+                    M,
+                    M,
+                    M,
+                    1.0,
+                    a.as_raw() as _,
+                    0,
+                    M,
+                    b.as_raw() as _,
+                    0,
+                    M,
+                    0.0,
+                    c.as_raw() as _,
+                    0,
+                    M,
+                    &mut q,
+                    &mut event,
+                );
+                if status == 0 {
+                    Ok(event as _)
+                } else {
+                    Err(cl("CLBlastSgemm", status))
+                }
+            },
+        )
+    }
+    .unwrap();
+    // A second queue reads the result: no host wait in between, the library orders it.
+    let result = reader.read_owned(&c).unwrap();
+    assert!(
+        !gemm.is_terminal(),
+        "the GEMM ran before its inputs were written"
+    );
+    // The inputs' releases wait for the GEMM (checked with the cl-sys oracle).
+    let watch_a = common::watch(&a, &[&gemm]);
+    let release = std::thread::spawn(move || a.release().unwrap());
+    gate.complete().unwrap();
+    let report = release.join().unwrap();
+    assert!(report.freed);
+    watch_a.assert_released_after_events();
+    let got = result.wait().unwrap();
+    let mut want = vec![0f32; M * M];
+    for i in 0..M {
+        for j in 0..M {
+            want[i * M + j] = (0..M).map(|k| av[i * M + k] * bv[k * M + j]).sum();
+        }
+    }
+    assert_eq!(got, want);
+}
