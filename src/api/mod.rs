@@ -6,6 +6,7 @@
 
 pub(crate) mod buffer;
 pub(crate) mod context;
+mod from_opencl3;
 mod launch;
 pub(crate) mod map;
 pub(crate) mod queue;

@@ -51,6 +51,44 @@ pub(crate) fn kernel_names(program: cl_program) -> Result<Vec<String>> {
         .collect())
 }
 
+/// `clRetainProgram`: one more reference to `raw`, owned by the caller.
+///
+/// # Safety
+///
+/// `raw` is a valid program.
+pub(crate) unsafe fn retain_program(raw: cl_program) -> Result<()> {
+    // SAFETY: as the caller vouches.
+    unsafe { clp::retain_program(raw) }.map_err(|s| Error::cl("clRetainProgram", s))
+}
+
+/// `CL_PROGRAM_CONTEXT`.
+pub(crate) fn program_context(raw: cl_program) -> Result<cl_context> {
+    clp::get_program_info(raw, clp::CL_PROGRAM_CONTEXT)
+        .map(|c| c.to_ptr() as cl_context)
+        .map_err(|s| Error::cl("clGetProgramInfo", s))
+}
+
+/// `clRetainKernel`: one more reference to `raw`, owned by the caller.
+///
+/// # Safety
+///
+/// `raw` is a valid kernel.
+pub(crate) unsafe fn retain_kernel(raw: cl_kernel) -> Result<()> {
+    // SAFETY: as the caller vouches.
+    unsafe { clk::retain_kernel(raw) }.map_err(|s| Error::cl("clRetainKernel", s))
+}
+
+/// `CL_KERNEL_PROGRAM` and `CL_KERNEL_FUNCTION_NAME`.
+pub(crate) fn kernel_program_and_name(raw: cl_kernel) -> Result<(cl_program, String)> {
+    let info =
+        |param| clk::get_kernel_info(raw, param).map_err(|s| Error::cl("clGetKernelInfo", s));
+    let program = info(clk::CL_KERNEL_PROGRAM)?.to_ptr() as cl_program;
+    let name = String::from(info(clk::CL_KERNEL_FUNCTION_NAME)?)
+        .trim_end_matches('\0')
+        .to_string();
+    Ok((program, name))
+}
+
 /// `clReleaseProgram`.
 ///
 /// # Safety

@@ -508,3 +508,69 @@ fn a_clblast_gemm_joins_the_record_of_the_buffers_it_uses() {
     }
     assert_eq!(got, want);
 }
+
+#[test]
+fn opencl3_objects_convert_and_their_program_and_kernel_launch_through_the_library() {
+    use cl_lifetime::opencl3;
+    use cl_lifetime::{Arg, Kernel, Program};
+    use opencl3::memory::ClMem as _;
+    let Some(device) = common::context().map(|c| c.device().clone()) else {
+        return;
+    };
+    let cl_device = opencl3::device::Device::new(device.as_raw());
+    let raw_ctx = opencl3::context::Context::from_device(&cl_device).unwrap();
+    let ctx = Context::try_from(&raw_ctx).unwrap();
+    #[allow(deprecated)]
+    let raw_queue = opencl3::command_queue::CommandQueue::create_default(&raw_ctx, 0).unwrap();
+    let queue = Queue::from_opencl3(&ctx, &raw_queue).unwrap();
+    // SAFETY: a plain buffer of 64 u32s.
+    let raw_buf = unsafe {
+        opencl3::memory::Buffer::<u32>::create(
+            &raw_ctx,
+            opencl3::memory::CL_MEM_READ_WRITE,
+            64,
+            ptr::null_mut(),
+        )
+    }
+    .unwrap();
+    let buf = ClBuffer::from_opencl3(&ctx, &raw_buf).unwrap();
+    assert_eq!(buf.as_raw(), raw_buf.get());
+    let source = "__kernel void add(__global uint *v, uint by) { v[get_global_id(0)] += by; }";
+    let raw_program =
+        opencl3::program::Program::create_and_build_from_source(&raw_ctx, source, "").unwrap();
+    let program = Program::from_opencl3(&ctx, &raw_program).unwrap();
+    assert_eq!(program.as_raw(), raw_program.get());
+    let from_program = program.kernel("add").unwrap();
+    let raw_kernel = opencl3::kernel::Kernel::create(&raw_program, "add").unwrap();
+    // SAFETY: a valid kernel that no other code sets arguments of or enqueues from now on.
+    let adopted = unsafe { Kernel::from_raw(&ctx, raw_kernel.get()) }.unwrap();
+    assert_eq!(adopted.name(), "add");
+    queue.fill(&buf, 1).unwrap();
+    queue
+        .launch(
+            &from_program,
+            &[64],
+            &[Arg::read_write(&buf), Arg::scalar(2u32)],
+        )
+        .unwrap();
+    let last = queue
+        .launch(&adopted, &[64], &[Arg::read_write(&buf), Arg::scalar(3u32)])
+        .unwrap();
+    let event = Event::try_from(&opencl3::event::Event::new({
+        // SAFETY: `last` is live; opencl3's Event takes over this extra reference.
+        assert_eq!(unsafe { cl_sys::clRetainEvent(last.as_raw() as _) }, 0);
+        last.as_raw()
+    }))
+    .unwrap();
+    event.wait().unwrap();
+    assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), vec![6; 64]);
+    // Another context's program is refused.
+    let elsewhere = device!();
+    let foreign = elsewhere.program_from_source("add", source, "").unwrap();
+    // SAFETY: a valid program, of another context.
+    let refused = unsafe { Program::from_raw(&ctx, foreign.as_raw()) };
+    assert!(
+        matches!(refused, Err(Error::ContextMismatch)),
+        "{refused:?}"
+    );
+}
