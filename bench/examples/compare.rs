@@ -145,6 +145,9 @@ fn main() -> anyhow::Result<()> {
         pipeline(&plan, &raw, ctx.device(), &source, &mut report)
     })?;
     section("5. scale", || scale(&plan, &raw, &lib, &mut report))?;
+    section("6. blocking host calls", || {
+        blocking(&plan, &raw, &lib, &mut report)
+    })?;
     ctx.wait_deferred();
 
     let dir = bench_dir()?;
@@ -157,7 +160,15 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs comparison `name` unless `CL_LIFETIME_COMPARE_ONLY` names others (a list of
+/// comparison numbers, such as `1,6`); the report then holds only those run.
 fn section(name: &str, body: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
+    if let Ok(only) = std::env::var("CL_LIFETIME_COMPARE_ONLY") {
+        let number = name.split('.').next().unwrap_or_default();
+        if !only.split(',').any(|n| n.trim() == number) {
+            return Ok(());
+        }
+    }
     let start = Instant::now();
     println!("== {name}");
     body().with_context(|| format!("comparison {name}"))?;
@@ -1880,4 +1891,142 @@ fn growth(report: &mut Report, axis: &str, points: &[(usize, f64, f64)]) {
             );
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. Blocking host calls.
+// ---------------------------------------------------------------------------------------
+
+/// Comparison 6: elements of the buffer a kernel updates and the host then reads, writes
+/// or maps (4 KiB).
+const HOST_ITEMS: usize = 1024;
+
+/// The blocking call each iteration of comparison 6 ends with.
+#[derive(Clone, Copy, Debug)]
+enum HostCall {
+    Read,
+    Write,
+    Map,
+}
+
+impl HostCall {
+    fn label(self) -> &'static str {
+        match self {
+            HostCall::Read => "a blocking read",
+            HostCall::Write => "a blocking write",
+            HostCall::Map => "a blocking map for reading, then its unmap",
+        }
+    }
+}
+
+/// µs per iteration of raw code: a `tiny` launch on `mem`, then the blocking call.
+fn blocking_raw(raw: &Raw, mem: cl_mem, call: HostCall, n: usize) -> anyhow::Result<f64> {
+    let mut host = vec![0i32; HOST_ITEMS];
+    let bytes = size_of_val(host.as_slice());
+    raw.set_args(&raw.tiny, &[RawArg::Mem(mem)])?;
+    let start = Instant::now();
+    for _ in 0..n {
+        release_event(raw.enqueue(0, &raw.tiny, HOST_ITEMS, &[])?)?;
+        // SAFETY: `mem` holds `bytes`; `host` is alive and unaliased for each blocking call;
+        // no wait list.
+        let event = unsafe {
+            match call {
+                HostCall::Read => clq::enqueue_read_buffer(
+                    raw.queue(0),
+                    mem,
+                    clq::CL_BLOCKING,
+                    0,
+                    bytes,
+                    host.as_mut_ptr().cast(),
+                    0,
+                    ptr::null(),
+                ),
+                HostCall::Write => clq::enqueue_write_buffer(
+                    raw.queue(0),
+                    mem,
+                    clq::CL_BLOCKING,
+                    0,
+                    bytes,
+                    host.as_ptr().cast(),
+                    0,
+                    ptr::null(),
+                ),
+                HostCall::Map => {
+                    let mut mapped = ptr::null_mut();
+                    let map = clq::enqueue_map_buffer(
+                        raw.queue(0),
+                        mem,
+                        clq::CL_BLOCKING,
+                        clm::CL_MAP_READ,
+                        0,
+                        bytes,
+                        &mut mapped,
+                        0,
+                        ptr::null(),
+                    )
+                    .map_err(cl_err("clEnqueueMapBuffer"))?;
+                    release_event(map)?;
+                    std::hint::black_box(*mapped.cast::<i32>());
+                    clq::enqueue_unmap_mem_object(raw.queue(0), mem, mapped, 0, ptr::null())
+                }
+            }
+        }
+        .map_err(cl_err("a blocking call"))?;
+        release_event(event)?;
+    }
+    let micros = start.elapsed().as_secs_f64() * 1e6 / n as f64;
+    raw.finish(0)?;
+    Ok(micros)
+}
+
+/// µs per iteration of the library: a `tiny` launch on `buf`, then the blocking call.
+fn blocking_lib(lib: &Lib, buf: &ClBuffer<i32>, call: HostCall, n: usize) -> anyhow::Result<f64> {
+    let queue = &lib.queues[0];
+    let mut host = vec![0i32; HOST_ITEMS];
+    let start = Instant::now();
+    for _ in 0..n {
+        queue.launch(&lib.tiny, &[HOST_ITEMS], &[Arg::read_write(buf)])?;
+        match call {
+            HostCall::Read => queue.read(buf, &mut host)?,
+            HostCall::Write => queue.write(buf, &host)?,
+            HostCall::Map => {
+                let mapped = queue.map(buf, 0..HOST_ITEMS)?;
+                std::hint::black_box(mapped[0]);
+            }
+        }
+    }
+    let micros = start.elapsed().as_secs_f64() * 1e6 / n as f64;
+    lib_finish(queue)?;
+    Ok(micros)
+}
+
+fn blocking(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::Result<()> {
+    let mem = raw.create_from(&[0i32; HOST_ITEMS])?;
+    let buf = lib.ctx.buffer_from(&[0i32; HOST_ITEMS])?;
+    let n = if plan.quick { 500 } else { 2_000 };
+    let result = (|| -> anyhow::Result<()> {
+        for call in [HostCall::Read, HostCall::Write, HostCall::Map] {
+            // Warm-up: first launches, first maps.
+            blocking_raw(raw, mem, call, 50)?;
+            blocking_lib(lib, &buf, call, 50)?;
+            let mut variants: Vec<Variant<'_>> = vec![
+                Box::new(|| blocking_raw(raw, mem, call, n)),
+                Box::new(|| blocking_lib(lib, &buf, call, n)),
+            ];
+            let samples = interleave(plan.reps, &mut variants)?;
+            report.cost(
+                "6 blocking host calls",
+                &format!("cl-lifetime: a launch, then {}", call.label()),
+                &format!("raw opencl3: a launch, then {}", call.label()),
+                "host time per iteration",
+                "µs",
+                &samples[1],
+                &samples[0],
+            );
+        }
+        Ok(())
+    })();
+    raw.release(mem)?;
+    buf.release()?;
+    result
 }
