@@ -67,7 +67,7 @@ use plotters::prelude::*;
 
 use harness::{
     Keep, KeptEvents, ProgramHandle, RawGate, Stats, Variant, calibrate, cl_err, enqueue_1d,
-    interleave, median, release_event, set_arg, size_label,
+    interleave, interleave_with, median, release_event, set_arg, size_label,
 };
 
 /// Work items of a `tiny` launch (and i32 elements of its buffer).
@@ -147,6 +147,9 @@ fn main() -> anyhow::Result<()> {
     section("5. scale", || scale(&plan, &raw, &lib, &mut report))?;
     section("6. blocking host calls", || {
         blocking(&plan, &raw, &lib, &mut report)
+    })?;
+    section("7. BabelStream", || {
+        babelstream(&plan, &raw, &lib, &mut report)
     })?;
     ctx.wait_deferred();
 
@@ -2029,4 +2032,397 @@ fn blocking(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::R
     raw.release(mem)?;
     buf.release()?;
     result
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. BabelStream.
+// ---------------------------------------------------------------------------------------
+
+/// BabelStream's five kernels, written from its published definitions (Deakin et al.,
+/// "Evaluating attainable memory bandwidth of parallel programming models via
+/// BabelStream"): copy, mul, add, triad, and dot, which leaves one partial sum per work
+/// group for the host to read back and add up.
+const BABELSTREAM: &str = "
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#define SCALAR 0.4
+__kernel void copy(__global const double *a, __global double *c) {
+    const size_t i = get_global_id(0);
+    c[i] = a[i];
+}
+__kernel void mul(__global double *b, __global const double *c) {
+    const size_t i = get_global_id(0);
+    b[i] = SCALAR * c[i];
+}
+__kernel void add(__global const double *a, __global const double *b, __global double *c) {
+    const size_t i = get_global_id(0);
+    c[i] = a[i] + b[i];
+}
+__kernel void triad(__global double *a, __global const double *b, __global const double *c) {
+    const size_t i = get_global_id(0);
+    a[i] = b[i] + SCALAR * c[i];
+}
+__kernel void stream_dot(__global const double *a, __global const double *b,
+                         __global double *sum, __local double *wg_sum, long array_size) {
+    size_t i = get_global_id(0);
+    const size_t local_i = get_local_id(0);
+    wg_sum[local_i] = 0.0;
+    for (; i < array_size; i += get_global_size(0)) wg_sum[local_i] += a[i] * b[i];
+    for (int offset = get_local_size(0) / 2; offset > 0; offset /= 2) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (local_i < offset) wg_sum[local_i] += wg_sum[local_i + offset];
+    }
+    if (local_i == 0) sum[get_group_id(0)] = wg_sum[local_i];
+}
+";
+
+/// BabelStream's starting values and scalar.
+const START_A: f64 = 0.1;
+const START_B: f64 = 0.2;
+const START_C: f64 = 0.0;
+const SCALAR: f64 = 0.4;
+/// Work-group size of `dot`, and its groups per compute unit, as in BabelStream.
+const DOT_WG: usize = 256;
+const DOT_GROUPS_PER_CU: usize = 4;
+const STREAM_KERNELS: [&str; 5] = ["copy", "mul", "add", "triad", "dot"];
+
+/// The sizes of one BabelStream run.
+#[derive(Clone, Copy)]
+struct Stream {
+    /// Elements per array.
+    n: usize,
+    /// Iterations (each runs the five kernels once).
+    times: usize,
+    /// Work groups of `dot`.
+    groups: usize,
+}
+
+/// One run's result: the median time of each kernel in µs (copy, mul, add, triad, dot,
+/// dot including its read-back), the median iteration, and the final arrays' check.
+struct StreamRun {
+    kernels: [f64; 5],
+    iteration: f64,
+}
+
+/// What the arrays and the sum must be after `s.times` iterations.
+fn stream_gold(s: Stream) -> (f64, f64, f64, f64) {
+    let (mut a, mut b, mut c) = (START_A, START_B, START_C);
+    for _ in 0..s.times {
+        c = a;
+        b = SCALAR * c;
+        c = a + b;
+        a = b + SCALAR * c;
+    }
+    (a, b, c, a * b * s.n as f64)
+}
+
+/// BabelStream's solution check: the mean relative error of each array below 1e-8 (the
+/// epsilon it uses for doubles, scaled up), and of the sum below 1e-8.
+fn stream_check(s: Stream, a: &[f64], b: &[f64], c: &[f64], sum: f64) -> anyhow::Result<()> {
+    let (ga, gb, gc, gsum) = stream_gold(s);
+    let err = |v: &[f64], g: f64| {
+        v.iter().map(|x| (x - g).abs()).sum::<f64>()
+            / v.len() as f64
+            / g.abs().max(f64::MIN_POSITIVE)
+    };
+    let (ea, eb, ec) = (err(a, ga), err(b, gb), err(c, gc));
+    let esum = ((sum - gsum) / gsum).abs();
+    if ea > 1e-8 || eb > 1e-8 || ec > 1e-8 || esum > 1e-8 {
+        bail!("BabelStream check failed: errors a {ea:e}, b {eb:e}, c {ec:e}, sum {esum:e}");
+    }
+    Ok(())
+}
+
+/// The raw side: opencl3 calls as BabelStream's OpenCL code makes them (each kernel waited
+/// for with `clFinish`, `dot`'s sums read back with a blocking read).
+fn stream_raw(
+    raw_queue: clq::cl_command_queue,
+    ctx: &Context,
+    program: &ProgramHandle,
+    s: Stream,
+) -> anyhow::Result<StreamRun> {
+    let bytes = s.n * size_of::<f64>();
+    let make = |v: f64| -> anyhow::Result<cl_mem> {
+        let mut host = vec![v; s.n];
+        // SAFETY: `host` holds `bytes`, copied before the call returns.
+        unsafe {
+            clm::create_buffer(
+                ctx.as_raw(),
+                CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                bytes,
+                host.as_mut_ptr().cast(),
+            )
+        }
+        .map_err(cl_err("clCreateBuffer"))
+    };
+    let (a, b, c) = (make(START_A)?, make(START_B)?, make(START_C)?);
+    let sums = make(0.0)?;
+    let kernels: Vec<RawKernel> = ["copy", "mul", "add", "triad", "stream_dot"]
+        .iter()
+        .map(|k| program.kernel(k))
+        .collect::<anyhow::Result<_>>()?;
+    // SAFETY: each kernel's parameters are `__global double *` at the positions given,
+    // then the local buffer (no host data) and a `long` for `stream_dot`; every buffer is
+    // live; only this thread uses the kernels.
+    unsafe {
+        set_arg(kernels[0].get(), 0, &a)?;
+        set_arg(kernels[0].get(), 1, &c)?;
+        set_arg(kernels[1].get(), 0, &b)?;
+        set_arg(kernels[1].get(), 1, &c)?;
+        set_arg(kernels[2].get(), 0, &a)?;
+        set_arg(kernels[2].get(), 1, &b)?;
+        set_arg(kernels[2].get(), 2, &c)?;
+        set_arg(kernels[3].get(), 0, &a)?;
+        set_arg(kernels[3].get(), 1, &b)?;
+        set_arg(kernels[3].get(), 2, &c)?;
+        set_arg(kernels[4].get(), 0, &a)?;
+        set_arg(kernels[4].get(), 1, &b)?;
+        set_arg(kernels[4].get(), 2, &sums)?;
+        opencl3::kernel::set_kernel_arg(
+            kernels[4].get(),
+            3,
+            DOT_WG * size_of::<f64>(),
+            ptr::null(),
+        )
+        .map_err(cl_err("clSetKernelArg"))?;
+        set_arg(kernels[4].get(), 4, &(s.n as i64))?;
+    }
+    let mut partial = vec![0f64; s.groups];
+    let mut times: Vec<Vec<f64>> = (0..5).map(|_| Vec::with_capacity(s.times)).collect();
+    let mut iterations = Vec::with_capacity(s.times);
+    let mut sum = 0.0;
+    for _ in 0..s.times {
+        let iteration = Instant::now();
+        for (k, kernel) in kernels.iter().enumerate() {
+            let start = Instant::now();
+            let (global, local) = if k == 4 {
+                (s.groups * DOT_WG, Some(DOT_WG))
+            } else {
+                (s.n, None)
+            };
+            let global = [global];
+            let local_size = local.map(|l| [l]);
+            // SAFETY: the arguments are set; the global size covers the arrays (or is
+            // `dot`'s, which strides); no wait list.
+            let event = unsafe {
+                clq::enqueue_nd_range_kernel(
+                    raw_queue,
+                    kernel.get(),
+                    1,
+                    ptr::null(),
+                    global.as_ptr(),
+                    local_size.as_ref().map_or(ptr::null(), |l| l.as_ptr()),
+                    0,
+                    ptr::null(),
+                )
+            }
+            .map_err(cl_err("clEnqueueNDRangeKernel"))?;
+            release_event(event)?;
+            if k == 4 {
+                // SAFETY: `partial` holds one double per group; a blocking read.
+                let read = unsafe {
+                    clq::enqueue_read_buffer(
+                        raw_queue,
+                        sums,
+                        clq::CL_BLOCKING,
+                        0,
+                        s.groups * 8,
+                        partial.as_mut_ptr().cast(),
+                        0,
+                        ptr::null(),
+                    )
+                }
+                .map_err(cl_err("clEnqueueReadBuffer"))?;
+                release_event(read)?;
+                sum = partial.iter().sum();
+            } else {
+                clq::finish(raw_queue).map_err(cl_err("clFinish"))?;
+            }
+            times[k].push(start.elapsed().as_secs_f64() * 1e6);
+        }
+        iterations.push(iteration.elapsed().as_secs_f64() * 1e6);
+    }
+    let read_all = |mem: cl_mem| -> anyhow::Result<Vec<f64>> {
+        let mut out = vec![0f64; s.n];
+        // SAFETY: `out` holds `bytes`; a blocking read.
+        let read = unsafe {
+            clq::enqueue_read_buffer(
+                raw_queue,
+                mem,
+                clq::CL_BLOCKING,
+                0,
+                bytes,
+                out.as_mut_ptr().cast(),
+                0,
+                ptr::null(),
+            )
+        }
+        .map_err(cl_err("clEnqueueReadBuffer"))?;
+        release_event(read)?;
+        Ok(out)
+    };
+    let checked = stream_check(s, &read_all(a)?, &read_all(b)?, &read_all(c)?, sum);
+    for mem in [a, b, c, sums] {
+        // SAFETY: created above, released once; nothing runs on them any more.
+        unsafe { clm::release_mem_object(mem) }.map_err(cl_err("clReleaseMemObject"))?;
+    }
+    checked?;
+    Ok(StreamRun {
+        kernels: std::array::from_fn(|k| median(&times[k])),
+        iteration: median(&iterations),
+    })
+}
+
+/// The library's side: the same kernels through `Queue::launch`, each waited for on its
+/// event, `dot`'s sums read back with `Queue::read`.
+fn stream_lib(
+    ctx: &Context,
+    queue: &Queue,
+    kernels: &[Kernel],
+    s: Stream,
+) -> anyhow::Result<StreamRun> {
+    let filled = |len: usize, v: f64| ctx.buffer_from(&vec![v; len]);
+    let (a, b, c) = (
+        filled(s.n, START_A)?,
+        filled(s.n, START_B)?,
+        filled(s.n, START_C)?,
+    );
+    let sums = filled(s.groups, 0.0)?;
+    let mut partial = vec![0f64; s.groups];
+    let mut times: Vec<Vec<f64>> = (0..5).map(|_| Vec::with_capacity(s.times)).collect();
+    let mut iterations = Vec::with_capacity(s.times);
+    let mut sum = 0.0;
+    let n = [s.n];
+    for _ in 0..s.times {
+        let iteration = Instant::now();
+        let start = Instant::now();
+        queue
+            .launch(&kernels[0], &n, &[Arg::read(&a), Arg::write(&c)])?
+            .wait()?;
+        times[0].push(start.elapsed().as_secs_f64() * 1e6);
+        let start = Instant::now();
+        queue
+            .launch(&kernels[1], &n, &[Arg::write(&b), Arg::read(&c)])?
+            .wait()?;
+        times[1].push(start.elapsed().as_secs_f64() * 1e6);
+        let start = Instant::now();
+        queue
+            .launch(
+                &kernels[2],
+                &n,
+                &[Arg::read(&a), Arg::read(&b), Arg::write(&c)],
+            )?
+            .wait()?;
+        times[2].push(start.elapsed().as_secs_f64() * 1e6);
+        let start = Instant::now();
+        queue
+            .launch(
+                &kernels[3],
+                &n,
+                &[Arg::write(&a), Arg::read(&b), Arg::read(&c)],
+            )?
+            .wait()?;
+        times[3].push(start.elapsed().as_secs_f64() * 1e6);
+        let start = Instant::now();
+        queue.launch_local(
+            &kernels[4],
+            &[s.groups * DOT_WG],
+            Some(&[DOT_WG]),
+            &[
+                Arg::read(&a),
+                Arg::read(&b),
+                Arg::write(&sums),
+                Arg::local::<f64>(DOT_WG),
+                Arg::scalar(s.n as i64),
+            ],
+        )?;
+        queue.read(&sums, &mut partial)?;
+        sum = partial.iter().sum();
+        times[4].push(start.elapsed().as_secs_f64() * 1e6);
+        iterations.push(iteration.elapsed().as_secs_f64() * 1e6);
+    }
+    let read_all =
+        |buf: &ClBuffer<f64>| -> anyhow::Result<Vec<f64>> { Ok(queue.read_owned(buf)?.wait()?) };
+    stream_check(s, &read_all(&a)?, &read_all(&b)?, &read_all(&c)?, sum)?;
+    Ok(StreamRun {
+        kernels: std::array::from_fn(|k| median(&times[k])),
+        iteration: median(&iterations),
+    })
+}
+
+fn babelstream(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::Result<()> {
+    let device = lib.ctx.device();
+    let cus = opencl3::device::Device::new(device.as_raw())
+        .max_compute_units()
+        .map_err(|e| anyhow!("clGetDeviceInfo: {e}"))? as usize;
+    let (n, times) = if plan.quick {
+        (1 << 22, 20)
+    } else {
+        (1 << 25, 100)
+    };
+    let s = Stream {
+        n,
+        times,
+        groups: cus * DOT_GROUPS_PER_CU,
+    };
+    if (3 * n * 8) as u64 > device.global_mem_bytes() / 2
+        || (n * 8) as u64 > device.max_alloc_bytes()
+    {
+        println!("   skipped: three arrays of {n} doubles do not fit the device");
+        return Ok(());
+    }
+    let program = ProgramHandle::build(lib.ctx.as_raw(), device.as_raw(), BABELSTREAM)?;
+    let lib_program = lib
+        .ctx
+        .program_from_source("babelstream", BABELSTREAM, "")?;
+    let kernels: Vec<Kernel> = ["copy", "mul", "add", "triad", "stream_dot"]
+        .iter()
+        .map(|k| lib_program.kernel(k))
+        .collect::<Result<_, _>>()?;
+    let queue = &lib.queues[0];
+    let raw_queue = raw.queue(0);
+    let runs = if plan.quick { 3 } else { 5 };
+    let mut raw_runs = Vec::new();
+    let mut lib_runs = Vec::new();
+    interleave_with(runs, &[false, true], |ours| {
+        if ours {
+            lib_runs.push(stream_lib(&lib.ctx, queue, &kernels, s)?);
+        } else {
+            raw_runs.push(stream_raw(raw_queue, &lib.ctx, &program, s)?);
+        }
+        Ok(())
+    })?;
+    let label = format!(
+        "2^{} doubles, {times} iterations, {runs} interleaved runs",
+        n.trailing_zeros()
+    );
+    for (k, name) in STREAM_KERNELS.iter().enumerate() {
+        let ours: Vec<f64> = lib_runs.iter().map(|r| r.kernels[k]).collect();
+        let theirs: Vec<f64> = raw_runs.iter().map(|r| r.kernels[k]).collect();
+        let what = if k == 4 {
+            "dot with its read-back"
+        } else {
+            name
+        };
+        report.cost(
+            "7 BabelStream",
+            &format!("cl-lifetime {what} ({label})"),
+            &format!("raw opencl3 {what}, the same kernel"),
+            "median time per call",
+            "µs",
+            &ours,
+            &theirs,
+        );
+    }
+    let ours: Vec<f64> = lib_runs.iter().map(|r| r.iteration).collect();
+    let theirs: Vec<f64> = raw_runs.iter().map(|r| r.iteration).collect();
+    report.cost(
+        "7 BabelStream",
+        &format!("cl-lifetime iteration of all five ({label})"),
+        "raw opencl3 iteration",
+        "median time per iteration",
+        "µs",
+        &ours,
+        &theirs,
+    );
+    Ok(())
 }
