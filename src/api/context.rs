@@ -221,7 +221,13 @@ impl Context {
             .iter()
             .find(|d| d.id == device.id)
             .ok_or(Error::ContextMismatch)?;
-        let core = QueueCore::create(self.core(), device, options.out_of_order, options.profiling)?;
+        let core = QueueCore::create(
+            self.core(),
+            device,
+            options.out_of_order,
+            options.profiling,
+            options.stage_reads.unwrap_or_else(|| device.is_gpu()),
+        )?;
         Ok(Queue::from_core(Arc::new(core)))
     }
 
@@ -440,6 +446,7 @@ impl Context {
             device,
             info.out_of_order,
             info.profiling,
+            device.is_gpu(),
         ))))
     }
 }

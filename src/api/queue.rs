@@ -46,6 +46,11 @@ pub struct QueueOptions {
     /// on some drivers: about 6 µs more per launch on NVIDIA (driver 580, 1.6x), none
     /// measurable on PoCL (`BENCHMARKS.md`, "Profiling queues").
     pub profiling: bool,
+    /// Whether small blocking reads (up to 1 MiB) go through pinned host memory of the
+    /// queue's, then copied out on the host: on NVIDIA a read into ordinary host memory
+    /// completes 13-14 µs later than a raw blocking read returns, one into pinned memory
+    /// does not. `None` (the default): on GPUs, not on CPU devices.
+    pub stage_reads: Option<bool>,
 }
 
 impl QueueOptions {
@@ -60,6 +65,13 @@ impl QueueOptions {
     #[must_use]
     pub fn profiling(mut self, yes: bool) -> Self {
         self.profiling = yes;
+        self
+    }
+
+    /// With [`QueueOptions::stage_reads`] set to `Some(yes)`.
+    #[must_use]
+    pub fn stage_reads(mut self, yes: bool) -> Self {
+        self.stage_reads = Some(yes);
         self
     }
 }

@@ -5,6 +5,7 @@ use std::ptr;
 
 use super::buffer::{ClBuffer, PendingRead};
 use super::queue::After;
+use crate::core::staging::STAGE_MAX;
 use crate::error::{Error, Result, Transfer};
 use crate::event::Event;
 use crate::ffi;
@@ -185,6 +186,35 @@ impl After<'_> {
         offset: usize,
         out: &mut [T],
     ) -> Result<()> {
+        let core = &self.queue.core;
+        let bytes = size_of_val(out);
+        if let Some(staging) = core.staging.as_ref().filter(|_| bytes <= STAGE_MAX) {
+            // The read goes into a pinned block of the queue's, copied out once it has
+            // ended ([`crate::core::staging`]).
+            let block = staging.take(core.ctx.raw, core.raw, bytes)?;
+            let read = (|| {
+                let mut writers = Vec::new();
+                let event =
+                    self.enqueue_read(buffer, offset, block.ptr().cast(), out.len(), &mut writers)?;
+                settle(&event, &writers)
+            })();
+            if read.is_ok() {
+                // SAFETY: the read has ended and wrote `bytes` bytes at the block's address
+                // (at least `bytes` long, used by this read alone); `out` holds `bytes`
+                // bytes and does not overlap the block; every bit pattern is a valid
+                // `T: Pod`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        block.ptr().cast::<u8>(),
+                        out.as_mut_ptr().cast::<u8>(),
+                        bytes,
+                    );
+                }
+            }
+            // The read has ended, or was never enqueued (`settle` returns only after).
+            staging.give_back(block, core.raw);
+            return read;
+        }
         let mut writers = Vec::new();
         let event = self.enqueue_read(buffer, offset, out.as_mut_ptr(), out.len(), &mut writers)?;
         // `out` is borrowed (the *lent host memory* rule), so this returns only when the command has ended.

@@ -6,6 +6,7 @@
 //!   and open gates;
 //! - [`queue::QueueCore`]: one queue's handle, lane, unflushed-work flag and echo;
 //! - [`echo`]: which commands of a queue a driver may have skipped after a failure;
+//! - [`staging`]: pinned host memory that small blocking reads go through on GPUs;
 //! - [`stats`]: the enqueue counters and the memory ledger;
 //! - [`reaper`]: the thread that finishes deferred releases;
 //! - [`gates`]: whether failures are possible, the failure epoch, and a context's
@@ -17,4 +18,5 @@ pub(crate) mod echo;
 pub(crate) mod gates;
 pub(crate) mod queue;
 pub(crate) mod reaper;
+pub(crate) mod staging;
 pub(crate) mod stats;

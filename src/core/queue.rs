@@ -8,6 +8,7 @@ use super::context::ContextCore;
 use super::device::Device;
 use super::echo::{Echo, RawEvent};
 use super::gates::{failure_epoch, failures_possible};
+use super::staging::Staging;
 use crate::error::Result;
 use crate::ffi::{self, cl_command_queue, cl_event};
 use crate::launch::Limits;
@@ -26,6 +27,8 @@ pub(crate) struct QueueCore {
     dirty: AtomicBool,
     /// Whether the queue records its commands' times (`CL_QUEUE_PROFILING_ENABLE`).
     pub(crate) profiling: bool,
+    /// Pinned blocks that small blocking reads go through (see [`super::staging`]).
+    pub(crate) staging: Option<Staging>,
     /// On a driver whose failures echo on their queue (NVIDIA): the commands that may
     /// have been skipped (see [`super::echo`]).
     echo: Option<Mutex<Echo<RawEvent>>>,
@@ -45,6 +48,7 @@ impl QueueCore {
         device: &Device,
         out_of_order: bool,
         profiling: bool,
+        stage_reads: bool,
     ) -> Result<QueueCore> {
         let raw = ffi::create_queue(
             ctx.raw,
@@ -53,17 +57,25 @@ impl QueueCore {
             profiling,
             opencl_major(device.version()),
         )?;
-        Ok(QueueCore::adopt(ctx, raw, device, out_of_order, profiling))
+        Ok(QueueCore::adopt(
+            ctx,
+            raw,
+            device,
+            out_of_order,
+            profiling,
+            stage_reads,
+        ))
     }
 
     /// Takes over one reference to `raw`, a queue of `ctx` on `device` made with the
-    /// properties given.
+    /// properties given; small blocking reads go through pinned blocks when `stage_reads`.
     pub(crate) fn adopt(
         ctx: &Arc<ContextCore>,
         raw: cl_command_queue,
         device: &Device,
         out_of_order: bool,
         profiling: bool,
+        stage_reads: bool,
     ) -> QueueCore {
         QueueCore {
             raw,
@@ -75,6 +87,7 @@ impl QueueCore {
             limits: device.limits,
             dirty: AtomicBool::new(false),
             profiling,
+            staging: stage_reads.then(Staging::default),
             echo: device
                 .echoes_failures()
                 .then(|| Mutex::new(Echo::default())),
@@ -198,6 +211,9 @@ impl QueueCore {
 
 impl Drop for QueueCore {
     fn drop(&mut self) {
+        if let Some(staging) = &mut self.staging {
+            staging.release_all(self.raw);
+        }
         // SAFETY: `raw` came from clCreateCommandQueue* and is released once, here. The
         // release flushes the queue; its commands still complete.
         if let Err(e) = unsafe { ffi::release_queue(self.raw) } {

@@ -29,6 +29,21 @@ pub(crate) fn mem_size_and_context(raw: cl_mem) -> Result<(usize, cl_context)> {
     Ok((size, context))
 }
 
+/// `clCreateBuffer` of `bytes` read-write bytes that the driver allocates in host memory
+/// it can transfer to and from directly (`CL_MEM_ALLOC_HOST_PTR`: pinned memory on GPUs).
+pub(crate) fn create_pinned_buffer(context: cl_context, bytes: usize) -> Result<cl_mem> {
+    // SAFETY: no host pointer is given.
+    unsafe {
+        cl::create_buffer(
+            context,
+            cl::CL_MEM_READ_WRITE | cl::CL_MEM_ALLOC_HOST_PTR,
+            bytes,
+            ptr::null_mut(),
+        )
+    }
+    .map_err(|s| Error::cl("clCreateBuffer", s))
+}
+
 /// `clCreateBuffer` of `bytes` read-write bytes, copied from `init` when it is not null
 /// (`CL_MEM_COPY_HOST_PTR`).
 ///

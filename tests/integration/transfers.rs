@@ -458,3 +458,45 @@ fn wait_all_waits_for_every_event_and_reports_a_failure() {
     assert_eq!(report.failed.len(), 1, "{report:?}");
     assert_eq!(report.failed[0].command, CommandKind::Fill);
 }
+
+/// Small blocking reads through a queue's pinned blocks (`QueueOptions::stage_reads`, on
+/// by default on GPUs) return what was written, at any offset and size, from several
+/// threads at once; a read past the staged size goes straight to the caller's memory.
+#[test]
+fn staged_blocking_reads_return_what_was_written_from_several_threads() {
+    let ctx = device!();
+    let queue = ctx
+        .queue_with(cl_lifetime::QueueOptions::default().stage_reads(true))
+        .unwrap();
+    let len = (1 << 20) / 4 + 1000; // past the 1 MiB staged size when read whole
+    let data = common::pattern(len, 7);
+    let buf = ctx.buffer_from(&data).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..3usize {
+            let (queue, buf, data) = (&queue, &buf, &data);
+            s.spawn(move || {
+                for (offset, n) in [(0, 1), (3 + t, 100), (1000, 4096), (17, 65_536)] {
+                    let mut out = vec![0u32; n];
+                    queue.read_at(buf, offset, &mut out).unwrap();
+                    assert_eq!(
+                        out,
+                        data[offset..offset + n],
+                        "offset {offset}, {n} elements"
+                    );
+                }
+            });
+        }
+    });
+    let mut whole = vec![0u32; len];
+    queue.read(&buf, &mut whole).unwrap();
+    assert_eq!(whole, data);
+    // A read behind a failed write is an error, and the next staged read works.
+    let gate = ctx.user_event().unwrap();
+    queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
+    gate.fail(-5).unwrap();
+    let mut out = vec![0u32; 16];
+    assert!(queue.read(&buf, &mut out).is_err());
+    queue.write(&buf, &data).unwrap();
+    queue.read_at(&buf, 5, &mut out).unwrap();
+    assert_eq!(out, data[5..21]);
+}

@@ -1,0 +1,153 @@
+//! Pinned staging for blocking reads: host memory the driver transfers into directly.
+//!
+//! A blocking read enqueues without blocking (so that no record stays locked while the
+//! host waits) and then waits for its command. Into ordinary (pageable) host memory,
+//! NVIDIA completes such a read 13-14 µs after a blocking read of the same bytes would have
+//! returned: it stages the data through pinned memory on a thread of its own. Into pinned
+//! memory (a mapped `CL_MEM_ALLOC_HOST_PTR` buffer) the read completes when the transfer
+//! does. So on a GPU a small blocking read goes through a pinned block of the queue's, and
+//! the host copies it out (design trap "pageable reads complete late").
+//!
+//! # Rules
+//!
+//! - **Small only.** Reads up to [`STAGE_MAX`] bytes are staged; larger ones go straight
+//!   to the caller's memory, where the transfer dwarfs the delay.
+//! - **One reader per block.** A block is taken for one read and given back once that
+//!   read has ended; at most [`KEEP`] blocks are kept per queue.
+//! - **Mapped for life.** A block is mapped once when made and unmapped when let go; only
+//!   its host address is used, never the buffer in a command.
+
+use std::ffi::c_void;
+use std::sync::{Mutex, PoisonError};
+
+use crate::error::Result;
+use crate::ffi::{self, cl_command_queue, cl_context, cl_mem};
+
+/// Reads up to this many bytes are staged (the *small only* rule).
+pub(crate) const STAGE_MAX: usize = 1 << 20;
+
+/// Blocks kept per queue (the *one reader per block* rule).
+const KEEP: usize = 4;
+
+/// One pinned block: a mapped `CL_MEM_ALLOC_HOST_PTR` buffer.
+pub(crate) struct Pinned {
+    mem: cl_mem,
+    ptr: *mut c_void,
+    bytes: usize,
+}
+
+// SAFETY: the buffer handle may be used from any thread; the mapped memory is plain host
+// memory, used by one reader at a time (the *one reader per block* rule).
+unsafe impl Send for Pinned {}
+
+impl Pinned {
+    /// The host address of the block's `bytes` bytes.
+    pub(crate) fn ptr(&self) -> *mut c_void {
+        self.ptr
+    }
+
+    /// A new block of at least `bytes`, mapped through `queue`.
+    fn create(context: cl_context, queue: cl_command_queue, bytes: usize) -> Result<Pinned> {
+        let bytes = bytes.next_power_of_two().max(4096);
+        let mem = ffi::create_pinned_buffer(context, bytes)?;
+        // SAFETY: `queue` and `mem` are live; the map waits on nothing.
+        let mapped = unsafe { ffi::enqueue_map(queue, mem, true, 0, bytes, &[]) };
+        let (event, ptr) = match mapped {
+            Ok(mapped) => mapped,
+            Err(e) => {
+                // SAFETY: created above and released once, here.
+                let _ = unsafe { ffi::release_mem(mem) };
+                return Err(e);
+            }
+        };
+        ffi::wait_terminal(&[event]);
+        let status = ffi::execution_status(event);
+        // SAFETY: the map's event, owned here and released once.
+        let _ = unsafe { ffi::release_event(event) };
+        let pinned = Pinned { mem, ptr, bytes };
+        match status {
+            Ok(ffi::CL_COMPLETE) => Ok(pinned),
+            Ok(status) | Err(status) => {
+                pinned.release(queue);
+                Err(crate::error::Error::cl("clEnqueueMapBuffer", status))
+            }
+        }
+    }
+
+    /// Unmaps the block through `queue` and releases it; logs what went wrong.
+    fn release(self, queue: cl_command_queue) {
+        if !self.ptr.is_null() {
+            // SAFETY: `ptr` is this buffer's mapping, unmapped once, here; nothing uses it.
+            match unsafe { ffi::enqueue_unmap(queue, self.mem, self.ptr, &[]) } {
+                Ok(event) => {
+                    ffi::wait_terminal(&[event]);
+                    // SAFETY: the unmap's event, owned here and released once.
+                    let _ = unsafe { ffi::release_event(event) };
+                }
+                Err(e) => {
+                    log::warn!(target: "cl_lifetime::queue", "unmapping a staging block: {e}")
+                }
+            }
+        }
+        // SAFETY: created in `create` and released once, here.
+        if let Err(e) = unsafe { ffi::release_mem(self.mem) } {
+            log::warn!(target: "cl_lifetime::queue", "releasing a staging block: {e}");
+        }
+    }
+}
+
+/// The pinned blocks of one queue.
+#[derive(Default)]
+pub(crate) struct Staging {
+    free: Mutex<Vec<Pinned>>,
+}
+
+impl Staging {
+    /// A block of at least `bytes` for one read: the smallest free one that fits, or a
+    /// new one.
+    pub(crate) fn take(
+        &self,
+        context: cl_context,
+        queue: cl_command_queue,
+        bytes: usize,
+    ) -> Result<Pinned> {
+        {
+            let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+            let fit = free
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.bytes >= bytes)
+                .min_by_key(|(_, p)| p.bytes)
+                .map(|(i, _)| i);
+            if let Some(i) = fit {
+                return Ok(free.swap_remove(i));
+            }
+        }
+        Pinned::create(context, queue, bytes)
+    }
+
+    /// Gives `block` back after its read has ended; lets the smallest go past [`KEEP`].
+    pub(crate) fn give_back(&self, block: Pinned, queue: cl_command_queue) {
+        let spare = {
+            let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+            free.push(block);
+            if free.len() > KEEP {
+                let smallest = (0..free.len()).min_by_key(|&i| free[i].bytes).unwrap_or(0);
+                Some(free.swap_remove(smallest))
+            } else {
+                None
+            }
+        };
+        if let Some(spare) = spare {
+            spare.release(queue);
+        }
+    }
+
+    /// Lets every block go, through `queue` (the queue's drop).
+    pub(crate) fn release_all(&mut self, queue: cl_command_queue) {
+        let free = std::mem::take(self.free.get_mut().unwrap_or_else(PoisonError::into_inner));
+        for block in free {
+            block.release(queue);
+        }
+    }
+}
