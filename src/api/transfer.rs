@@ -188,10 +188,24 @@ impl After<'_> {
     ) -> Result<()> {
         let core = &self.queue.core;
         let bytes = size_of_val(out);
-        if let Some(staging) = core.staging.as_ref().filter(|_| bytes <= STAGE_MAX) {
+        let staged = core
+            .staging
+            .as_ref()
+            .filter(|_| bytes <= STAGE_MAX)
+            .and_then(|staging| {
+                // A block that cannot be made (its map failed: on NVIDIA, behind a failed
+                // command of the queue) only means this read goes straight to `out`.
+                match staging.take(core.ctx.raw, core.raw, bytes) {
+                    Ok(block) => Some((staging, block)),
+                    Err(e) => {
+                        log::debug!(target: "cl_lifetime::queue", "reading without staging: {e}");
+                        None
+                    }
+                }
+            });
+        if let Some((staging, block)) = staged {
             // The read goes into a pinned block of the queue's, copied out once it has
             // ended ([`crate::core::staging`]).
-            let block = staging.take(core.ctx.raw, core.raw, bytes)?;
             let read = (|| {
                 let mut writers = Vec::new();
                 let event =
