@@ -38,6 +38,14 @@
 //!    drop at the end), in its safe blocking form and in its `unsafe` non-blocking form
 //!    (`block(false)`, [`DEPTH`] in flight per queue), run in the same interleaving as
 //!    comparison 4.
+//! 7. **Blocking host calls**: a `tiny` launch, then a blocking read, write, or map and
+//!    unmap of its 4 KiB buffer, against raw opencl3's blocking (`CL_BLOCKING`) calls.
+//! 8. **BabelStream**: copy, mul, add, triad and dot (with the read-back of its partial
+//!    sums), written from BabelStream's published definitions and run on `ClBuffer`s
+//!    against the same kernels on raw opencl3 (2^25 doubles and 100 iterations, 2^22 and 20
+//!    in quick mode); each side passes BabelStream's solution check.
+//!
+//! `CL_LIFETIME_COMPARE_ONLY=7,8` runs only the comparisons it lists (4 also runs 6).
 //!
 //! # Method
 //!
@@ -145,10 +153,10 @@ fn main() -> anyhow::Result<()> {
         pipeline(&plan, &raw, ctx.device(), &source, &mut report)
     })?;
     section("5. scale", || scale(&plan, &raw, &lib, &mut report))?;
-    section("6. blocking host calls", || {
+    section("7. blocking host calls", || {
         blocking(&plan, &raw, &lib, &mut report)
     })?;
-    section("7. BabelStream", || {
+    section("8. BabelStream", || {
         babelstream(&plan, &raw, &lib, &mut report)
     })?;
     ctx.wait_deferred();
@@ -1897,14 +1905,14 @@ fn growth(report: &mut Report, axis: &str, points: &[(usize, f64, f64)]) {
 }
 
 // ---------------------------------------------------------------------------------------
-// 6. Blocking host calls.
+// 7. Blocking host calls.
 // ---------------------------------------------------------------------------------------
 
-/// Comparison 6: elements of the buffer a kernel updates and the host then reads, writes
+/// Comparison 7: elements of the buffer a kernel updates and the host then reads, writes
 /// or maps (4 KiB).
 const HOST_ITEMS: usize = 1024;
 
-/// The blocking call each iteration of comparison 6 ends with.
+/// The blocking call each iteration of comparison 7 ends with.
 #[derive(Clone, Copy, Debug)]
 enum HostCall {
     Read,
@@ -2018,7 +2026,7 @@ fn blocking(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::R
             ];
             let samples = interleave(plan.reps, &mut variants)?;
             report.cost(
-                "6 blocking host calls",
+                "7 blocking host calls",
                 &format!("cl-lifetime: a launch, then {}", call.label()),
                 &format!("raw opencl3: a launch, then {}", call.label()),
                 "host time per iteration",
@@ -2035,7 +2043,7 @@ fn blocking(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::R
 }
 
 // ---------------------------------------------------------------------------------------
-// 7. BabelStream.
+// 8. BabelStream.
 // ---------------------------------------------------------------------------------------
 
 /// BabelStream's five kernels, written from its published definitions (Deakin et al.,
@@ -2404,7 +2412,7 @@ fn babelstream(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow
             name
         };
         report.cost(
-            "7 BabelStream",
+            "8 BabelStream",
             &format!("cl-lifetime {what} ({label})"),
             &format!("raw opencl3 {what}, the same kernel"),
             "median time per call",
@@ -2416,7 +2424,7 @@ fn babelstream(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow
     let ours: Vec<f64> = lib_runs.iter().map(|r| r.iteration).collect();
     let theirs: Vec<f64> = raw_runs.iter().map(|r| r.iteration).collect();
     report.cost(
-        "7 BabelStream",
+        "8 BabelStream",
         &format!("cl-lifetime iteration of all five ({label})"),
         "raw opencl3 iteration",
         "median time per iteration",
