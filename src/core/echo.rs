@@ -75,7 +75,8 @@ impl<W: Watched> Default for Echo<W> {
 }
 
 impl<W: Watched> Echo<W> {
-    fn open(&self) -> bool {
+    /// Whether a window of suspect commands is open.
+    pub(crate) fn open(&self) -> bool {
         self.windows
             .last()
             .is_some_and(|&(_, until)| until == u64::MAX)

@@ -1,7 +1,7 @@
 //! The shared state of one command queue: what events and the enqueue protocol need to
 //! know about the queue that produced a command.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::context::ContextCore;
@@ -32,6 +32,11 @@ pub(crate) struct QueueCore {
     /// On a driver whose failures echo on their queue (NVIDIA): the commands that may
     /// have been skipped (see [`super::echo`]).
     echo: Option<Mutex<Echo<RawEvent>>>,
+    /// Whether the echo's window is open, as last seen under its lock, and the failure
+    /// epoch at which [`QueueCore::settle`] last found nothing to do: with no window open
+    /// and no failure since, `settle` takes no lock.
+    echo_open: AtomicBool,
+    settled_epoch: AtomicU64,
 }
 
 // SAFETY: a cl_command_queue may be used from any thread (OpenCL 3.0 appendix A.2: every
@@ -91,6 +96,8 @@ impl QueueCore {
             echo: device
                 .echoes_failures()
                 .then(|| Mutex::new(Echo::default())),
+            echo_open: AtomicBool::new(false),
+            settled_epoch: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -103,9 +110,20 @@ impl QueueCore {
         let Some(echo) = self.echo.as_ref().filter(|_| failures_possible()) else {
             return;
         };
+        let epoch = failure_epoch();
+        if !self.echo_open.load(Ordering::Acquire)
+            && self.settled_epoch.load(Ordering::Acquire) == epoch
+        {
+            return;
+        }
         let marker = {
             let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
-            if !echo.before_enqueue(failure_epoch()) {
+            let due = echo.before_enqueue(epoch);
+            self.echo_open.store(echo.open(), Ordering::Release);
+            if !due {
+                if !echo.open() {
+                    self.settled_epoch.store(epoch, Ordering::Release);
+                }
                 return;
             }
             // SAFETY: `raw` is live (held by `self`); an empty wait list waits for every
@@ -133,9 +151,9 @@ impl QueueCore {
         if self.ctx.gates.count() == 0 {
             marker.wait();
             // Sees the marker ended and closes the window.
-            echo.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .before_enqueue(failure_epoch());
+            let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
+            echo.before_enqueue(failure_epoch());
+            self.echo_open.store(echo.open(), Ordering::Release);
         }
     }
 
@@ -166,7 +184,9 @@ impl QueueCore {
                 }
             }
         }
-        let raw = enqueue()?;
+        let raw = enqueue();
+        self.echo_open.store(echo.open(), Ordering::Release);
+        let raw = raw?;
         let watched = if echo.watches(may_fail) {
             // SAFETY: `raw` was just returned by the enqueue, so it is valid.
             unsafe { RawEvent::retain(raw) }
@@ -180,10 +200,12 @@ impl QueueCore {
     /// complete, may have been skipped after a failure (the echo's *skipped* rule).
     pub(crate) fn skipped(&self, seq: u64) -> bool {
         match (&self.echo, seq) {
-            (Some(echo), 1..) => echo
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .skipped(seq),
+            (Some(echo), 1..) => {
+                let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
+                let skipped = echo.skipped(seq);
+                self.echo_open.store(echo.open(), Ordering::Release);
+                skipped
+            }
             _ => false,
         }
     }
