@@ -19,6 +19,7 @@ use crate::ffi::{self, cl_mem};
 use crate::pod::Pod;
 use crate::record::block::Block;
 use crate::record::failure::settle;
+use crate::record::history::Writes;
 use crate::record::release::ReleaseReport;
 
 /// A device buffer of `len` elements of `T`, released only after its own commands end.
@@ -217,7 +218,7 @@ pub struct PendingRead<T: Pod> {
     event: Event,
     /// The writes the buffer's contents came from when the read was enqueued (the
     /// *failed write* rule).
-    writers: Vec<Event>,
+    writers: Writes,
     /// Capacity `len`; length 0 until the read has completed.
     data: Vec<T>,
     len: usize,
@@ -233,7 +234,7 @@ impl<T: Pod> fmt::Debug for PendingRead<T> {
 }
 
 impl<T: Pod> PendingRead<T> {
-    pub(crate) fn new(event: Event, writers: Vec<Event>, data: Vec<T>, len: usize) -> Self {
+    pub(crate) fn new(event: Event, writers: Writes, data: Vec<T>, len: usize) -> Self {
         PendingRead {
             event,
             writers,

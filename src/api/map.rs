@@ -15,6 +15,7 @@ use crate::pod::Pod;
 use crate::record::block::Block;
 use crate::record::failure::settle;
 use crate::record::history::MapStep;
+use crate::record::history::Writes;
 use crate::record::submit::Touch;
 use crate::tracker::Access;
 
@@ -72,7 +73,7 @@ impl After<'_> {
             reads: true,
             covers: false,
         };
-        let mut writers = Vec::new();
+        let mut writers = Writes::default();
         let mut mapped = ptr::null_mut();
         let event = self.submit().run_reading(
             &[touch],

@@ -11,6 +11,7 @@ use crate::event::Event;
 use crate::ffi;
 use crate::pod::Pod;
 use crate::record::failure::settle;
+use crate::record::history::Writes;
 use crate::record::submit::Touch;
 use crate::tracker::Access;
 
@@ -90,7 +91,7 @@ impl After<'_> {
         offset: usize,
         out: *mut T,
         len: usize,
-        writers: &mut Vec<Event>,
+        writers: &mut Writes,
     ) -> Result<Event> {
         check_range(Transfer::Read, offset, len, buffer.len())?;
         let block = buffer.block();
@@ -207,7 +208,7 @@ impl After<'_> {
             // The read goes into a pinned block of the queue's, copied out once it has
             // ended ([`crate::core::staging`]).
             let read = (|| {
-                let mut writers = Vec::new();
+                let mut writers = Writes::default();
                 let event =
                     self.enqueue_read(buffer, offset, block.ptr().cast(), out.len(), &mut writers)?;
                 settle(&event, &writers)
@@ -229,7 +230,7 @@ impl After<'_> {
             staging.give_back(block, core.raw);
             return read;
         }
-        let mut writers = Vec::new();
+        let mut writers = Writes::default();
         let event = self.enqueue_read(buffer, offset, out.as_mut_ptr(), out.len(), &mut writers)?;
         // `out` is borrowed (the *lent host memory* rule), so this returns only when the command has ended.
         settle(&event, &writers)
@@ -259,7 +260,7 @@ impl After<'_> {
         let mut data: Vec<T> = Vec::with_capacity(len);
         // The device fills the spare capacity; `PendingRead` sets the length only after
         // the read has completed, and owns the allocation until then (the *lent host memory* rule).
-        let mut writers = Vec::new();
+        let mut writers = Writes::default();
         let event = self.enqueue_read(buffer, range.start, data.as_mut_ptr(), len, &mut writers)?;
         Ok(PendingRead::new(event, writers, data, len))
     }

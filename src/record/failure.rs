@@ -1,6 +1,7 @@
 //! Failed commands: the one place a failure is read from an event and collected for a
 //! report, and the *failed write* rule for host reads.
 
+use super::history::Writes;
 use crate::core::gates::failures_possible;
 use crate::error::{Error, Result};
 use crate::event::Event;
@@ -57,7 +58,7 @@ impl From<FailedCommand> for Error {
 /// *failed write* rule ([`crate::record`]): if one of `writers`, the writes the buffer's
 /// contents came from when the command was enqueued, failed, the data is not what was
 /// asked for.
-pub(crate) fn settle(event: &Event, writers: &[Event]) -> Result<()> {
+pub(crate) fn settle(event: &Event, writers: &Writes) -> Result<()> {
     let ended = event.wait();
     if failures_possible() {
         if let Some(failed) = writers.iter().find_map(failure_of) {

@@ -51,7 +51,7 @@ pub(crate) struct Record {
     /// and the one before it when that one had failed and the newest did not replace all
     /// of the buffer. A command that reads the buffer after one of them failed reads data
     /// that was never written.
-    writes: Vec<Event>,
+    writes: Writes,
     /// Host memory that in-flight commands use (the *lent host memory* rule), with the event that ends the use.
     host: Vec<(Event, Box<dyn Any + Send>)>,
 }
@@ -187,7 +187,7 @@ impl Record {
     pub(crate) fn forget_failures(&mut self) {
         self.failed.clear();
         self.saw_failure = false;
-        self.writes.clear();
+        self.writes = Writes::default();
         self.events.prune_each(true);
         self.events.prune(Event::state);
     }
@@ -221,7 +221,7 @@ impl Record {
     /// the last write is of no more interest.
     pub(crate) fn released(&mut self) {
         self.host.clear();
-        self.writes.clear();
+        self.writes = Writes::default();
     }
 
     /// Flushes the library queues whose commands this record holds, for a release that
@@ -255,14 +255,18 @@ impl Record {
     /// write's wait list (a write waits on every earlier write, or follows it on an
     /// in-order queue), so if it fails, the new write fails too.
     fn record_write(&mut self, event: &Event, failures_possible: bool, replaces: bool) {
-        if replaces || !failures_possible {
-            self.writes.clear();
+        let failed = |w: &Event| matches!(w.status(), Ok(Status::Failed(_)));
+        let writes = &mut self.writes;
+        writes.failed_before = if replaces || !failures_possible {
+            None
         } else {
-            self.writes
-                .retain(|w| matches!(w.status(), Ok(Status::Failed(_))));
-            self.writes.truncate(1);
-        }
-        self.writes.push(event.clone());
+            writes
+                .failed_before
+                .take()
+                .filter(failed)
+                .or_else(|| writes.newest.take().filter(failed))
+        };
+        writes.newest = Some(event.clone());
     }
 
     /// The *failed write* rule: the failure of a write the buffer's contents come from,
@@ -273,7 +277,23 @@ impl Record {
 
     /// The writes the buffer's contents come from, for a host read to check once it has
     /// ended (the *failed write* rule).
-    pub(crate) fn writes(&self) -> &[Event] {
+    pub(crate) fn writes(&self) -> &Writes {
         &self.writes
+    }
+}
+
+/// The writes a buffer's contents come from (the *failed write* rule): at most two, kept
+/// inline (a record is made per buffer, and most never see a failure).
+#[derive(Clone, Default)]
+pub(crate) struct Writes {
+    /// A write that failed before `newest`, which did not replace all of the buffer.
+    failed_before: Option<Event>,
+    newest: Option<Event>,
+}
+
+impl Writes {
+    /// Each write, the older first.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Event> {
+        self.failed_before.iter().chain(self.newest.iter())
     }
 }

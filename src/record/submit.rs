@@ -54,6 +54,7 @@ use std::sync::{Arc, MutexGuard};
 
 use super::block::Block;
 use super::failure::failure_of;
+use super::history::Writes;
 use super::history::{MapStep, Record};
 use crate::core::gates::{self, failures_possible};
 use crate::core::queue::QueueCore;
@@ -151,7 +152,7 @@ impl Submit<'_> {
         &self,
         touches: impl IntoIterator<Item = &'t Touch<'t>>,
         mut enqueue: impl FnMut(&[cl_event]) -> Result<cl_event>,
-        writer: Option<&mut Vec<Event>>,
+        writer: Option<&mut Writes>,
     ) -> Result<Event> {
         let queue = self.queue;
         if !self.deps.iter().all(|d| d.in_context(&queue.ctx)) {
@@ -357,11 +358,11 @@ impl Submit<'_> {
         event: &Event,
         had_wait_list: bool,
         failures_possible: bool,
-        mut writer: Option<&mut Vec<Event>>,
+        mut writer: Option<&mut Writes>,
     ) {
         for l in locked.iter_mut() {
             if let Some(writer) = writer.as_deref_mut() {
-                *writer = l.record.writes().to_vec();
+                *writer = l.record.writes().clone();
             }
             l.record.record(
                 self.queue.lane,
