@@ -55,7 +55,7 @@ if [ ! -e /usr/lib/oclgrind/liboclgrind-rt-icd.so ] && command -v apt-get >/dev/
 fi
 # CLBlast: a library the tests run commands of through the raw-command entry point
 # (loaded at run time; the tests that need it say so and skip where it is absent).
-if ! ls /usr/lib/*/libclblast.so.1 /usr/lib64/libclblast.so.1 >/dev/null 2>&1 &&
+if ! exists_any /usr/lib/*/libclblast.so.1 /usr/lib64/libclblast.so.1 /usr/local/lib/libclblast.so.1 &&
   command -v apt-get >/dev/null 2>&1; then
   pkgs+=(libclblast1)
 fi
