@@ -6,11 +6,11 @@
 //! ([`common::isolated`]), so the suite reports it instead of dying or stalling. Ordering
 //! is made with user events as gates, never with sleeps.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cl_lifetime::{CommandKind, Context, Error, Queue};
 
-use crate::common::{self, CHILD_LIMIT, HANG};
+use crate::common::{self, CHILD_LIMIT, eventually};
 
 /// The execution status the tests fail their gates with.
 const CANCELLED: i32 = -1234;
@@ -20,19 +20,6 @@ fn queues(ctx: &Context) -> (Queue, Queue) {
         ctx.queue().expect("a queue"),
         ctx.queue().expect("a second queue"),
     )
-}
-
-/// Polls `done` until it holds, for at most [`HANG`]; whether it held.
-fn eventually(mut done: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < HANG {
-        if done() {
-            return true;
-        }
-        // Polls for a state the library reaches on its own thread; orders nothing.
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    done()
 }
 
 // 1. A failed command must outlive its own closed dependencies (PoCL walks its notify list).

@@ -292,7 +292,7 @@ fn a_buffer_made_by_raw_code_is_tracked_once_adopted_and_its_owner_keeps_it() {
     assert_eq!(out, vec![5; 1024]);
     // SAFETY: the test's own reference, given up once.
     assert_eq!(unsafe { cl_sys::clReleaseMemObject(raw) }, 0);
-    assert!(common::eventually_true(|| watch.fired()));
+    assert!(common::eventually(|| watch.fired()));
 }
 
 #[test]

@@ -262,7 +262,7 @@ impl Drop for TempDir {
 /// Polls `done` until it holds, for at most [`HANG`]; whether it held. For a state the
 /// driver or the library reaches on a thread of its own (a destructor callback); it
 /// orders nothing.
-pub fn eventually_true(mut done: impl FnMut() -> bool) -> bool {
+pub fn eventually(mut done: impl FnMut() -> bool) -> bool {
     let start = std::time::Instant::now();
     while start.elapsed() < HANG {
         if done() {
