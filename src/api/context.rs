@@ -124,13 +124,18 @@ impl Context {
     /// [`Error::NoDevice`] for an empty list; [`Error::Cl`] when `clCreateContext` fails
     /// (`CL_INVALID_DEVICE` for devices of different platforms, for example).
     pub fn with_devices(devices: &[Device]) -> Result<Context> {
-        Ok(Context {
+        Ok(Context::from_core(ContextCore::create(devices)?))
+    }
+
+    /// The user's first handle to `core`.
+    fn from_core(core: ContextCore) -> Context {
+        Context {
             shared: Arc::new(Shared {
-                core: Arc::new(ContextCore::create(devices)?),
+                core: Arc::new(core),
                 programs: Mutex::new(HashMap::new()),
                 builds: AtomicUsize::new(0),
             }),
-        })
+        }
     }
 
     /// The first device: the one [`Context::queue`] uses.
@@ -149,7 +154,7 @@ impl Context {
     ///
     /// [`Error::Cl`] when the queue cannot be created.
     pub fn queue(&self) -> Result<Queue> {
-        self.queue_of(&self.core().device, false)
+        self.queue_with(QueueOptions::default())
     }
 
     /// A new out-of-order command queue on the first device.
@@ -158,7 +163,7 @@ impl Context {
     ///
     /// [`Error::Cl`] with `CL_INVALID_QUEUE_PROPERTIES` when the device has none.
     pub fn out_of_order_queue(&self) -> Result<Queue> {
-        self.queue_of(&self.core().device, true)
+        self.queue_with(QueueOptions::default().out_of_order(true))
     }
 
     /// A new command queue on `device`, one of the context's devices.
@@ -168,16 +173,6 @@ impl Context {
     /// [`Error::ContextMismatch`] when `device` is not in the context; [`Error::Cl`] as
     /// [`Context::queue`] and [`Context::out_of_order_queue`].
     pub fn queue_on(&self, device: &Device, out_of_order: bool) -> Result<Queue> {
-        let device = self
-            .core()
-            .devices
-            .iter()
-            .find(|d| d.id == device.id)
-            .ok_or(Error::ContextMismatch)?;
-        self.queue_of(device, out_of_order)
-    }
-
-    fn queue_of(&self, device: &Device, out_of_order: bool) -> Result<Queue> {
         self.queue_on_with(device, QueueOptions::default().out_of_order(out_of_order))
     }
 
@@ -380,7 +375,7 @@ impl Context {
     /// # Errors
     ///
     /// [`Error::Cl`] when the context's devices cannot be read; [`Error::NoDevice`] when
-    /// one of them is not among the platforms' devices ([`Device::all`]).
+    /// it has none, or one of them is not among the platforms' devices ([`Device::all`]).
     pub unsafe fn from_raw(raw: cl_context) -> Result<Context> {
         let ids = crate::ffi::context_devices(raw)?;
         let all = Device::all()?;
@@ -388,28 +383,20 @@ impl Context {
             .iter()
             .map(|id| all.iter().find(|d| d.id == *id).cloned())
             .collect::<Option<Vec<Device>>>()
+            .filter(|devices| !devices.is_empty())
             .ok_or_else(|| Error::NoDevice {
                 looked_for: "the devices of an adopted context".to_string(),
                 found: all.iter().map(ToString::to_string).collect(),
                 hint: crate::error::INSTALL_HINT,
             })?;
-        let Some(first) = devices.first() else {
-            return Err(Error::NoDevice {
-                looked_for: "the devices of an adopted context".to_string(),
-                found: Vec::new(),
-                hint: crate::error::INSTALL_HINT,
-            });
-        };
         // SAFETY: `raw` is valid, as the caller vouches; the reference taken here is the
         // one `ContextCore` releases.
         unsafe { crate::ffi::retain_context(raw) }?;
-        Ok(Context {
-            shared: Arc::new(Shared {
-                core: Arc::new(ContextCore::adopt(raw, first, &devices)),
-                programs: Mutex::new(HashMap::new()),
-                builds: AtomicUsize::new(0),
-            }),
-        })
+        Ok(Context::from_core(ContextCore::adopt(
+            raw,
+            &devices[0],
+            &devices,
+        )))
     }
 
     /// A queue for the raw handle `raw`, a command queue of this context made by other
