@@ -133,10 +133,11 @@ impl Block {
         self.move_to(Bucket::Freed);
         stages.mark("clReleaseMemObject");
         released?;
-        let mut freed = self.freed.take().filter(|f| !f.fired());
+        let unfreed = self.freed.take().filter(|f| !f.fired());
+        let report_freed = unfreed.is_none();
         // Other code keeps its own reference to an adopted buffer: its memory goes with
-        // that, not with this release.
-        let shared_and_kept = self.shared && freed.take().is_some();
+        // that, not with this release, which waits for nothing more.
+        let freed = if self.shared { None } else { unfreed };
         drop(events);
         stages.mark("events released");
         stages.log(self.allocated_at);
@@ -144,7 +145,7 @@ impl Block {
             waited_on: raws.len(),
             waited,
             failed,
-            freed: freed.is_none() && !shared_and_kept,
+            freed: report_freed,
             free_wait: Duration::ZERO,
             recycled: false,
         };
