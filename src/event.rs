@@ -409,43 +409,74 @@ impl Event {
     /// list that the driver reports complete are resolved the same way first, without
     /// recursion, so a chain that ran after a skipped command fails as a whole.
     fn resolve_complete(&self) -> cl_int {
-        let mut stack: Vec<(Event, bool)> = vec![(self.clone(), false)];
-        while let Some((event, deps_resolved)) = stack.pop() {
-            if event.inner.seen.load(Ordering::Acquire) != UNKNOWN {
-                continue;
+        // Most commands resolve in one step, with no allocation; a chain of commands the
+        // driver reports complete and no one has asked about is walked with a stack.
+        let Some(deps) = self.resolve_step() else {
+            return self.inner.seen.load(Ordering::Acquire);
+        };
+        let mut stack: Vec<(Event, Vec<Event>)> = vec![(self.clone(), deps)];
+        while let Some((_, deps)) = stack.last_mut() {
+            match deps.pop() {
+                Some(dep) => {
+                    if let Some(its_deps) = dep.resolve_step() {
+                        stack.push((dep, its_deps));
+                    }
+                }
+                None => {
+                    if let Some((event, _)) = stack.pop() {
+                        // Every dependency the driver reported complete is resolved now.
+                        let failed = event.failed_dependency();
+                        event.finish(failed.unwrap_or(ffi::CL_COMPLETE));
+                    }
+                }
             }
-            if deps_resolved {
-                let failed = event.failed_dependency();
-                event.finish(failed.unwrap_or(ffi::CL_COMPLETE));
-                continue;
-            }
-            if event
-                .inner
-                .queue
-                .as_ref()
-                .is_some_and(|queue| queue.skipped(event.inner.seq))
-            {
-                event.finish(ffi::codes::CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
-                continue;
-            }
-            let complete_deps: Vec<Event> = event
+        }
+        self.inner.seen.load(Ordering::Acquire)
+    }
+
+    /// One step of [`Event::resolve_complete`] for a command the driver reports complete
+    /// (or already resolved): finishes it when its queue may have skipped it, when a
+    /// dependency failed, or when every dependency is resolved, reading each dependency's
+    /// status once; otherwise returns the dependencies to resolve first.
+    fn resolve_step(&self) -> Option<Vec<Event>> {
+        if self.inner.seen.load(Ordering::Acquire) != UNKNOWN {
+            return None;
+        }
+        if self
+            .inner
+            .queue
+            .as_ref()
+            .is_some_and(|queue| queue.skipped(self.inner.seq))
+        {
+            self.finish(ffi::codes::CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+            return None;
+        }
+        let mut unresolved = Vec::new();
+        let mut failed = None;
+        {
+            let deps = self
                 .inner
                 .deps
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .as_deref()
-                .unwrap_or_default()
-                .iter()
-                .filter(|dep| {
-                    dep.inner.seen.load(Ordering::Acquire) == UNKNOWN
-                        && ffi::execution_status(dep.inner.raw) == Ok(ffi::CL_COMPLETE)
-                })
-                .cloned()
-                .collect();
-            stack.push((event, true));
-            stack.extend(complete_deps.into_iter().map(|dep| (dep, false)));
+                .unwrap_or_else(PoisonError::into_inner);
+            for dep in deps.as_deref().unwrap_or_default() {
+                let unknown = dep.inner.seen.load(Ordering::Acquire) == UNKNOWN;
+                match dep.raw_status_now() {
+                    status if status < 0 => {
+                        failed = Some(status);
+                        break;
+                    }
+                    ffi::CL_COMPLETE if unknown => unresolved.push(dep.clone()),
+                    _ => {}
+                }
+            }
         }
-        self.inner.seen.load(Ordering::Acquire)
+        if failed.is_some() || unresolved.is_empty() {
+            self.finish(failed.unwrap_or(ffi::CL_COMPLETE));
+            None
+        } else {
+            Some(unresolved)
+        }
     }
 
     /// Records the terminal status `raw`, unless one was recorded first (which is
