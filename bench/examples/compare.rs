@@ -2300,52 +2300,43 @@ fn stream_lib(
     let mut iterations = Vec::with_capacity(s.times);
     let mut sum = 0.0;
     let n = [s.n];
+    // Each kernel timed from its enqueue to its end, as BabelStream does.
+    let mut timed = |k: usize, run: &mut dyn FnMut() -> anyhow::Result<()>| {
+        let start = Instant::now();
+        run()?;
+        times[k].push(start.elapsed().as_secs_f64() * 1e6);
+        anyhow::Ok(())
+    };
     for _ in 0..s.times {
         let iteration = Instant::now();
-        let start = Instant::now();
-        queue
-            .launch(&kernels[0], &n, &[Arg::read(&a), Arg::write(&c)])?
-            .wait()?;
-        times[0].push(start.elapsed().as_secs_f64() * 1e6);
-        let start = Instant::now();
-        queue
-            .launch(&kernels[1], &n, &[Arg::write(&b), Arg::read(&c)])?
-            .wait()?;
-        times[1].push(start.elapsed().as_secs_f64() * 1e6);
-        let start = Instant::now();
-        queue
-            .launch(
-                &kernels[2],
-                &n,
-                &[Arg::read(&a), Arg::read(&b), Arg::write(&c)],
-            )?
-            .wait()?;
-        times[2].push(start.elapsed().as_secs_f64() * 1e6);
-        let start = Instant::now();
-        queue
-            .launch(
-                &kernels[3],
-                &n,
-                &[Arg::write(&a), Arg::read(&b), Arg::read(&c)],
-            )?
-            .wait()?;
-        times[3].push(start.elapsed().as_secs_f64() * 1e6);
-        let start = Instant::now();
-        queue.launch_local(
-            &kernels[4],
-            &[s.groups * DOT_WG],
-            Some(&[DOT_WG]),
-            &[
-                Arg::read(&a),
-                Arg::read(&b),
-                Arg::write(&sums),
-                Arg::local::<f64>(DOT_WG),
-                Arg::scalar(s.n as i64),
-            ],
-        )?;
-        queue.read(&sums, &mut partial)?;
-        sum = partial.iter().sum();
-        times[4].push(start.elapsed().as_secs_f64() * 1e6);
+        let streams: [&[Arg<'_>]; 4] = [
+            &[Arg::read(&a), Arg::write(&c)],
+            &[Arg::write(&b), Arg::read(&c)],
+            &[Arg::read(&a), Arg::read(&b), Arg::write(&c)],
+            &[Arg::write(&a), Arg::read(&b), Arg::read(&c)],
+        ];
+        for (k, args) in streams.into_iter().enumerate() {
+            timed(k, &mut || {
+                Ok(queue.launch(&kernels[k], &n, args)?.wait()?)
+            })?;
+        }
+        timed(4, &mut || {
+            queue.launch_local(
+                &kernels[4],
+                &[s.groups * DOT_WG],
+                Some(&[DOT_WG]),
+                &[
+                    Arg::read(&a),
+                    Arg::read(&b),
+                    Arg::write(&sums),
+                    Arg::local::<f64>(DOT_WG),
+                    Arg::scalar(s.n as i64),
+                ],
+            )?;
+            queue.read(&sums, &mut partial)?;
+            sum = partial.iter().sum();
+            Ok(())
+        })?;
         iterations.push(iteration.elapsed().as_secs_f64() * 1e6);
     }
     let read_all =
