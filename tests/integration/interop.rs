@@ -21,6 +21,28 @@ fn cl(call: &'static str, status: i32) -> Error {
     }
 }
 
+/// A raw wait list as OpenCL takes it: null when empty.
+fn wait_ptr(wait: &[cl_sys::cl_event]) -> *const cl_sys::cl_event {
+    if wait.is_empty() {
+        ptr::null()
+    } else {
+        wait.as_ptr()
+    }
+}
+
+/// The event of a raw enqueue `call` that returned `status`.
+fn enqueued(
+    call: &'static str,
+    status: i32,
+    event: cl_sys::cl_event,
+) -> Result<cl_sys::cl_event, Error> {
+    if status == 0 {
+        Ok(event)
+    } else {
+        Err(cl(call, status))
+    }
+}
+
 /// A raw `clEnqueueFillBuffer` of all of `buf` with `value`, after `wait`.
 ///
 /// # Safety
@@ -43,19 +65,11 @@ unsafe fn raw_fill(
             0,
             buf.len() * 4,
             wait.len() as u32,
-            if wait.is_empty() {
-                ptr::null()
-            } else {
-                wait.as_ptr()
-            },
+            wait_ptr(wait),
             &mut event,
         )
     };
-    if status == 0 {
-        Ok(event)
-    } else {
-        Err(cl("clEnqueueFillBuffer", status))
-    }
+    enqueued("clEnqueueFillBuffer", status, event)
 }
 
 /// A raw `clEnqueueCopyBuffer` of all of `src` into `dst`, after `wait`.
@@ -80,19 +94,11 @@ unsafe fn raw_copy(
             0,
             src.len() * 4,
             wait.len() as u32,
-            if wait.is_empty() {
-                ptr::null()
-            } else {
-                wait.as_ptr()
-            },
+            wait_ptr(wait),
             &mut event,
         )
     };
-    if status == 0 {
-        Ok(event)
-    } else {
-        Err(cl("clEnqueueCopyBuffer", status))
-    }
+    enqueued("clEnqueueCopyBuffer", status, event)
 }
 
 fn as_cl_sys(wait: &[cl_lifetime::opencl3::types::cl_event]) -> Vec<cl_sys::cl_event> {
