@@ -1600,6 +1600,28 @@ fn pipeline(
                 );
             }
         }
+        // Deferred release against blocking release, both the library's.
+        let label = |variant: LibPipe| format!("{}, {queues}", variant.label());
+        let (deferred, blocking) = (LibPipe::Deferred, LibPipe::Blocking);
+        report.push(
+            "4 pipeline",
+            &label(deferred),
+            &label(blocking),
+            "iterations per second",
+            "it/s",
+            &samples[first_lib + 1],
+            &samples[first_lib],
+            true,
+        );
+        report.cost(
+            "4 pipeline",
+            &label(deferred),
+            &label(blocking),
+            "peak device bytes",
+            "KiB",
+            &[kib(ctxs[1].ctx.memory_stats().peak_bytes)],
+            &[kib(ctxs[0].ctx.memory_stats().peak_bytes)],
+        );
         if peer.is_some() {
             for (b, baseline) in [(2, OCL_PEER), (3, OCL_ASYNC)] {
                 for (k, (p, &variant)) in ctxs.iter().zip(&libs).enumerate() {

@@ -143,6 +143,13 @@ impl<T: Pod> ClBuffer<T> {
     /// as pending release until then; [`Context::wait_deferred`](crate::Context::wait_deferred)
     /// waits for them.
     ///
+    /// Until the reaper gets to it, a new uninitialized buffer of the same size on the
+    /// context ([`Context::buffer`](crate::Context::buffer)) takes the memory over once
+    /// every command on it has ended and none failed, instead of allocating more while
+    /// this memory waits to be freed; [`MemoryStats::reclaimed`](crate::MemoryStats::reclaimed)
+    /// counts those. A loop that allocates, enqueues and releases deferred thus keeps
+    /// about as much memory as one that releases blocking, without waiting.
+    ///
     /// # Examples
     ///
     /// ```

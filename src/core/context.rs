@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::device::Device;
 use super::gates::OpenGates;
-use super::reaper::Reaper;
+use super::reaper::{Parked, Reaper};
 use super::stats::{Ledger, Stats};
 use crate::error::{Error, Result};
 use crate::ffi::{self, cl_context};
@@ -30,6 +30,8 @@ pub(crate) struct ContextCore {
     pub(crate) stats: Stats,
     pub(crate) ledger: Ledger,
     pub(crate) reaper: Reaper,
+    /// Deferred releases a new buffer may take over (the reaper's *reclaim* rule).
+    pub(crate) parked: Parked,
     /// The context's user events that have not been set.
     pub(crate) gates: Arc<OpenGates>,
     /// How long a release waits for the driver to free the memory, in nanoseconds.
@@ -73,6 +75,7 @@ impl ContextCore {
             stats: Stats::default(),
             ledger: Ledger::default(),
             reaper: Reaper::default(),
+            parked: Parked::default(),
             gates: Arc::default(),
             free_grace: AtomicU64::new(FREE_GRACE.as_nanos() as u64),
         }

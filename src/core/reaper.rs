@@ -19,15 +19,32 @@
 //!    new release. So a busy buffer, or one whose free is held up by a reference outside
 //!    the library, holds up no other.
 //! 5. **Thread life.** The thread starts with the first release and ends when the context is gone.
+//! 6. **Reclaim.** A deferred release of a plain buffer is also parked ([`Parked`]): until the
+//!    reaper has begun to release it, a new uninitialized buffer of the same size on the
+//!    context takes it over once its commands have ended without failing, instead of
+//!    asking the driver for more memory while this memory waits its turn (the stream-ordered
+//!    reuse of `cudaFreeAsync` and `cudaMallocAsync`). The reaper then finds nothing to do.
 
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::thread::{self, JoinHandle, ThreadId};
 use std::time::Duration;
 
 /// A deferred release, advanced step by step without blocking (the *finished first* rule).
 pub(crate) trait Deferred: Send {
-    /// Advances the release as far as it can without blocking; `true` once it is done.
-    fn poll(&mut self) -> bool;
+    /// Advances the release as far as it can without blocking.
+    fn poll(&mut self) -> Step;
+}
+
+/// Where a [`Deferred::poll`] left its job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    Pending,
+    Done,
+    /// Done with nothing to do: a new buffer took the block over (the *reclaim* rule).
+    /// It does not count as progress for the pause between rounds.
+    Moot,
 }
 
 /// The first pause between rounds that finished nothing (the *finished first* rule).
@@ -43,6 +60,11 @@ struct State {
     done: u64,
     /// The context is gone: the thread ends once nothing is pending.
     closed: bool,
+    /// The thread has nothing pending and waits for a job without a timeout.
+    idle: bool,
+    /// A job that should not wait for the thread's next round was submitted, or a
+    /// caller waits for the jobs.
+    urgent: bool,
 }
 
 #[derive(Default)]
@@ -69,7 +91,12 @@ pub(crate) struct Reaper {
 impl Reaper {
     /// The *returns at once* rule: hands `job` to the reaper thread, starting it if needed. If the thread cannot
     /// be started, the job runs here instead, to the end: late is better than leaked.
-    pub(crate) fn submit(&self, mut job: Box<dyn Deferred>) {
+    ///
+    /// `soon`: the job may wait for the thread's next round (at most [`LONGEST_PAUSE`]
+    /// away) instead of waking it now, unless the thread is idle. A parked release (the
+    /// *reclaim* rule) is such a job: a new buffer can take it over in the meantime, and
+    /// not waking the thread for each one keeps it off the cores the program uses.
+    pub(crate) fn submit(&self, mut job: Box<dyn Deferred>, soon: bool) {
         let mut thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner);
         if thread.is_none() {
             match self.start() {
@@ -77,7 +104,7 @@ impl Reaper {
                 Err(e) => {
                     drop(thread);
                     log::error!(target: "cl_lifetime::reaper", "no reaper thread ({e}); releasing on the caller's thread");
-                    while !job.poll() {
+                    while job.poll() == Step::Pending {
                         thread::sleep(LONGEST_PAUSE);
                     }
                     return;
@@ -88,8 +115,12 @@ impl Reaper {
         let mut state = self.shared.lock();
         state.submitted += 1;
         state.new.push(job);
+        state.urgent |= !soon;
+        let wake = !soon || state.idle;
         drop(state);
-        self.shared.wake.notify_one();
+        if wake {
+            self.shared.wake.notify_one();
+        }
     }
 
     fn start(&self) -> std::io::Result<(JoinHandle<()>, ThreadId)> {
@@ -103,13 +134,74 @@ impl Reaper {
 
     /// The *wait deferred* rule: blocks until every job submitted before this call is done.
     pub(crate) fn wait_idle(&self) {
-        let state = self.shared.lock();
+        let mut state = self.shared.lock();
         let target = state.submitted;
+        // Jobs submitted to run soon are waited for now.
+        state.urgent = true;
+        self.shared.wake.notify_one();
         let _done = self
             .shared
             .progress
             .wait_while(state, |s| s.done < target)
             .unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+/// How many parked releases of the size asked for an allocation looks at (the *reclaim*
+/// rule): each costs a status query when its commands may still run.
+const RECLAIM_CANDIDATES: usize = 4;
+
+/// Deferred releases a new allocation may take over (the *reclaim* rule): each a slot its
+/// job shares, with its size in bytes, oldest first. The slots are kept weakly: one goes
+/// when its job is done.
+#[derive(Default)]
+pub(crate) struct Parked {
+    slots: Mutex<Vec<(usize, Weak<dyn Any + Send + Sync>)>>,
+    /// How many slots are listed, read without the lock: with none, an allocation takes
+    /// no lock.
+    listed: AtomicUsize,
+}
+
+impl Parked {
+    /// Lists `slot`, of `bytes`, as the newest.
+    pub(crate) fn park(&self, bytes: usize, slot: Weak<dyn Any + Send + Sync>) {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots.retain(|(_, s)| s.strong_count() > 0);
+        slots.push((bytes, slot));
+        self.listed.store(slots.len(), Ordering::Relaxed);
+    }
+
+    /// Offers `take` the oldest slots of `bytes` (at most [`RECLAIM_CANDIDATES`] of them
+    /// still alive) until it takes something from one, which then leaves the list.
+    pub(crate) fn take<T: Any + Send + Sync, R>(
+        &self,
+        bytes: usize,
+        mut take: impl FnMut(&T) -> Option<R>,
+    ) -> Option<R> {
+        if self.listed.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots.retain(|(_, s)| s.strong_count() > 0);
+        let mut taken = None;
+        let candidates = slots
+            .iter()
+            .enumerate()
+            .filter(|(_, (b, _))| *b == bytes)
+            .filter_map(|(i, (_, s))| Some((i, s.upgrade()?.downcast::<T>().ok()?)))
+            .take(RECLAIM_CANDIDATES);
+        for (i, slot) in candidates {
+            if let Some(r) = take(&slot) {
+                taken = Some((i, r));
+                break;
+            }
+        }
+        let taken = taken.map(|(i, r)| {
+            slots.remove(i);
+            r
+        });
+        self.listed.store(slots.len(), Ordering::Relaxed);
+        taken
     }
 }
 
@@ -124,27 +216,42 @@ fn run(shared: &Shared) {
                 if state.closed {
                     return;
                 }
+                state.idle = true;
                 state = shared
                     .wake
                     .wait_while(state, |s| s.new.is_empty() && !s.closed)
                     .unwrap_or_else(PoisonError::into_inner);
+                state.idle = false;
             }
             pending.append(&mut state.new);
+            state.urgent = false;
         }
-        let before = pending.len();
+        let (mut ended, mut released) = (0, false);
         // A finished job drops here, outside the lock: its drop may drop the context,
         // and with it this reaper.
-        pending.retain_mut(|job| !job.poll());
-        let finished = (before - pending.len()) as u64;
+        pending.retain_mut(|job| match job.poll() {
+            Step::Pending => true,
+            Step::Done => {
+                ended += 1;
+                released = true;
+                false
+            }
+            Step::Moot => {
+                ended += 1;
+                false
+            }
+        });
         let mut state = shared.lock();
-        if finished > 0 {
-            state.done += finished;
+        if ended > 0 {
+            state.done += ended;
             shared.progress.notify_all();
+        }
+        if released {
             pause = FIRST_PAUSE;
-        } else if !pending.is_empty() && state.new.is_empty() {
+        } else if !pending.is_empty() && !state.urgent {
             let (_state, _) = shared
                 .wake
-                .wait_timeout_while(state, pause, |s| s.new.is_empty() && !s.closed)
+                .wait_timeout_while(state, pause, |s| !s.urgent && !s.closed)
                 .unwrap_or_else(PoisonError::into_inner);
             pause = (pause * 2).min(LONGEST_PAUSE);
         }
@@ -184,14 +291,14 @@ mod tests {
     }
 
     impl Deferred for Countdown {
-        fn poll(&mut self) -> bool {
+        fn poll(&mut self) -> Step {
             self.seen.fetch_add(1, Ordering::Relaxed);
             if self.polls == 0 {
                 self.done_order.lock().unwrap().push(self.name);
-                return true;
+                return Step::Done;
             }
             self.polls -= 1;
-            false
+            Step::Pending
         }
     }
 
@@ -212,8 +319,8 @@ mod tests {
             name: 2,
             seen: seen.clone(),
         };
-        reaper.submit(Box::new(slow));
-        reaper.submit(Box::new(quick));
+        reaper.submit(Box::new(slow), false);
+        reaper.submit(Box::new(quick), false);
         reaper.wait_idle();
         assert_eq!(*order.lock().unwrap(), [2, 1]);
         assert!(seen.load(Ordering::Relaxed) >= 52);
@@ -223,8 +330,12 @@ mod tests {
     struct Blocked(Arc<(Mutex<bool>, Condvar)>);
 
     impl Deferred for Blocked {
-        fn poll(&mut self) -> bool {
-            *self.0.0.lock().unwrap()
+        fn poll(&mut self) -> Step {
+            if *self.0.0.lock().unwrap() {
+                Step::Done
+            } else {
+                Step::Pending
+            }
         }
     }
 
@@ -232,7 +343,7 @@ mod tests {
     fn wait_idle_waits_for_every_job_submitted_before_it() {
         let reaper = Reaper::default();
         let open = Arc::new((Mutex::new(false), Condvar::new()));
-        reaper.submit(Box::new(Blocked(open.clone())));
+        reaper.submit(Box::new(Blocked(open.clone())), false);
         let waited = std::thread::scope(|s| {
             let waiter = s.spawn(|| reaper.wait_idle());
             // The job cannot be done before it is opened, however often it is polled.

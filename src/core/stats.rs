@@ -66,6 +66,10 @@ pub struct MemoryStats {
     pub allocations: u64,
     /// Of those, how many reused a pooled block.
     pub reuses: u64,
+    /// Of those, how many took over the memory of a deferred release whose commands had
+    /// ended, instead of new memory from the driver (see
+    /// [`ClBuffer::release_deferred`](crate::ClBuffer::release_deferred)).
+    pub reclaimed: u64,
     /// `clCreateBuffer` calls.
     pub driver_allocations: u64,
 }
@@ -80,10 +84,22 @@ pub(crate) struct Ledger {
     peak: AtomicU64,
     allocations: AtomicU64,
     reuses: AtomicU64,
+    reclaimed: AtomicU64,
     driver_allocations: AtomicU64,
     sites: std::sync::Mutex<
         std::collections::HashMap<u64, (u64, &'static std::panic::Location<'static>)>,
     >,
+}
+
+/// Where a buffer handed out came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// `clCreateBuffer`.
+    Driver,
+    /// A pool's block.
+    Pool,
+    /// A deferred release taken over (the reaper's *reclaim* rule).
+    Reclaimed,
 }
 
 /// Where bytes move in the ledger.
@@ -122,20 +138,21 @@ impl Ledger {
         }
     }
 
-    /// A buffer handed out: `driver` when it came from `clCreateBuffer`, else reused.
+    /// A buffer handed out, from `source`.
     pub(crate) fn handed_out(
         &self,
         id: u64,
         bytes: u64,
         site: &'static std::panic::Location<'static>,
-        driver: bool,
+        source: Source,
     ) {
         self.allocations.fetch_add(1, Ordering::Relaxed);
-        if driver {
-            self.driver_allocations.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.reuses.fetch_add(1, Ordering::Relaxed);
-        }
+        let counter = match source {
+            Source::Driver => &self.driver_allocations,
+            Source::Pool => &self.reuses,
+            Source::Reclaimed => &self.reclaimed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
         self.sites
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -158,6 +175,7 @@ impl Ledger {
             peak_bytes: self.peak.load(Ordering::Relaxed),
             allocations: self.allocations.load(Ordering::Relaxed),
             reuses: self.reuses.load(Ordering::Relaxed),
+            reclaimed: self.reclaimed.load(Ordering::Relaxed),
             driver_allocations: self.driver_allocations.load(Ordering::Relaxed),
         }
     }
@@ -216,14 +234,18 @@ mod tests {
     fn the_leak_report_lists_what_was_handed_out_and_not_given_back_largest_first() {
         let ledger = Ledger::default();
         let site = std::panic::Location::caller();
-        ledger.handed_out(1, 10, site, true);
-        ledger.handed_out(2, 30, site, false);
-        ledger.handed_out(3, 20, site, true);
+        ledger.handed_out(1, 10, site, Source::Driver);
+        ledger.handed_out(2, 30, site, Source::Pool);
+        ledger.handed_out(4, 40, site, Source::Reclaimed);
+        ledger.handed_out(3, 20, site, Source::Driver);
         ledger.given_back(3);
         let leaks: Vec<u64> = ledger.leaks().iter().map(|l| l.0).collect();
-        assert_eq!(leaks, [30, 10]);
+        assert_eq!(leaks, [40, 30, 10]);
         let m = ledger.memory();
-        assert_eq!((m.allocations, m.driver_allocations, m.reuses), (3, 2, 1));
+        assert_eq!(
+            (m.allocations, m.driver_allocations, m.reuses, m.reclaimed),
+            (4, 2, 1, 1)
+        );
     }
 
     #[test]

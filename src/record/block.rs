@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use super::history::Record;
 use super::hooks::{ArgHolder, Owner};
 use crate::core::context::ContextCore;
-use crate::core::stats::Bucket;
+use crate::core::stats::{Bucket, Source};
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::ffi::{self, Freed, cl_mem};
@@ -71,7 +71,8 @@ impl Block {
     }
 
     /// A new block of `bytes` from the driver, copied from `init` when it is not null,
-    /// handed out at `site`: the one place the library creates buffers.
+    /// handed out at `site`: the one place the library creates buffers. An uninitialized
+    /// one may take over a deferred release instead (the reaper's *reclaim* rule).
     ///
     /// # Safety
     ///
@@ -82,6 +83,11 @@ impl Block {
         init: *const c_void,
         site: &'static Location<'static>,
     ) -> Result<Block> {
+        if init.is_null() {
+            if let Some(block) = Block::reclaim(ctx, bytes, site) {
+                return Ok(block);
+            }
+        }
         // SAFETY: as the caller vouches.
         let raw = unsafe { ffi::create_buffer(ctx.raw, bytes, init) }?;
         Ok(Block::adopt(ctx, raw, bytes, site, Bucket::Live))
@@ -148,7 +154,8 @@ impl Block {
         if bucket == Bucket::Live {
             log::debug!(target: "cl_lifetime::buffer", "allocated {bytes} bytes at {site}");
             block.move_to(Bucket::Live);
-            ctx.ledger.handed_out(block.id, bytes as u64, site, true);
+            ctx.ledger
+                .handed_out(block.id, bytes as u64, site, Source::Driver);
         }
         block
     }
@@ -208,7 +215,7 @@ impl Block {
         self.move_to(Bucket::Live);
         self.ctx
             .ledger
-            .handed_out(self.id, self.bytes as u64, site, false);
+            .handed_out(self.id, self.bytes as u64, site, Source::Pool);
         self.record
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)

@@ -182,6 +182,11 @@ impl Record {
         self.events.is_empty() && self.events.shadow_len() == 0 && self.host.is_empty()
     }
 
+    /// Whether a recorded command was seen to fail.
+    pub(crate) fn saw_failures(&self) -> bool {
+        self.saw_failure || !self.failed.is_empty()
+    }
+
     /// Forgets the failures of an earlier owner (a pool block changing hands), and the
     /// events that have ended, so none of them reaches the new owner's report.
     pub(crate) fn forget_failures(&mut self) {

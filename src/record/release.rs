@@ -1,16 +1,19 @@
 //! Releases: blocking ([`Block::retire`]), on the reaper thread ([`DeferredRelease`]), or
 //! back to the block's owner; and the report of what was waited for.
 
+use std::any::Any;
 use std::panic::Location;
 use std::ptr;
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::block::{Block, Home};
 use super::failure::{self, FailedCommand};
+use super::history::Record;
+use crate::core::context::ContextCore;
 use crate::core::gates::OpenGates;
-use crate::core::reaper::Deferred;
-use crate::core::stats::Bucket;
+use crate::core::reaper::{Deferred, Step};
+use crate::core::stats::{Bucket, Source};
 use crate::error::Result;
 use crate::event::{Event, graveyard};
 use crate::ffi::{self, Freed, cl_event};
@@ -116,12 +119,20 @@ impl Block {
         record.released();
 
         stages.mark("failures");
-        self.unbind_kernels();
-        stages.mark("kernel arguments reset");
         // SAFETY: `raw` came from clCreateBuffer and is released once, here (it was
         // swapped out for null above); every event that used it has ended (waited for
         // above, or found ended by the reaper before it called this).
         let released = unsafe { ffi::release_mem(raw) };
+        stages.mark("clReleaseMemObject");
+        let unfreed = self.freed.take().filter(|f| !f.fired());
+        // The *unbind at release* rule, only where it matters: a kernel argument can keep
+        // the memory only if the driver has not freed it already (PoCL frees it inside
+        // clReleaseMemObject, so the arguments it was set to are left as they are; they
+        // name a block that no launch can name again).
+        if unfreed.is_some() || self.shared || released.is_err() {
+            self.unbind_kernels();
+            stages.mark("kernel arguments reset");
+        }
         log::debug!(
             target: "cl_lifetime::buffer",
             "released {} bytes allocated at {} after waiting {:?} on {} events",
@@ -131,9 +142,7 @@ impl Block {
             raws.len()
         );
         self.move_to(Bucket::Freed);
-        stages.mark("clReleaseMemObject");
         released?;
-        let unfreed = self.freed.take().filter(|f| !f.fired());
         let report_freed = unfreed.is_none();
         // Other code keeps its own reference to an adopted buffer: its memory goes with
         // that, not with this release, which waits for nothing more.
@@ -170,11 +179,70 @@ impl Block {
             self.move_to(Bucket::Pending);
         }
         let ctx = self.ctx.clone();
-        ctx.reaper.submit(Box::new(DeferredRelease {
-            block: self,
-            freeing: None,
-            done,
-        }));
+        // The reaper's *reclaim* rule: a plain block is parked, for a new buffer of its
+        // size to take over once its commands have ended.
+        let parked = done.is_none() && self.reclaimable();
+        let held = if parked {
+            let bytes = self.bytes;
+            let slot: Arc<Slot> = Arc::new(Mutex::new(Some(self)));
+            let listed: Arc<dyn Any + Send + Sync> = slot.clone();
+            ctx.parked.park(bytes, Arc::downgrade(&listed));
+            Held::Parked(slot)
+        } else {
+            Held::Own(self)
+        };
+        ctx.reaper.submit(
+            Box::new(DeferredRelease {
+                held,
+                freeing: None,
+                done,
+            }),
+            parked,
+        );
+    }
+
+    /// Whether a later allocation may take this block over while its deferred release
+    /// waits (the reaper's *reclaim* rule): a whole buffer the library made, that no one
+    /// else holds and no owner takes back.
+    fn reclaimable(&self) -> bool {
+        !self.raw.is_null() && self.home.is_none() && !self.shared && self.bucket == Bucket::Pending
+    }
+
+    /// The reaper's *reclaim* rule: a parked block of `bytes` whose commands have all
+    /// ended, none failed, handed out again at `site` with an empty record; `None` when
+    /// there is none. A block whose commands failed is left to the reaper, which reports
+    /// the failures.
+    pub(crate) fn reclaim(
+        ctx: &ContextCore,
+        bytes: usize,
+        site: &'static Location<'static>,
+    ) -> Option<Block> {
+        let mut block = ctx.parked.take(bytes, |slot: &Slot| {
+            // The reaper holds the slot while it looks at it: that block is not taken.
+            let mut held = slot.try_lock().ok()?;
+            let record = held
+                .as_mut()?
+                .record
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !record.all_ended() || record.saw_failures() {
+                return None;
+            }
+            held.take()
+        })?;
+        *block
+            .record
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner) = Record::default();
+        block.allocated_at = site;
+        block.move_to(Bucket::Live);
+        ctx.ledger
+            .handed_out(block.id, bytes as u64, site, Source::Reclaimed);
+        log::debug!(
+            target: "cl_lifetime::buffer",
+            "{bytes} bytes at {site}: took over a deferred release whose commands have ended"
+        );
+        Some(block)
     }
 
     /// Gives the block back without blocking: to its owner when it has one (a pool), else
@@ -184,6 +252,17 @@ impl Block {
         if self.back_to_owner().is_none() {
             self.release_deferred();
         }
+    }
+
+    /// Whether every command recorded on the block has ended (asks the driver; never
+    /// blocks).
+    fn ended(&mut self) -> bool {
+        self.raw.is_null()
+            || self
+                .record
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .all_ended()
     }
 
     /// The *drop behind a gate* rule: whether this block's release would wait behind a user event of its
@@ -236,11 +315,26 @@ fn wait_reporting_stalls(raws: &[cl_event], gates: &OpenGates, allocated_at: &Lo
 /// recorded commands end, then the memory is released, then the driver frees it (or the
 /// grace passes).
 struct DeferredRelease {
-    block: Block,
-    /// Released; waiting for the destructor callback until the deadline.
-    freeing: Option<(Arc<Freed>, Instant)>,
+    held: Held,
+    /// Released; waiting for the destructor callback until the deadline (the grace
+    /// after the release), with the allocation site for the log.
+    freeing: Option<(Arc<Freed>, Instant, &'static Location<'static>, Duration)>,
     /// Called when the release is done (when the reaper drops it).
     done: Option<Box<dyn FnOnce() + Send>>,
+}
+
+/// A parked block's slot (the reaper's *reclaim* rule): emptied by the allocation that
+/// takes the block over, or by the reaper when it begins the release.
+type Slot = Mutex<Option<Block>>;
+
+/// The block a deferred release frees.
+// The job that holds it is boxed already; boxing the block too would cost an allocation
+// per release.
+#[allow(clippy::large_enum_variant)]
+enum Held {
+    Own(Block),
+    /// Parked: a new buffer may still take it over.
+    Parked(Arc<Slot>),
 }
 
 impl Drop for DeferredRelease {
@@ -252,35 +346,47 @@ impl Drop for DeferredRelease {
 }
 
 impl Deferred for DeferredRelease {
-    fn poll(&mut self) -> bool {
+    fn poll(&mut self) -> Step {
         // Failed events kept for their dependencies go as those end, also while the
         // program enqueues nothing more.
         graveyard::sweep();
-        if let Some((freed, deadline)) = &self.freeing {
+        if let Some((freed, deadline, site, grace)) = &self.freeing {
             if freed.fired() {
-                return true;
+                return Step::Done;
             }
             if Instant::now() < *deadline {
-                return false;
+                return Step::Pending;
             }
             log::warn!(
                 target: "cl_lifetime::buffer",
                 "deferred release of the buffer allocated at {} not freed {:?} after \
                  clReleaseMemObject: something outside the library still holds a reference",
-                self.block.allocated_at,
-                self.block.ctx.free_grace()
+                site,
+                grace
             );
-            return true;
+            return Step::Done;
         }
-        let block = &mut self.block;
-        if !block.raw.is_null()
-            && !block
-                .record
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner)
-                .all_ended()
-        {
-            return false;
+        if let Held::Parked(slot) = &self.held {
+            let mut parked = slot.lock().unwrap_or_else(PoisonError::into_inner);
+            let Some(block) = parked.as_mut() else {
+                // A new buffer took it over: nothing to release.
+                return Step::Moot;
+            };
+            if !block.ended() {
+                return Step::Pending;
+            }
+            // Its commands have ended: from here on the release is the reaper's alone.
+            let Some(block) = parked.take() else {
+                return Step::Done;
+            };
+            drop(parked);
+            self.held = Held::Own(block);
+        }
+        let Held::Own(block) = &mut self.held else {
+            return Step::Done;
+        };
+        if !block.ended() {
+            return Step::Pending;
         }
         match block.retire_then(false) {
             Ok((report, freed)) => {
@@ -294,16 +400,17 @@ impl Deferred for DeferredRelease {
                 }
                 match freed {
                     Some(freed) => {
-                        let deadline = Instant::now() + block.ctx.free_grace();
-                        self.freeing = Some((freed, deadline));
-                        false
+                        let grace = block.ctx.free_grace();
+                        let deadline = Instant::now() + grace;
+                        self.freeing = Some((freed, deadline, block.allocated_at, grace));
+                        Step::Pending
                     }
-                    None => true,
+                    None => Step::Done,
                 }
             }
             Err(e) => {
                 log::error!(target: "cl_lifetime::buffer", "deferred release: {e}");
-                true
+                Step::Done
             }
         }
     }

@@ -94,6 +94,96 @@ fn deferred_release_returns_while_a_gated_command_is_pending() {
     assert_eq!(stats.live_bytes, 0, "{stats:?}");
 }
 
+/// The reaper's *reclaim* rule: a new uninitialized buffer of the same size takes over a
+/// deferred release once its commands have ended, never before; the memory then belongs
+/// to the new buffer, and goes with its release. Whether the allocation or the reaper
+/// gets there first is up to timing, so the round is repeated until the allocation does.
+#[test]
+fn a_new_buffer_takes_over_a_deferred_release_only_once_its_commands_have_ended() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let mut taken = None;
+    for round in 0..50 {
+        let old = ctx.buffer::<u32>(1000).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let fill = queue.after(&[gate.event()]).fill(&old, 7).unwrap();
+        queue.flush().unwrap();
+        let watch = common::watch(&old, &[&fill]);
+        returns_while_gated(&gate, "release_deferred", || old.release_deferred());
+        let early = ctx.buffer::<u32>(1000).unwrap();
+        let stats = ctx.memory_stats();
+        assert_eq!(
+            (stats.reclaimed, stats.pending_release_bytes),
+            (0, 4000),
+            "round {round}: a new buffer took over memory whose fill was gated: {stats:?}"
+        );
+        gate.complete().unwrap();
+        fill.wait().unwrap();
+        let new = ctx.buffer::<u32>(1000).unwrap();
+        early.release().unwrap();
+        if ctx.memory_stats().reclaimed == 1 {
+            taken = Some((round, new, watch));
+            break;
+        }
+        // The reaper began the release first.
+        new.release().unwrap();
+        ctx.wait_deferred();
+        watch.assert_released_after_events();
+    }
+    let (round, new, watch) =
+        taken.expect("in 50 rounds no new buffer took over a deferred release that had ended");
+    eprintln!("taken over in round {round}");
+    let stats = ctx.memory_stats();
+    assert_eq!(
+        (stats.live_bytes, stats.pending_release_bytes),
+        (4000, 0),
+        "{stats:?}"
+    );
+    ctx.wait_deferred();
+    assert!(
+        !watch.fired(),
+        "the reaper freed memory that a buffer holds"
+    );
+    queue.fill(&new, 9).unwrap();
+    assert_eq!(contents(&queue, &new), vec![9; 1000]);
+    let report = new.release().unwrap();
+    assert!(report.freed && report.failed.is_empty(), "{report:?}");
+    assert!(
+        common::eventually(|| watch.fired()),
+        "the memory taken over was not freed with its new owner"
+    );
+    assert_eq!(ctx.memory_stats().live_bytes, 0);
+}
+
+/// The reaper's *reclaim* rule: memory whose last command failed is not taken over; the
+/// reaper releases it (and logs the failure). Rounds as in the test above, where the
+/// allocation gets there before the reaper within a few.
+#[test]
+fn a_deferred_release_whose_command_failed_is_not_taken_over() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    for round in 0..20 {
+        let old = ctx.buffer::<u32>(1000).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let fill = queue.after(&[gate.event()]).fill(&old, 7).unwrap();
+        queue.flush().unwrap();
+        let watch = common::watch(&old, &[&fill]);
+        returns_while_gated(&gate, "release_deferred", || old.release_deferred());
+        gate.fail(-1234).unwrap();
+        assert!(fill.wait().is_err());
+        let new = ctx.buffer::<u32>(1000).unwrap();
+        let stats = ctx.memory_stats();
+        assert_eq!(
+            stats.reclaimed, 0,
+            "round {round}: took over memory after a failed command: {stats:?}"
+        );
+        ctx.wait_deferred();
+        watch.assert_released_after_events();
+        assert_eq!(ctx.memory_stats().pending_release_bytes, 0);
+        new.release().unwrap();
+    }
+}
+
 #[test]
 fn dropping_the_context_finishes_deferred_releases() {
     let ctx = device!();
@@ -1206,6 +1296,7 @@ fn accounting_tracks_live_pooled_pending_and_peak() {
         peak_bytes: peak,
         allocations,
         reuses,
+        reclaimed: 0,
         driver_allocations: driver,
     };
     assert_eq!(ctx.memory_stats(), MemoryStats::default());
