@@ -5,7 +5,7 @@
 //! one dropped while still closed is failed, so no command waits on it forever.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::core::context::ContextCore;
@@ -32,6 +32,9 @@ pub(crate) struct EventInner {
     seen: AtomicI32,
     /// Its number on its queue's echo (0: not numbered), see [`QueueCore::skipped`].
     seq: u64,
+    /// The [`snapshot`] in which the driver last reported the command pending, and that
+    /// status: `id << 2 | status` (0: none).
+    pending_in: AtomicU64,
 }
 
 /// [`EventInner::seen`] before a terminal status has been read.
@@ -42,6 +45,47 @@ const UNKNOWN: cl_int = i32::MAX;
 unsafe impl Send for EventInner {}
 // SAFETY: as above; the other fields are atomics and a Mutex.
 unsafe impl Sync for EventInner {}
+
+/// One enqueue's view of the commands still pending: within a snapshot, a command the
+/// driver reported pending is taken as pending without asking again. The enqueue path
+/// asks about one event up to three times (the *failed write* rule, the hazard, the
+/// pruning of the record), and each question costs a driver call (0.25 µs on NVIDIA);
+/// the answer may change between them anyway, so one answer serves them all. A terminal
+/// status is kept for good ([`EventInner::seen`]).
+pub(crate) mod snapshot {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// The last snapshot begun in the process.
+    static LAST: AtomicU64 = AtomicU64::new(0);
+
+    thread_local! {
+        /// The snapshot this thread is in (0: none).
+        static CURRENT: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// The snapshot this thread is in, 0 when none.
+    pub(crate) fn current() -> u64 {
+        CURRENT.with(Cell::get)
+    }
+
+    /// A snapshot, for as long as the guard lives. A nested one has its own answers;
+    /// a terminal status read in it holds in the outer one too.
+    pub(crate) struct Guard(u64);
+
+    /// Begins a new snapshot on this thread.
+    pub(crate) fn begin() -> Guard {
+        // At most 2^62 snapshots fit `EventInner::pending_in` beside the status.
+        let id = LAST.fetch_add(1, Ordering::Relaxed) % (1 << 62) + 1;
+        Guard(CURRENT.with(|c| c.replace(id)))
+    }
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            CURRENT.with(|c| c.set(self.0));
+        }
+    }
+}
 
 /// Events the library holds a reference to (see [`events_held`]).
 static HELD: AtomicUsize = AtomicUsize::new(0);
@@ -71,6 +115,7 @@ impl EventInner {
             deps: Mutex::new(deps),
             seen: AtomicI32::new(UNKNOWN),
             seq,
+            pending_in: AtomicU64::new(0),
         }
     }
 }
@@ -391,12 +436,25 @@ impl Event {
             }
             return Ok(Status::from_raw(seen));
         }
+        let snapshot = snapshot::current();
+        if snapshot != 0 {
+            let pending = self.inner.pending_in.load(Ordering::Relaxed);
+            if pending >> 2 == snapshot {
+                return Ok(Status::from_raw((pending & 3) as cl_int));
+            }
+        }
         let raw =
             ffi::execution_status(self.inner.raw).map_err(|s| Error::cl("clGetEventInfo", s))?;
         let raw = match raw {
             ffi::CL_COMPLETE if failures_possible() => self.resolve_complete(),
             terminal if terminal <= ffi::CL_COMPLETE => self.finish(terminal),
-            running => running,
+            running => {
+                if snapshot != 0 && (0..=3).contains(&running) {
+                    let pending = snapshot << 2 | running as u64;
+                    self.inner.pending_in.store(pending, Ordering::Relaxed);
+                }
+                running
+            }
         };
         Ok(Status::from_raw(raw))
     }
@@ -414,6 +472,11 @@ impl Event {
         let Some(deps) = self.resolve_step() else {
             return self.inner.seen.load(Ordering::Acquire);
         };
+        // Usually each of those resolves in one step itself, and so does this one then.
+        if deps.iter().all(|dep| dep.resolve_step().is_none()) {
+            let failed = self.failed_dependency();
+            return self.finish(failed.unwrap_or(ffi::CL_COMPLETE));
+        }
         let mut stack: Vec<(Event, Vec<Event>)> = vec![(self.clone(), deps)];
         while let Some((_, deps)) = stack.last_mut() {
             match deps.pop() {

@@ -127,6 +127,8 @@ impl Record {
     fn trust_queue_order(&mut self, failures_possible: bool) {
         self.events
             .prune_each(failures_possible || self.saw_failure);
+        self.events
+            .stop_at_pending(!self.saw_failure && gates::failure_epoch() == 0);
     }
 
     /// Records `event`; `failures_possible` is what the enqueue read from

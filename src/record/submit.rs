@@ -59,7 +59,7 @@ use super::history::{MapStep, Record};
 use crate::core::gates::{self, failures_possible};
 use crate::core::queue::QueueCore;
 use crate::error::{Error, Result};
-use crate::event::{Event, graveyard};
+use crate::event::{Event, graveyard, snapshot};
 use crate::ffi::{self, cl_event};
 use crate::status::Status;
 use crate::tracker::{Access, Entry};
@@ -161,6 +161,8 @@ impl Submit<'_> {
         // After a failure on a queue whose failures echo, let the queue drain first when
         // it can, so that this command runs ([`crate::core::echo`]).
         queue.settle();
+        // One answer per pending command for the whole enqueue.
+        let _snapshot = snapshot::begin();
         let mut locked = self.lock(touches)?;
         // Reading an event's status costs microseconds on some drivers (NVIDIA), so the
         // statuses of dependencies and hazards are read only once a failure is possible.
@@ -181,17 +183,20 @@ impl Submit<'_> {
                     queue.ctx.stats.count_enqueue(wait.len(), unelided);
                     break (raw, holds, !wait.is_empty());
                 }
-                Err(e)
-                    if failures_possible
+                Err(e) => {
+                    // Statuses read since the gathering: a dependency may have failed.
+                    let _fresh = snapshot::begin();
+                    let retry = failures_possible
                         && attempts < 3
                         && holds
                             .iter()
-                            .any(|h| matches!(h.status(), Ok(Status::Failed(_)))) =>
-                {
+                            .any(|h| matches!(h.status(), Ok(Status::Failed(_))));
+                    if !retry {
+                        return Err(e);
+                    }
                     log::debug!(target: "cl_lifetime::queue", "enqueue refused after a dependency failed ({e}); gathering again");
                     attempts += 1;
                 }
-                Err(e) => return Err(e),
             }
         };
         queue.mark_dirty();

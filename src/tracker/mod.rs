@@ -34,7 +34,11 @@
 //!    one has completed (not failed) every older entry of its queue goes unasked, and the
 //!    point where the queue's entries turn from complete to pending is found by bisection.
 //!    A failure breaks that pattern: then each is asked, and the caller turns the
-//!    shortcut off ([`EventSet::prune_each`]) once a failure has been seen.
+//!    shortcut off ([`EventSet::prune_each`]) once a failure may have happened. Until one
+//!    has been seen, an in-order queue's superseded entries are then asked about oldest
+//!    first, up to the first one still pending ([`EventSet::stop_at_pending`]): the rest
+//!    are kept, as if asked a little later, so that a batch of commands behind a closed
+//!    gate costs one question per prune instead of one per command.
 //! 7. **Bound.** Reads on out-of-order queues are kept until they complete. When more than
 //!    [`FOLD_AT`] entries are live, the caller folds the oldest reads into one marker event
 //!    ([`EventSet::reads_to_fold`], then [`EventSet::fold`]), which stands for them all.
@@ -114,6 +118,9 @@ pub struct EventSet<E> {
     prune_at: usize,
     /// Rule 6: whether pruning may trust queue order (see [`EventSet::prune_each`]).
     by_lane: bool,
+    /// Rule 6: without that trust, whether an in-order queue's superseded entries are
+    /// asked about only up to the first pending one (see [`EventSet::stop_at_pending`]).
+    until_pending: bool,
     next_seq: u64,
 }
 
@@ -124,6 +131,7 @@ impl<E> Default for EventSet<E> {
             shadow: Vec::new(),
             prune_at: MIN_PRUNE_AT,
             by_lane: true,
+            until_pending: false,
             next_seq: 0,
         }
     }
@@ -256,6 +264,15 @@ impl<E> EventSet<E> {
         self.by_lane = !each;
     }
 
+    /// Rule 6: while queue order is not trusted ([`EventSet::prune_each`]) but no failure
+    /// has been seen, whether pruning asks about an in-order queue's superseded entries
+    /// oldest first and stops at the first one still pending, keeping it and the rest.
+    /// Nothing that has not ended is dropped, and a failure among those kept is found
+    /// by a later prune.
+    pub fn stop_at_pending(&mut self, stop: bool) {
+        self.until_pending = stop;
+    }
+
     /// Removes every entry that has ended, by `state` or by rule 6.
     pub fn prune(&mut self, mut state: impl FnMut(&E) -> State) {
         let by_lane = self.by_lane;
@@ -274,7 +291,15 @@ impl<E> EventSet<E> {
         for group in &mut self.shadow {
             let (lane, entries) = (group.lane, &mut group.entries);
             if !(by_lane && lane.in_order) {
-                entries.retain(|e| !state(&e.event).has_ended());
+                if self.until_pending && lane.in_order {
+                    let first_pending = entries
+                        .iter()
+                        .position(|e| !state(&e.event).has_ended())
+                        .unwrap_or(entries.len());
+                    entries.drain(..first_pending);
+                } else {
+                    entries.retain(|e| !state(&e.event).has_ended());
+                }
                 continue;
             }
             // Older than a completed live entry of the queue: ended.

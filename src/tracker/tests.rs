@@ -212,6 +212,39 @@ fn a_failure_makes_the_prune_ask_about_each_entry() {
 }
 
 #[test]
+fn without_trust_in_queue_order_but_no_failure_seen_pruning_stops_at_the_first_pending_entry() {
+    let mut set = EventSet::new();
+    for e in 0..8u32 {
+        set.record(IN_ORDER_A, Access::Write, e, true, pending);
+        set.record(OUT_OF_ORDER, Access::Write, 100 + e, true, pending);
+    }
+    set.prune_each(true);
+    set.stop_at_pending(true);
+    let mut asked = Vec::new();
+    // 0 and 1 have ended, 2 is pending, 3 has ended out of order (kept for a later prune).
+    set.prune(|&e| {
+        asked.push(e);
+        match e {
+            0 | 3 | 101 => State::Complete,
+            1 => State::Failed,
+            _ => State::Pending,
+        }
+    });
+    let in_order: Vec<u32> = asked.iter().copied().filter(|&e| e < 100).collect();
+    // Lane A's superseded entries, oldest first, up to the first pending one.
+    assert_eq!(in_order, [0, 1, 2], "asked {asked:?}");
+    // The out-of-order lane's entries are each asked about, with the live one (107).
+    assert_eq!(
+        asked.iter().filter(|&&e| e >= 100).count(),
+        8,
+        "asked {asked:?}"
+    );
+    let left: Vec<u32> = set.shadow().map(|e| e.event).collect();
+    assert!(left.contains(&3) && !left.contains(&0) && !left.contains(&1));
+    assert!(!left.contains(&101) && left.contains(&102), "{left:?}");
+}
+
+#[test]
 fn out_of_order_shadow_entries_are_each_asked_about() {
     let mut set = EventSet::new();
     for e in 0..4u32 {
