@@ -145,7 +145,166 @@ impl Drop for EventInner {
             }
             drop_iteratively(deps);
         }
-        release_raw(self.raw);
+        let ended = *self.seen.get_mut() != UNKNOWN;
+        if ended && self.queue.as_ref().is_some_and(|q| q.release_ended_later) {
+            releaser::later(self.raw);
+        } else {
+            release_raw(self.raw);
+        }
+    }
+}
+
+/// Ended commands' events, released on a thread of the library's where releasing an ended
+/// command's event costs the releasing thread several times what releasing a pending one
+/// does (NVIDIA: the driver frees a pending one later on its own thread; design trap
+/// "releasing an ended event costs"), since the enqueue path drops ended events as it
+/// prunes records. Elsewhere (PoCL: 40 ns) they are released where they are dropped. They are released in
+/// batches within [`releaser::LATEST`] of being dropped, and at once when a context goes
+/// ([`releaser::flush`]). [`events_held`] counts them until then.
+pub(crate) mod releaser {
+    use std::sync::{Condvar, Mutex, PoisonError};
+    use std::thread;
+    use std::time::Duration;
+
+    use super::{cl_event, release_raw};
+
+    /// How long a dropped event may wait for its release.
+    pub(crate) const LATEST: Duration = Duration::from_millis(1);
+    /// Events that wake the thread before [`LATEST`] has passed.
+    const BATCH: usize = 64;
+
+    pub(crate) struct Raw(cl_event);
+    // SAFETY: an OpenCL event handle may be released from any thread (OpenCL 3.0
+    // appendix A.2); the one reference it stands for moves with it.
+    unsafe impl Send for Raw {}
+
+    static EVENTS: Batches<Raw> = Batches::new(|Raw(raw)| release_raw(raw));
+
+    /// Releases `raw` (one reference, ended) soon, on the releaser thread; here at once if
+    /// that thread cannot be started.
+    pub(crate) fn later(raw: cl_event) {
+        EVENTS.later(Raw(raw));
+    }
+
+    /// Releases every event dropped so far, on this thread.
+    pub(crate) fn flush() {
+        EVENTS.flush();
+    }
+
+    /// Items handed to a thread that disposes of them in batches: within [`LATEST`] of the
+    /// first of a batch, at once when [`BATCH`] are waiting, or on [`Batches::flush`].
+    pub(crate) struct Batches<T: Send + 'static> {
+        state: Mutex<(Vec<T>, bool)>,
+        wake: Condvar,
+        dispose: fn(T),
+    }
+
+    impl<T: Send + 'static> Batches<T> {
+        pub(crate) const fn new(dispose: fn(T)) -> Self {
+            Batches {
+                state: Mutex::new((Vec::new(), false)),
+                wake: Condvar::new(),
+                dispose,
+            }
+        }
+
+        pub(crate) fn later(&'static self, item: T) {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if !state.1 {
+                let spawned = thread::Builder::new()
+                    .name("cl-lifetime-events".to_string())
+                    .spawn(|| self.run());
+                match spawned {
+                    Ok(_) => state.1 = true,
+                    Err(e) => {
+                        drop(state);
+                        log::warn!(target: "cl_lifetime::event", "no thread to release events on ({e}); releasing where dropped");
+                        (self.dispose)(item);
+                        return;
+                    }
+                }
+            }
+            state.0.push(item);
+            let n = state.0.len();
+            drop(state);
+            // The first wakes the thread to start its clock; a full batch, to dispose.
+            if n == 1 || n >= BATCH {
+                self.wake.notify_one();
+            }
+        }
+
+        pub(crate) fn flush(&self) {
+            let items =
+                std::mem::take(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner).0);
+            items.into_iter().for_each(self.dispose);
+        }
+
+        fn run(&self) {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            loop {
+                state = self
+                    .wake
+                    .wait_while(state, |s| s.0.is_empty())
+                    .unwrap_or_else(PoisonError::into_inner);
+                if state.0.len() < BATCH {
+                    state = self
+                        .wake
+                        .wait_timeout_while(state, LATEST, |s| s.0.len() < BATCH)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+                let items = std::mem::take(&mut state.0);
+                drop(state);
+                items.into_iter().for_each(self.dispose);
+                state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::time::Instant;
+
+        static DISPOSED: AtomicUsize = AtomicUsize::new(0);
+        static BATCHES: Batches<usize> = Batches::new(|_| {
+            DISPOSED.fetch_add(1, Ordering::SeqCst);
+        });
+
+        #[test]
+        fn items_handed_over_are_disposed_of_on_the_thread() {
+            BATCHES.later(1);
+            let start = Instant::now();
+            while DISPOSED.load(Ordering::SeqCst) < 1 {
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "never disposed of"
+                );
+                thread::yield_now();
+            }
+        }
+
+        static FLUSHED: AtomicUsize = AtomicUsize::new(0);
+
+        #[test]
+        fn a_flush_disposes_of_every_item_waiting_on_the_calling_thread() {
+            // A thread marked started that never runs: only the flush disposes.
+            static IDLE: Batches<usize> = Batches {
+                state: Mutex::new((Vec::new(), true)),
+                wake: Condvar::new(),
+                dispose: |_| {
+                    FLUSHED.fetch_add(1, Ordering::SeqCst);
+                },
+            };
+            for i in 0..10 {
+                IDLE.later(i);
+            }
+            assert_eq!(FLUSHED.load(Ordering::SeqCst), 0);
+            IDLE.flush();
+            assert_eq!(FLUSHED.load(Ordering::SeqCst), 10);
+            assert!(IDLE.state.lock().unwrap().0.is_empty());
+        }
     }
 }
 
