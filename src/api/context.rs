@@ -16,7 +16,7 @@ use crate::core::device::Device;
 use crate::core::queue::QueueCore;
 use crate::core::stats::{HazardStats, MemoryStats};
 use crate::error::{Error, Result};
-use crate::event::{UserEvent, graveyard, releaser};
+use crate::event::{UserEvent, graveyard};
 use crate::ffi::cl_context;
 use crate::kernel::files;
 use crate::kernel::program::{Program, ProgramInner};
@@ -68,7 +68,6 @@ impl Drop for Shared {
             );
         }
         graveyard::sweep();
-        releaser::flush();
         let leaks = self.core.ledger.leaks();
         if !leaks.is_empty() {
             let total: u64 = leaks.iter().map(|l| l.0).sum();

@@ -234,14 +234,6 @@ impl Device {
             .any(|name| name.to_ascii_lowercase().contains("nvidia"))
     }
 
-    /// Whether releasing an ended command's event costs the releasing thread much more
-    /// than releasing a pending one (NVIDIA's: about 0.7 µs, where a pending one is freed
-    /// later by the driver's own thread; design trap "releasing an ended event costs"):
-    /// its queues' ended events are released on a thread of the library's.
-    pub(crate) fn releases_ended_events_slowly(&self) -> bool {
-        self.echoes_failures()
-    }
-
     /// The raw device ID (not reference counted: root devices live as long as the
     /// platform).
     pub fn as_raw(&self) -> cl_device_id {

@@ -37,9 +37,6 @@ pub(crate) struct QueueCore {
     /// and no failure since, `settle` takes no lock.
     echo_open: AtomicBool,
     settled_epoch: AtomicU64,
-    /// Whether its commands' events, once ended, are released on a thread of the
-    /// library's ([`Device::releases_ended_events_slowly`]).
-    pub(crate) release_ended_later: bool,
 }
 
 // SAFETY: a cl_command_queue may be used from any thread (OpenCL 3.0 appendix A.2: every
@@ -101,7 +98,6 @@ impl QueueCore {
                 .then(|| Mutex::new(Echo::default())),
             echo_open: AtomicBool::new(false),
             settled_epoch: AtomicU64::new(u64::MAX),
-            release_ended_later: device.releases_ended_events_slowly(),
         }
     }
 
