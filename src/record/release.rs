@@ -117,8 +117,10 @@ impl Block {
             failure::collect(&mut failed, event);
         }
         record.released();
-
-        stages.mark("failures");
+        // Before the memory: on rusticl an event keeps its command's buffers alive (design
+        // trap "rusticl's events keep their buffers").
+        drop(events);
+        stages.mark("failures and events released");
         // SAFETY: `raw` came from clCreateBuffer and is released once, here (it was
         // swapped out for null above); every event that used it has ended (waited for
         // above, or found ended by the reaper before it called this).
@@ -147,8 +149,6 @@ impl Block {
         // Other code keeps its own reference to an adopted buffer: its memory goes with
         // that, not with this release, which waits for nothing more.
         let freed = if self.shared { None } else { unfreed };
-        drop(events);
-        stages.mark("events released");
         stages.log(self.allocated_at);
         let report = ReleaseReport {
             waited_on: raws.len(),

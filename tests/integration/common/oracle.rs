@@ -3,28 +3,40 @@
 //! a bug in the library's wrappers cannot hide itself from the tests.
 
 use std::ffi::c_void;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use cl_lifetime::{ClBuffer, Event, Pod};
+
+/// One watched event: retained until the oracle has seen it end (its completion callback),
+/// then let go, so that the oracle never keeps the buffer alive itself on implementations
+/// whose events keep their commands' buffers (design trap "rusticl's events keep their
+/// buffers").
+struct Slot {
+    /// The retained event, null once let go.
+    event: cl_sys::cl_event,
+    /// Its completion callback has run: it had ended (completed or failed).
+    ended: bool,
+}
 
 struct WatchState {
     fired: AtomicBool,
     /// How many watched events were not terminal when the destructor callback ran.
     unfinished_at_fire: AtomicUsize,
-    events: Vec<cl_sys::cl_event>,
+    slots: Mutex<Vec<Slot>>,
 }
 
-// SAFETY: event handles may be used from any thread; the rest is atomic.
+// SAFETY: event handles may be used from any thread; the rest is atomic or locked.
 unsafe impl Send for WatchState {}
 // SAFETY: as above.
 unsafe impl Sync for WatchState {}
 
 impl Drop for WatchState {
     fn drop(&mut self) {
-        for &e in &self.events {
-            // SAFETY: retained once in `watch`, released once here.
-            unsafe { cl_sys::clReleaseEvent(e) };
+        let slots = self.slots.get_mut().unwrap_or_else(PoisonError::into_inner);
+        for slot in slots.iter().filter(|s| !s.event.is_null()) {
+            // SAFETY: retained once in `watch`, not let go yet, released once here.
+            unsafe { cl_sys::clReleaseEvent(slot.event) };
         }
     }
 }
@@ -49,9 +61,31 @@ pub fn raw_status(event: cl_sys::cl_event) -> i32 {
 extern "C" fn on_destroy(_mem: cl_sys::cl_mem, user: *mut c_void) {
     // SAFETY: `user` is the Arc leaked in `watch`; the callback runs once.
     let state = unsafe { Arc::from_raw(user as *const WatchState) };
-    let unfinished = state.events.iter().filter(|&&e| raw_status(e) > 0).count();
+    // An event whose completion callback has not run yet is asked directly: callbacks can
+    // be delivered late (design trap "callbacks wake slowly").
+    let unfinished = state
+        .slots
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter(|s| !s.ended && raw_status(s.event) > 0)
+        .count();
     state.unfinished_at_fire.store(unfinished, Ordering::SeqCst);
     state.fired.store(true, Ordering::SeqCst);
+}
+
+extern "C" fn on_event_end(_event: cl_sys::cl_event, _status: cl_sys::cl_int, user: *mut c_void) {
+    // SAFETY: `user` is the box leaked in `watch` for this event; the callback runs once.
+    let watched = unsafe { Box::from_raw(user as *mut (Arc<WatchState>, usize)) };
+    let (state, index) = *watched;
+    let mut slots = state.slots.lock().unwrap_or_else(PoisonError::into_inner);
+    let slot = &mut slots[index];
+    slot.ended = true;
+    if !slot.event.is_null() {
+        // SAFETY: retained once in `watch`, released once here (the slot is nulled).
+        unsafe { cl_sys::clReleaseEvent(slot.event) };
+        slot.event = std::ptr::null_mut();
+    }
 }
 
 /// Watches one buffer's end: whether its destructor callback fired, and whether the
@@ -76,21 +110,29 @@ impl Watch {
     }
 }
 
-/// Registers a destructor callback on `buffer` through cl-sys.
+/// Registers a destructor callback on `buffer` through cl-sys, and a completion callback
+/// on each of `events`.
 pub fn watch<T: Pod>(buffer: &ClBuffer<T>, events: &[&Event]) -> Watch {
-    let events: Vec<cl_sys::cl_event> = events
+    let raws: Vec<cl_sys::cl_event> = events
         .iter()
-        .map(|e| {
-            let raw = e.as_raw() as cl_sys::cl_event;
-            // SAFETY: `raw` is live (held by `e`); the retain is released by WatchState.
+        .map(|e| e.as_raw() as cl_sys::cl_event)
+        .collect();
+    let slots = raws
+        .iter()
+        .map(|&raw| {
+            // SAFETY: `raw` is live (held by its `Event`); the retain is released when the
+            // oracle has seen it end, or by WatchState.
             assert_eq!(unsafe { cl_sys::clRetainEvent(raw) }, 0);
-            raw
+            Slot {
+                event: raw,
+                ended: false,
+            }
         })
         .collect();
     let state = Arc::new(WatchState {
         fired: AtomicBool::new(false),
         unfinished_at_fire: AtomicUsize::new(usize::MAX),
-        events,
+        slots: Mutex::new(slots),
     });
     let user = Arc::into_raw(state.clone()) as *mut c_void;
     // SAFETY: the buffer's cl_mem is live; `user` stays valid until the callback takes it.
@@ -102,5 +144,14 @@ pub fn watch<T: Pod>(buffer: &ClBuffer<T>, events: &[&Event]) -> Watch {
         )
     };
     assert_eq!(rc, 0, "clSetMemObjectDestructorCallback");
+    for (index, &raw) in raws.iter().enumerate() {
+        let user = Box::into_raw(Box::new((state.clone(), index))) as *mut c_void;
+        // SAFETY: `raw` is live (held by its `Event`); `user` stays valid until the
+        // callback takes it back.
+        let rc = unsafe {
+            cl_sys::clSetEventCallback(raw, cl_sys::CL_COMPLETE, Some(on_event_end), user)
+        };
+        assert_eq!(rc, 0, "clSetEventCallback");
+    }
     Watch(state)
 }
