@@ -3,7 +3,7 @@ CARGO ?= cargo
 # Fall back to a rustup install whose bin directory is not on PATH yet.
 export PATH := $(PATH):$(HOME)/.cargo/bin
 
-.PHONY: setup demo test lint clean bench cl-calls soak
+.PHONY: setup demo test test-all lint clean bench cl-calls soak
 
 setup:
 	bash scripts/setup.sh
@@ -44,3 +44,9 @@ lint:
 
 clean:
 	$(CARGO) clean
+
+# The whole suite on every OpenCL implementation installed: PoCL with one device and with
+# two, Mesa rusticl (llvmpipe) and Oclgrind with its checks on (scripts/test-all.sh);
+# ONLY="pocl-1 rusticl" picks some. Logs and the summary go to target/test-all/.
+test-all: setup
+	bash scripts/test-all.sh

@@ -53,6 +53,11 @@ if ! have_icd; then pkgs+=(pocl-opencl-icd); fi
 if [ ! -e /usr/lib/oclgrind/liboclgrind-rt-icd.so ] && command -v apt-get >/dev/null 2>&1; then
   pkgs+=(oclgrind)
 fi
+# Mesa's rusticl: the open-source OpenCL of AMD and Intel GPUs, with a CPU device
+# (RUSTICL_ENABLE=llvmpipe) that `make test-all` runs the suite on.
+if [ ! -e /etc/OpenCL/vendors/rusticl.icd ] && command -v apt-get >/dev/null 2>&1; then
+  pkgs+=(mesa-opencl-icd)
+fi
 # CLBlast: a library the tests run commands of through the raw-command entry point
 # (loaded at run time; the tests that need it say so and skip where it is absent).
 if ! exists_any /usr/lib/*/libclblast.so.1 /usr/lib64/libclblast.so.1 /usr/local/lib/libclblast.so.1 &&

@@ -359,6 +359,14 @@ impl Event {
     /// [`Error::Cl`] with `CL_PROFILING_INFO_NOT_AVAILABLE` when the queue does not
     /// profile, the command has not completed, or it is a user event.
     pub fn profile(&self) -> Result<Profile> {
+        // Asked of the library's own queue first: some drivers (rusticl) answer for a queue
+        // that does not profile, with made-up times.
+        if self.inner.queue.as_ref().is_some_and(|q| !q.profiling) {
+            return Err(Error::cl(
+                "clGetEventProfilingInfo",
+                ffi::codes::CL_PROFILING_INFO_NOT_AVAILABLE,
+            ));
+        }
         let [queued, submitted, started, ended] = ffi::profiling_times(self.inner.raw)?;
         Ok(Profile {
             queued,

@@ -234,6 +234,17 @@ impl Device {
             .any(|name| name.to_ascii_lowercase().contains("nvidia"))
     }
 
+    /// Whether the driver keeps each command's wait list alive for as long as the command's
+    /// event lives, so that a long chain of dependent commands is freed recursively and
+    /// overflows the stack (rusticl's; design trap "rusticl chains events"): its queues
+    /// leave commands that have ended out of wait lists, so a chain lasts only as long as
+    /// its commands are pending.
+    pub(crate) fn chains_events(&self) -> bool {
+        [&self.platform_name, &self.platform_vendor]
+            .iter()
+            .any(|name| name.to_ascii_lowercase().contains("rusticl"))
+    }
+
     /// The raw device ID (not reference counted: root devices live as long as the
     /// platform).
     pub fn as_raw(&self) -> cl_device_id {

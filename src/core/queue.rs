@@ -37,6 +37,9 @@ pub(crate) struct QueueCore {
     /// and no failure since, `settle` takes no lock.
     echo_open: AtomicBool,
     settled_epoch: AtomicU64,
+    /// Whether hazards that have ended are left out of wait lists even while no failure
+    /// is possible ([`Device::chains_events`]).
+    pub(crate) drop_ended_hazards: bool,
 }
 
 // SAFETY: a cl_command_queue may be used from any thread (OpenCL 3.0 appendix A.2: every
@@ -98,6 +101,7 @@ impl QueueCore {
                 .then(|| Mutex::new(Echo::default())),
             echo_open: AtomicBool::new(false),
             settled_epoch: AtomicU64::new(u64::MAX),
+            drop_ended_hazards: device.chains_events(),
         }
     }
 

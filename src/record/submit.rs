@@ -313,7 +313,8 @@ impl Submit<'_> {
             // drivers fail (or never run) a command whose wait list holds one. The status
             // is read once here: the last write may have failed since the check above, and
             // then a reader is refused (the failed write rule).
-            let ended = failures_possible && entry.event.is_terminal();
+            let ended =
+                (failures_possible || self.queue.drop_ended_hazards) && entry.event.is_terminal();
             if ended && reads && entry.access == Access::Write {
                 let raw = entry.event.as_raw();
                 if record.writes().iter().any(|w| w.as_raw() == raw) {

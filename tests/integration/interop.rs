@@ -153,6 +153,9 @@ fn the_release_of_a_buffer_waits_for_a_raw_command_told_to_the_library() {
     }
     .unwrap();
     let watch = common::watch(&buf, &[&fill]);
+    // The record keeps the fill; the test's handle would keep the memory on rusticl
+    // (design trap "rusticl's events keep their buffers").
+    drop(fill);
     let report = returns_only_after(
         "the release",
         move || buf.release().unwrap(),
@@ -296,6 +299,9 @@ fn a_buffer_made_by_raw_code_is_tracked_once_adopted_and_its_owner_keeps_it() {
     };
     assert_eq!(status, 0);
     assert_eq!(out, vec![5; 1024]);
+    // The fill's handle would keep the memory on rusticl (design trap "rusticl's events
+    // keep their buffers").
+    drop(fill);
     // SAFETY: the test's own reference, given up once.
     assert_eq!(unsafe { cl_sys::clReleaseMemObject(raw) }, 0);
     assert!(common::eventually(|| watch.fired()));
@@ -506,6 +512,9 @@ fn a_clblast_gemm_joins_the_record_of_the_buffers_it_uses() {
     );
     // The inputs' releases wait for the GEMM (checked with the cl-sys oracle).
     let watch_a = common::watch(&a, &[&gemm]);
+    // Its handle would keep the inputs on rusticl (design trap "rusticl's events keep
+    // their buffers").
+    drop(gemm);
     let release = std::thread::spawn(move || a.release().unwrap());
     gate.complete().unwrap();
     let report = release.join().unwrap();

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# `make test-all`: the whole test suite on every OpenCL implementation installed here:
+# PoCL with one CPU device and with two, Mesa rusticl (llvmpipe) and Oclgrind (with its
+# API, bounds and uninitialized-value checks; any error it reports fails the run).
+# ONLY="pocl-1 rusticl" runs a subset.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=target/test-all
+rm -rf "$out"
+mkdir -p "$out"
+export CL_LIFETIME_REQUIRE_DEVICE=1
+cargo test --all-targets --no-run -q 2>&1 | grep -v '^$' || true
+
+has_platform() { clinfo -l 2>/dev/null | grep -qi "$1"; }
+
+# name, then env assignments; runs the unit, integration and harness tests.
+run() {
+  local name=$1
+  shift
+  if [ -n "${ONLY:-}" ] && ! grep -qw -- "$name" <<<"$ONLY"; then return; fi
+  echo "=== $name"
+  local log=$out/$name.log
+  env "$@" cargo test --all-targets -q -- --test-threads "${THREADS:-2}" >"$log" 2>&1
+  local rc=$?
+  local passed failed
+  passed=$(grep -o '[0-9]* passed' "$log" | awk '{s += $1} END {print s + 0}')
+  failed=$(grep -o '[0-9]* failed' "$log" | awk '{s += $1} END {print s + 0}')
+  if [ -n "${CHECK_LOG:-}" ] && [ -s "$CHECK_LOG" ]; then
+    echo "  $name: errors reported by the implementation's checks ($CHECK_LOG):"
+    head -20 "$CHECK_LOG" | sed 's/^/    /'
+    rc=1
+  fi
+  printf '%s\t%s\t%s\t%s\n' "$name" "$passed" "$failed" "$([ $rc -eq 0 ] && echo ok || echo FAILED)" >>"$out/summary.tsv"
+  if [ $rc -ne 0 ]; then
+    grep -E '^test .* FAILED|panicked at|^failures:' "$log" | head -20 | sed 's/^/  /'
+    status=1
+  fi
+}
+
+status=0
+run pocl-1 POCL_DEVICES=pthread CL_LIFETIME_DEVICE=pocl
+run pocl-2 POCL_DEVICES="pthread pthread" CL_LIFETIME_DEVICE=pocl CL_LIFETIME_REQUIRE_TWO_DEVICES=1
+if RUSTICL_ENABLE=llvmpipe has_platform rusticl; then
+  run rusticl RUSTICL_ENABLE=llvmpipe CL_LIFETIME_DEVICE=rusticl
+else
+  echo "=== rusticl: not installed (apt-get install mesa-opencl-icd); not run" | tee -a "$out/summary.tsv"
+fi
+icd=/usr/lib/oclgrind/liboclgrind-rt-icd.so
+if [ -e "$icd" ]; then
+  vendors=$PWD/$out/oclgrind-vendors
+  mkdir -p "$vendors"
+  echo "$icd" >"$vendors/oclgrind.icd"
+  CHECK_LOG=$PWD/$out/oclgrind-checks.log
+  : >"$CHECK_LOG"
+  CHECK_LOG=$CHECK_LOG run oclgrind OCL_ICD_VENDORS="$vendors" CL_LIFETIME_DEVICE=oclgrind \
+    OCLGRIND_CHECK_API=1 OCLGRIND_UNINITIALIZED=1 OCLGRIND_LOG="$CHECK_LOG"
+else
+  echo "=== oclgrind: not installed (apt-get install oclgrind); not run" | tee -a "$out/summary.tsv"
+fi
+
+echo
+echo "implementation	passed	failed	result"
+grep -v '^===' "$out/summary.tsv" 2>/dev/null
+exit $status
