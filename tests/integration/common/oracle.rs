@@ -78,13 +78,17 @@ extern "C" fn on_event_end(_event: cl_sys::cl_event, _status: cl_sys::cl_int, us
     // SAFETY: `user` is the box leaked in `watch` for this event; the callback runs once.
     let watched = unsafe { Box::from_raw(user as *mut (Arc<WatchState>, usize)) };
     let (state, index) = *watched;
-    let mut slots = state.slots.lock().unwrap_or_else(PoisonError::into_inner);
-    let slot = &mut slots[index];
-    slot.ended = true;
-    if !slot.event.is_null() {
-        // SAFETY: retained once in `watch`, released once here (the slot is nulled).
-        unsafe { cl_sys::clReleaseEvent(slot.event) };
-        slot.event = std::ptr::null_mut();
+    let event = {
+        let mut slots = state.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let slot = &mut slots[index];
+        slot.ended = true;
+        std::mem::replace(&mut slot.event, std::ptr::null_mut())
+    };
+    // Outside the lock: the destructor callback takes it while the driver may hold its
+    // own locks (on NVIDIA a release under it deadlocked the process).
+    if !event.is_null() {
+        // SAFETY: retained once in `watch`, released once here (the slot was nulled).
+        unsafe { cl_sys::clReleaseEvent(event) };
     }
 }
 
@@ -110,8 +114,57 @@ impl Watch {
     }
 }
 
-/// Registers a destructor callback on `buffer` through cl-sys, and a completion callback
-/// on each of `events`.
+/// The name of the platform `mem` belongs to, through cl-sys.
+fn platform_name(mem: cl_sys::cl_mem) -> String {
+    let mut context: cl_sys::cl_context = std::ptr::null_mut();
+    let mut devices: [cl_sys::cl_device_id; 16] = [std::ptr::null_mut(); 16];
+    let mut platform: cl_sys::cl_platform_id = std::ptr::null_mut();
+    let mut name = [0u8; 256];
+    let mut len = 0usize;
+    // SAFETY: `mem` is live; each output buffer is as large as the size passed (a context
+    // of more than 16 devices fails the query, and the name is then empty).
+    let ok = unsafe {
+        cl_sys::clGetMemObjectInfo(
+            mem,
+            cl_sys::CL_MEM_CONTEXT,
+            size_of_val(&context),
+            (&raw mut context).cast(),
+            std::ptr::null_mut(),
+        ) == 0
+            && cl_sys::clGetContextInfo(
+                context,
+                cl_sys::CL_CONTEXT_DEVICES,
+                size_of_val(&devices),
+                devices.as_mut_ptr().cast(),
+                std::ptr::null_mut(),
+            ) == 0
+            && cl_sys::clGetDeviceInfo(
+                devices[0],
+                cl_sys::CL_DEVICE_PLATFORM,
+                size_of_val(&platform),
+                (&raw mut platform).cast(),
+                std::ptr::null_mut(),
+            ) == 0
+            && cl_sys::clGetPlatformInfo(
+                platform,
+                cl_sys::CL_PLATFORM_NAME,
+                name.len(),
+                name.as_mut_ptr().cast(),
+                &mut len,
+            ) == 0
+    };
+    if !ok {
+        return String::new();
+    }
+    String::from_utf8_lossy(&name[..len.min(name.len())])
+        .trim_end_matches('\0')
+        .to_string()
+}
+
+/// Registers a destructor callback on `buffer` through cl-sys. On rusticl, whose events
+/// keep their commands' buffers, also a completion callback on each of `events` that lets
+/// go of it once it has ended; elsewhere the events are kept until the watch goes (a
+/// release inside an event callback deadlocked NVIDIA's driver).
 pub fn watch<T: Pod>(buffer: &ClBuffer<T>, events: &[&Event]) -> Watch {
     let raws: Vec<cl_sys::cl_event> = events
         .iter()
@@ -144,7 +197,10 @@ pub fn watch<T: Pod>(buffer: &ClBuffer<T>, events: &[&Event]) -> Watch {
         )
     };
     assert_eq!(rc, 0, "clSetMemObjectDestructorCallback");
-    for (index, &raw) in raws.iter().enumerate() {
+    let pins = platform_name(buffer.as_raw() as cl_sys::cl_mem)
+        .to_ascii_lowercase()
+        .contains("rusticl");
+    for (index, &raw) in raws.iter().enumerate().filter(|_| pins) {
         let user = Box::into_raw(Box::new((state.clone(), index))) as *mut c_void;
         // SAFETY: `raw` is live (held by its `Event`); `user` stays valid until the
         // callback takes it back.
