@@ -11,7 +11,12 @@ mkdir -p "$out"
 export CL_LIFETIME_REQUIRE_DEVICE=1
 cargo test --all-targets --no-run -q 2>&1 | grep -v '^$' || true
 
-has_platform() { clinfo -l 2>/dev/null | grep -qi "$1"; }
+# (clinfo's output is captured first: `grep -q` would end the pipe early under pipefail.)
+has_platform() {
+  local platforms
+  platforms=$(clinfo -l 2>/dev/null || true)
+  grep -qi "$1" <<<"$platforms"
+}
 
 # name, then env assignments; runs the unit, integration and harness tests.
 run() {
@@ -20,7 +25,7 @@ run() {
   if [ -n "${ONLY:-}" ] && ! grep -qw -- "$name" <<<"$ONLY"; then return; fi
   echo "=== $name"
   local log=$out/$name.log
-  env "$@" cargo test --all-targets -q -- --test-threads "${THREADS:-2}" >"$log" 2>&1
+  env RUST_TEST_THREADS="${THREADS:-2}" "$@" cargo test --all-targets -q >"$log" 2>&1
   local rc=$?
   local passed failed
   passed=$(grep -o '[0-9]* passed' "$log" | awk '{s += $1} END {print s + 0}')
