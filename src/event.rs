@@ -56,12 +56,19 @@ pub(crate) mod snapshot {
     use std::cell::Cell;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    /// The last snapshot begun in the process.
-    static LAST: AtomicU64 = AtomicU64::new(0);
+    /// Ranges of snapshot ids handed to threads so far: each thread numbers its snapshots
+    /// in a range of its own, so that beginning one touches no memory shared between
+    /// threads (it happens on every enqueue).
+    static RANGES: AtomicU64 = AtomicU64::new(0);
+    /// Ids in one range: `range << 40 | n`, `n` from 1. 2^21 ranges keep every id below
+    /// 2^61, within `EventInner::pending_in` beside the status.
+    const RANGE: u64 = 1 << 40;
 
     thread_local! {
         /// The snapshot this thread is in (0: none).
         static CURRENT: Cell<u64> = const { Cell::new(0) };
+        /// The last id this thread gave a snapshot (0: none yet).
+        static LAST: Cell<u64> = const { Cell::new(0) };
     }
 
     /// The snapshot this thread is in, 0 when none.
@@ -75,8 +82,17 @@ pub(crate) mod snapshot {
 
     /// Begins a new snapshot on this thread.
     pub(crate) fn begin() -> Guard {
-        // At most 2^62 snapshots fit `EventInner::pending_in` beside the status.
-        let id = LAST.fetch_add(1, Ordering::Relaxed) % (1 << 62) + 1;
+        let id = LAST.with(|last| {
+            let next = last.get() + 1;
+            let id = if last.get() == 0 || next % RANGE == 0 {
+                // The thread's first snapshot, or its range used up: a new range.
+                (RANGES.fetch_add(1, Ordering::Relaxed) % (1 << 21)) * RANGE + 1
+            } else {
+                next
+            };
+            last.set(id);
+            id
+        });
         Guard(CURRENT.with(|c| c.replace(id)))
     }
 
