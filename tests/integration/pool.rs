@@ -13,11 +13,11 @@ use std::thread;
 use std::time::Instant;
 
 use cl_lifetime::{
-    Arena, Arg, ClBuffer, Error, Event, MemoryStats, POISON, PendingRead, Pod, Pool, PoolOptions,
-    PoolStats, UserEvent,
+    Arena, Arg, ClBuffer, Context, Error, Event, MemoryStats, POISON, PendingRead, Pod, Pool,
+    PoolOptions, PoolStats, Queue, UserEvent,
 };
 
-use crate::common::{self, HANG, Rng, contents, ramp};
+use crate::common::{self, HANG, Rng, Watch, contents, ramp};
 
 /// Runs `op` on this thread while `gate` is closed and returns its result. A watchdog
 /// opens the gate after [`HANG`]; if it had to, `op` waited for the device and the test
@@ -97,6 +97,18 @@ fn deferred_release_returns_while_a_gated_command_is_pending() {
     assert_eq!(stats.live_bytes, 0, "{stats:?}");
 }
 
+/// A buffer of 1,000 `u32` whose fill waits on a closed gate, released deferred while the
+/// gate is closed: the gate, the fill and the oracle's watch on the buffer.
+fn released_deferred_behind_a_gate(ctx: &Context, queue: &Queue) -> (UserEvent, Event, Watch) {
+    let old = ctx.buffer::<u32>(1000).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let fill = queue.after(&[gate.event()]).fill(&old, 7).unwrap();
+    queue.flush().unwrap();
+    let watch = common::watch(&old, &[&fill]);
+    returns_while_gated(&gate, "release_deferred", || old.release_deferred());
+    (gate, fill, watch)
+}
+
 /// The reaper's *reclaim* rule: a new uninitialized buffer of the same size takes over a
 /// deferred release once its commands have ended, never before; the memory then belongs
 /// to the new buffer, and goes with its release. Whether the allocation or the reaper
@@ -107,12 +119,7 @@ fn a_new_buffer_takes_over_a_deferred_release_only_once_its_commands_have_ended(
     let queue = ctx.queue().unwrap();
     let mut taken = None;
     for round in 0..50 {
-        let old = ctx.buffer::<u32>(1000).unwrap();
-        let gate = ctx.user_event().unwrap();
-        let fill = queue.after(&[gate.event()]).fill(&old, 7).unwrap();
-        queue.flush().unwrap();
-        let watch = common::watch(&old, &[&fill]);
-        returns_while_gated(&gate, "release_deferred", || old.release_deferred());
+        let (gate, fill, watch) = released_deferred_behind_a_gate(&ctx, &queue);
         let early = ctx.buffer::<u32>(1000).unwrap();
         let stats = ctx.memory_stats();
         assert_eq!(
@@ -169,12 +176,7 @@ fn a_deferred_release_whose_command_failed_is_not_taken_over() {
     let ctx = device!();
     let queue = ctx.queue().unwrap();
     for round in 0..20 {
-        let old = ctx.buffer::<u32>(1000).unwrap();
-        let gate = ctx.user_event().unwrap();
-        let fill = queue.after(&[gate.event()]).fill(&old, 7).unwrap();
-        queue.flush().unwrap();
-        let watch = common::watch(&old, &[&fill]);
-        returns_while_gated(&gate, "release_deferred", || old.release_deferred());
+        let (gate, fill, watch) = released_deferred_behind_a_gate(&ctx, &queue);
         gate.fail(-1234).unwrap();
         assert!(fill.wait().is_err());
         drop(fill);
