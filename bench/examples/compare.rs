@@ -1569,11 +1569,12 @@ fn pipeline(
         };
         let first_lib = if peer.is_some() { 4 } else { 2 };
         let queues = if nq == 1 { "1 queue" } else { "4 queues" };
+        let label = |variant: LibPipe| format!("{}, {queues}", variant.label());
         for (k, &variant) in libs.iter().enumerate() {
             for (b, baseline) in [RAW_FINISH, RAW_EVENTS].iter().enumerate() {
                 report.push(
                     "4 pipeline",
-                    &format!("{}, {queues}", variant.label()),
+                    &label(variant),
                     baseline,
                     "iterations per second",
                     "it/s",
@@ -1591,7 +1592,7 @@ fn pipeline(
             for (baseline, peak) in [(RAW_FINISH, &peaks[0]), (RAW_EVENTS, &peaks[1])] {
                 report.cost(
                     "4 pipeline",
-                    &format!("{}, {queues}", variant.label()),
+                    &label(variant),
                     baseline,
                     "peak device bytes",
                     "KiB",
@@ -1601,7 +1602,6 @@ fn pipeline(
             }
         }
         // Deferred release against blocking release, both the library's.
-        let label = |variant: LibPipe| format!("{}, {queues}", variant.label());
         let (deferred, blocking) = (LibPipe::Deferred, LibPipe::Blocking);
         report.push(
             "4 pipeline",
@@ -1625,10 +1625,10 @@ fn pipeline(
         if peer.is_some() {
             for (b, baseline) in [(2, OCL_PEER), (3, OCL_ASYNC)] {
                 for (k, (p, &variant)) in ctxs.iter().zip(&libs).enumerate() {
-                    let label = format!("{}, {queues}", variant.label());
+                    let name = label(variant);
                     report.push(
                         "6 peer",
-                        &label,
+                        &name,
                         baseline,
                         "iterations per second",
                         "it/s",
@@ -1638,7 +1638,7 @@ fn pipeline(
                     );
                     report.cost(
                         "6 peer",
-                        &label,
+                        &name,
                         baseline,
                         "peak device bytes",
                         "KiB",
