@@ -271,8 +271,7 @@ fn reads_on_one_out_of_order_queue_run_without_waiting() {
     // them in order (on an H100 and on llvmpipe the free read stayed behind the gated
     // one; design trap "NVIDIA runs out-of-order queues in order"), so there the reads can
     // only be checked after the gate opens.
-    let platform = ctx.device().platform_name().to_lowercase();
-    if !["nvidia", "rusticl"].iter().any(|p| platform.contains(p)) {
+    if !common::on_platform(&ctx, &["nvidia", "rusticl"]) {
         let free_event = free.event().clone();
         let seen = returns(
             "a read beside a gated read on an out-of-order queue",
@@ -870,11 +869,7 @@ fn release_after_a_failed_write_still_waits_for_the_reads_before_it() {
     assert_eq!(report.failed.len(), 1, "{report:?}");
     // The test still holds the read's and the fill's events: on rusticl those keep the
     // memory (design trap "rusticl's events keep their buffers"), and the release says so.
-    let pinned = ctx
-        .device()
-        .platform_name()
-        .to_lowercase()
-        .contains("rusticl");
+    let pinned = common::on_platform(&ctx, &["rusticl"]);
     assert_eq!(report.freed, !pinned, "{report:?}");
     read.wait().unwrap();
     assert!(failed.wait().is_err());

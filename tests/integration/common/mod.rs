@@ -96,6 +96,13 @@ pub fn any_context() -> Option<Context> {
     found
 }
 
+/// Whether `ctx`'s platform name contains one of `names` (lowercase), for a test that
+/// asserts a driver's own behaviour where that driver differs.
+pub fn on_platform(ctx: &Context, names: &[&str]) -> bool {
+    let platform = ctx.device().platform_name().to_lowercase();
+    names.iter().any(|name| platform.contains(name))
+}
+
 /// `let ctx = device!();` returns from the test when there is no device (see [`context`]).
 macro_rules! device {
     () => {
