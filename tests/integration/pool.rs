@@ -100,10 +100,13 @@ fn deferred_release_returns_while_a_gated_command_is_pending() {
 /// A buffer of 1,000 `u32` whose fill waits on a closed gate, released deferred while the
 /// gate is closed: the gate, the fill and the oracle's watch on the buffer.
 fn released_deferred_behind_a_gate(ctx: &Context, queue: &Queue) -> (UserEvent, Event, Watch) {
-    let old = ctx.buffer::<u32>(1000).unwrap();
-    let gate = ctx.user_event().unwrap();
-    let fill = queue.after(&[gate.event()]).fill(&old, 7).unwrap();
-    queue.flush().unwrap();
+    let old = ctx.buffer::<u32>(1000).expect("a buffer");
+    let gate = ctx.user_event().expect("a gate");
+    let fill = queue
+        .after(&[gate.event()])
+        .fill(&old, 7)
+        .expect("a gated fill");
+    queue.flush().expect("a flush");
     let watch = common::watch(&old, &[&fill]);
     returns_while_gated(&gate, "release_deferred", || old.release_deferred());
     (gate, fill, watch)
