@@ -1,9 +1,9 @@
-# Developer entry points for cl-lifetime: make setup | demo | bench | test | soak | lint | clean.
+# Developer entry points for cl-lifetime: make setup | demo | bench | test | test-all | stress | soak | lint | clean.
 CARGO ?= cargo
 # Fall back to a rustup install whose bin directory is not on PATH yet.
 export PATH := $(PATH):$(HOME)/.cargo/bin
 
-.PHONY: setup demo test test-all lint clean bench cl-calls soak
+.PHONY: setup demo test test-all lint clean bench cl-calls soak stress
 
 setup:
 	bash scripts/setup.sh
@@ -36,6 +36,13 @@ test: setup
 soak: setup
 	CL_LIFETIME_SOAK=300000 $(CARGO) test --release --test integration \
 		failures::cancelled_commands_keep_the_process_memory_flat -- --nocapture
+
+# The stress test at full size: 100,000 random operations from 4 threads on 3 queues,
+# with injected failures (tests/integration/stress.rs); `make test` runs 20,000.
+stress: export POCL_DEVICES ?= pthread pthread
+stress: setup
+	CL_LIFETIME_STRESS_OPS=$(or $(OPS),100000) $(CARGO) test --release --test integration \
+		stress:: -- --nocapture
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -8,6 +8,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::census;
 use crate::core::context::ContextCore;
 use crate::core::gates::{OpenGates, failures_possible, note_failure, note_failure_possible};
 use crate::core::queue::QueueCore;
@@ -103,18 +104,6 @@ pub(crate) mod snapshot {
     }
 }
 
-/// Events the library holds a reference to (see [`events_held`]).
-static HELD: AtomicUsize = AtomicUsize::new(0);
-
-/// How many OpenCL events the library holds a reference to right now, across every
-/// context: the events of buffers' records, of the wait lists those keep, and of failed
-/// commands kept until their dependencies end. However long a program runs, this stays
-/// in proportion to the commands that may still run, not to the commands ever enqueued;
-/// a number that only grows is a leak.
-pub fn events_held() -> usize {
-    HELD.load(Ordering::Relaxed)
-}
-
 impl EventInner {
     fn new(
         raw: cl_event,
@@ -123,7 +112,7 @@ impl EventInner {
         deps: Option<Box<[Event]>>,
         seq: u64,
     ) -> Self {
-        HELD.fetch_add(1, Ordering::Relaxed);
+        census::event_taken();
         EventInner {
             raw,
             context,
@@ -172,7 +161,7 @@ fn release_raw(raw: cl_event) {
     if let Err(e) = unsafe { ffi::release_event(raw) } {
         log::error!(target: "cl_lifetime::event", "{e}");
     }
-    HELD.fetch_sub(1, Ordering::Relaxed);
+    census::event_given_up();
 }
 
 /// Drops a list of events without recursing through their own dependency lists, which
@@ -472,15 +461,18 @@ impl Event {
         let raw = match raw {
             ffi::CL_COMPLETE if failures_possible() => self.resolve_complete(),
             terminal if terminal <= ffi::CL_COMPLETE => self.finish(terminal),
-            running => {
-                if snapshot != 0 && (0..=3).contains(&running) {
-                    let pending = snapshot << 2 | running as u64;
-                    self.inner.pending_in.store(pending, Ordering::Relaxed);
-                }
-                running
-            }
+            running => self.note_pending(snapshot, running),
         };
         Ok(Status::from_raw(raw))
+    }
+
+    /// Keeps a pending status for the rest of the enqueue that read it (`snapshot`).
+    fn note_pending(&self, snapshot: u64, running: cl_int) -> cl_int {
+        if snapshot != 0 && (0..=3).contains(&running) {
+            let pending = snapshot << 2 | running as u64;
+            self.inner.pending_in.store(pending, Ordering::Relaxed);
+        }
+        running
     }
 
     /// The status of this command, which the driver reports complete, once a failure is

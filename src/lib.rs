@@ -49,7 +49,7 @@
 //!
 //! | layer | what it is for |
 //! |---|---|
-//! | `error`, `status`, [`tracker`], `launch`, `pod`, `util` | plain data and rules with no OpenCL call: typed errors and statuses, the event record and its hazard rules, the launch checks |
+//! | `error`, `status`, [`tracker`], `launch`, `pod`, `util`, `census` | plain data and rules with no OpenCL call: typed errors and statuses, the event record and its hazard rules, the launch checks, the process-wide counts of what the library holds |
 //! | `ffi` | the only code that calls OpenCL; every `unsafe` FFI call, each with its safety contract |
 //! | `core` | per-context and per-queue state: devices, counters, the memory ledger, the reaper thread, open gates |
 //! | `event` | retained events, user events, and failed events kept until their dependencies end |
@@ -64,6 +64,7 @@
 
 mod alloc;
 mod api;
+mod census;
 mod core;
 mod error;
 mod event;
@@ -82,11 +83,12 @@ pub use api::context::Context;
 pub use api::map::{Mapped, MappedMut};
 pub use api::queue::{After, Queue, QueueOptions};
 pub use api::raw::BufferUse;
+pub use census::{buffers_not_freed, events_held, longest_record};
 pub use core::context::FREE_GRACE;
 pub use core::device::{DEVICE_VAR, Device};
 pub use core::stats::{HazardStats, MemoryStats};
 pub use error::{ClStatus, Error, Result, Transfer};
-pub use event::{Event, Profile, UserEvent, events_held, wait_all};
+pub use event::{Event, Profile, UserEvent, wait_all};
 pub use kernel::{Arg, KERNELS_VAR, Kernel, Program};
 /// The opencl3 this crate is built on, for raw code that works beside it: one and the
 /// same version, so its handles and types agree with the library's.

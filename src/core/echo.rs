@@ -28,6 +28,7 @@
 //!   lies in a window is reported failed (`CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`):
 //!   its effect is unknown, as a failed command's is.
 
+use crate::census;
 use crate::ffi::{self, CL_COMPLETE, cl_event, cl_int};
 
 /// A command the echo watches: something whose execution status can be read.
@@ -201,9 +202,10 @@ impl RawEvent {
     /// `raw` is a valid event.
     pub(crate) unsafe fn retain(raw: cl_event) -> Option<RawEvent> {
         // SAFETY: as the caller vouches.
-        unsafe { ffi::retain_event(raw) }
-            .ok()
-            .map(|()| RawEvent(raw))
+        unsafe { ffi::retain_event(raw) }.ok().map(|()| {
+            census::event_taken();
+            RawEvent(raw)
+        })
     }
 
     /// Takes over the one reference the caller owns.
@@ -212,6 +214,7 @@ impl RawEvent {
     ///
     /// `raw` is a valid event whose reference the caller gives up.
     pub(crate) unsafe fn own(raw: cl_event) -> RawEvent {
+        census::event_taken();
         RawEvent(raw)
     }
 }
@@ -237,6 +240,7 @@ impl Drop for RawEvent {
         if let Err(e) = unsafe { ffi::release_event(self.0) } {
             log::error!(target: "cl_lifetime::queue", "{e}");
         }
+        census::event_given_up();
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use opencl3::memory as cl;
 
 use super::{cl_context, cl_mem};
+use crate::census;
 use crate::error::{ClStatus, Error, Result};
 
 /// `clRetainMemObject`: one more reference to `raw`, owned by the caller.
@@ -130,6 +131,7 @@ extern "C" fn on_freed(_mem: cl_mem, user: *mut c_void) {
     // SAFETY: `user` is the `Arc<Freed>` leaked in `watch_free`, and OpenCL calls this
     // callback exactly once, so the reference is taken back exactly once.
     let freed = unsafe { Arc::from_raw(user.cast_const().cast::<Freed>()) };
+    census::buffer_freed();
     *freed.done.lock().unwrap_or_else(PoisonError::into_inner) = true;
     freed.signal.notify_all();
 }
@@ -146,7 +148,10 @@ pub(crate) unsafe fn watch_free(raw: cl_mem) -> Option<Arc<Freed>> {
     // SAFETY: `raw` is live (the caller vouches); `user` is a leaked Arc that the callback
     // takes back.
     match unsafe { cl::set_mem_object_destructor_callback(raw, on_freed, user) } {
-        Ok(()) => Some(freed),
+        Ok(()) => {
+            census::buffer_watched();
+            Some(freed)
+        }
         Err(status) => {
             // SAFETY: the callback was not registered, so it will never take `user` back.
             drop(unsafe { Arc::from_raw(user.cast_const().cast::<Freed>()) });

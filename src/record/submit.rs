@@ -56,6 +56,7 @@ use super::block::Block;
 use super::failure::failure_of;
 use super::history::Writes;
 use super::history::{MapStep, Record};
+use crate::census;
 use crate::core::gates::{self, failures_possible};
 use crate::core::queue::QueueCore;
 use crate::error::{Error, Result};
@@ -379,6 +380,7 @@ impl Submit<'_> {
                 l.covers || l.reads,
             );
             l.record.apply_map(l.map);
+            census::record_reached(l.record.events().len());
         }
         for l in locked.iter_mut() {
             if let Err(e) = self.fold(&mut l.record) {

@@ -22,5 +22,6 @@ mod pool;
 mod programs;
 mod release;
 mod schedules;
+mod stress;
 mod threads;
 mod transfers;
