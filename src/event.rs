@@ -461,6 +461,14 @@ impl Event {
         let raw = match raw {
             ffi::CL_COMPLETE if failures_possible() => self.resolve_complete(),
             terminal if terminal <= ffi::CL_COMPLETE => self.finish(terminal),
+            // The *doomed command* rule: a command of whose wait list one failed will never
+            // run. Some drivers say so only a moment later (rusticl, NVIDIA), or never
+            // (PoCL leaves it queued): until then it would pass its failure on to whatever
+            // waits on it, the next owner of a pool block included.
+            running if failures_possible() => match self.failed_dependency() {
+                Some(failed) => self.finish(failed),
+                None => self.note_pending(snapshot, running),
+            },
             running => self.note_pending(snapshot, running),
         };
         Ok(Status::from_raw(raw))

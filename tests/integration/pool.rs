@@ -773,6 +773,46 @@ fn a_recycled_block_does_not_pass_the_old_owners_failure_on() {
     }
 }
 
+// The *doomed command* rule: a command one of whose gates failed, while another is still
+// closed, may still be pending in the driver (rusticl, NVIDIA fail it a moment later, or
+// once every gate is set); the library counts it failed at once, so the block's next owner
+// neither waits on it nor inherits its failure. It failed on rusticl before the rule: the
+// new owner's fill waited on the old owner's command and failed with it.
+isolated_test! {
+    fn a_recycled_block_does_not_pass_on_a_failure_the_driver_has_not_reported_yet() {
+        let ctx = device!();
+        let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
+        let queue = ctx.queue().unwrap();
+        let n = 256;
+        let old = pool.acquire::<u32>(n).unwrap();
+        let (failing, closed) = (ctx.user_event().unwrap(), ctx.user_event().unwrap());
+        let doomed = queue
+            .after(&[failing.event(), closed.event()])
+            .fill(&old, 1)
+            .unwrap();
+        failing.fail(-42).unwrap();
+        assert!(
+            matches!(doomed.status(), Ok(cl_lifetime::Status::Failed(_))),
+            "a command whose gate failed: {:?}",
+            doomed.status()
+        );
+        assert!(old.release().unwrap().recycled);
+
+        let new = pool.acquire::<u32>(n).unwrap();
+        let other = ctx.queue().unwrap();
+        let fill = other.fill(&new, 7).expect("the new owner's fill is not refused");
+        let ended = wait_bounded(&fill);
+        // Only now: the new owner must not have needed it.
+        closed.complete().unwrap();
+        match ended {
+            Some(result) => assert!(result.is_ok(), "the new owner's fill failed: {result:?}"),
+            None => panic!("the new owner's fill waited on the old owner's doomed command"),
+        }
+        assert_eq!(contents(&other, &new), vec![7; n]);
+        assert!(new.release().unwrap().failed.is_empty());
+    }
+}
+
 #[test]
 fn threshold_and_trim_bound_the_footprint() {
     let ctx = device!();
