@@ -12,12 +12,12 @@ demo: setup
 	$(CARGO) run --release --example tour
 
 # Four problems, each shown with raw opencl3 and then with cl-lifetime, measured
-# (examples/seed_*.rs; a few seconds each).
+# (examples/release_sync.rs, memory_held.rs, free_after_async.rs, reallocation.rs; a few seconds each).
 examples: setup
-	$(CARGO) run --release --example seed_000_release_sync
-	$(CARGO) run --release --example seed_001_memory_held
-	$(CARGO) run --release --example seed_002_free_after_async
-	$(CARGO) run --release --example seed_003_reallocation
+	$(CARGO) run --release --example release_sync
+	$(CARGO) run --release --example memory_held
+	$(CARGO) run --release --example free_after_async
+	$(CARGO) run --release --example reallocation
 
 # The comparative benchmark (bench/examples/compare.rs, an example of the workspace's
 # unpublished member bench/): target/bench/report.{json,md,svg}.

@@ -26,7 +26,7 @@
 //! Run it with `make examples` (with the other examples of this series), or directly:
 //!
 //! ```text
-//! CL_LIFETIME_DEVICE=pocl cargo run --release --example seed_002_free_after_async
+//! CL_LIFETIME_DEVICE=pocl cargo run --release --example free_after_async
 //! ```
 //!
 //! `CL_LIFETIME_DEVICE` picks the device (`P:D` or part of a platform or device name).
