@@ -1,15 +1,23 @@
-# Developer entry points for cl-lifetime: make setup | demo | bench | test | test-all | stress | soak | lint | clean.
+# Developer entry points for cl-lifetime: make setup | demo | examples | bench | test | test-all | stress | soak | lint | clean.
 CARGO ?= cargo
 # Fall back to a rustup install whose bin directory is not on PATH yet.
 export PATH := $(PATH):$(HOME)/.cargo/bin
 
-.PHONY: setup demo test test-all lint clean bench cl-calls soak stress
+.PHONY: setup demo examples test test-all lint clean bench cl-calls soak stress
 
 setup:
 	bash scripts/setup.sh
 
 demo: setup
 	$(CARGO) run --release --example tour
+
+# Four problems, each shown with raw opencl3 and then with cl-lifetime, measured
+# (examples/release_sync.rs, memory_held.rs, free_after_async.rs, reallocation.rs; a few seconds each).
+examples: setup
+	$(CARGO) run --release --example release_sync
+	$(CARGO) run --release --example memory_held
+	$(CARGO) run --release --example free_after_async
+	$(CARGO) run --release --example reallocation
 
 # The comparative benchmark (bench/examples/compare.rs, an example of the workspace's
 # unpublished member bench/): target/bench/report.{json,md,svg}.

@@ -1,19 +1,23 @@
 //! Pieces the library's examples share: the device header, raw-`opencl3` error mapping,
-//! kernel arguments, event release and program handle, and the `spin` kernel's
-//! calibration. Each example uses part of it. (The measuring programs of bench/ have
+//! kernel arguments, event release and program handle, the `spin` kernel's calibration,
+//! raw `opencl3` objects on the same device, the driver's word on when memory is freed,
+//! and a plain table. Each example uses part of it. (The measuring programs of bench/ have
 //! their own copy in their harness: each package builds from its own files.)
 #![allow(dead_code)]
 
-use std::ffi::CString;
+use std::ffi::{CString, c_void};
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use cl_lifetime::{Arg, ClStatus, Context, Kernel, Queue};
+use cl_lifetime::{Arg, ClBuffer, ClStatus, Context, Kernel, Queue};
 use opencl3::event as cle;
-use opencl3::kernel::{self as clk, Kernel as RawKernel};
+use opencl3::kernel::{self as clk, ExecuteKernel, Kernel as RawKernel};
+use opencl3::memory::{self as clm, Buffer, CL_MEM_READ_WRITE, ClMem as _};
 use opencl3::program as clp;
-use opencl3::types::{cl_context, cl_device_id, cl_event, cl_int, cl_kernel, cl_program};
+use opencl3::types::{cl_context, cl_device_id, cl_event, cl_int, cl_kernel, cl_mem, cl_program};
 
 /// Prints the device, platform and driver the run measures.
 pub fn print_device(ctx: &Context) {
@@ -129,4 +133,242 @@ pub fn calibrate(
     let mut took = [time(estimate)?, time(estimate)?, time(estimate)?];
     took.sort();
     Ok(scale(estimate, took[1]))
+}
+
+/// Raw `opencl3` objects on the library context's device, as code without the library
+/// has them: a context of their own, an in-order queue and the `spin` kernel of the
+/// `busy.cl` the library found.
+pub struct RawSpin {
+    pub context: opencl3::context::Context,
+    pub queue: opencl3::command_queue::CommandQueue,
+    pub spin: RawKernel,
+}
+
+impl RawSpin {
+    /// Builds the objects on `ctx`'s first device and runs `spin` once (PoCL compiles at
+    /// the first enqueue).
+    pub fn new(ctx: &Context) -> anyhow::Result<RawSpin> {
+        use opencl3::command_queue::CommandQueue;
+        let device = opencl3::device::Device::new(ctx.device().as_raw());
+        let context = opencl3::context::Context::from_device(&device)?;
+        // The OpenCL 1.x entry point, which every device has.
+        #[allow(deprecated)]
+        let queue = CommandQueue::create_default(&context, 0)?;
+        let source = std::fs::read_to_string(ctx.program("busy.cl", "")?.file())?;
+        let program =
+            opencl3::program::Program::create_and_build_from_source(&context, &source, "")
+                .map_err(|log| anyhow!("building busy.cl: {log}"))?;
+        let spin = RawKernel::create(&program, "spin")?;
+        let raw = RawSpin {
+            context,
+            queue,
+            spin,
+        };
+        let mut warm = raw.buffer(1)?;
+        raw.fill(&mut warm, 1.0)?.wait()?;
+        raw.spin(&warm, 1, 1)?.wait()?;
+        Ok(raw)
+    }
+
+    /// `clCreateBuffer` of `len` floats, contents undefined.
+    pub fn buffer(&self, len: usize) -> anyhow::Result<Buffer<f32>> {
+        // SAFETY: no host pointer is given, so OpenCL reads no host memory.
+        let buffer = unsafe {
+            Buffer::<f32>::create(&self.context, CL_MEM_READ_WRITE, len, ptr::null_mut())
+        }?;
+        Ok(buffer)
+    }
+
+    /// `clEnqueueFillBuffer` of all of `buffer` with `value`.
+    pub fn fill(&self, buffer: &mut Buffer<f32>, value: f32) -> anyhow::Result<cle::Event> {
+        let bytes = buffer.size()?;
+        // SAFETY: the whole buffer, `bytes` long, in whole floats; OpenCL copies the
+        // pattern before returning.
+        let event = unsafe {
+            self.queue
+                .enqueue_fill_buffer(buffer, &[value], 0, bytes, &[])
+        }?;
+        Ok(event)
+    }
+
+    /// Launches `spin` over the first `items` floats of `buffer`, and submits it.
+    pub fn spin(
+        &self,
+        buffer: &Buffer<f32>,
+        items: usize,
+        iters: u32,
+    ) -> anyhow::Result<cle::Event> {
+        anyhow::ensure!(
+            items * size_of::<f32>() <= buffer.size()?,
+            "spin past the buffer's end"
+        );
+        let mem = buffer.get(); // not `cl_mem::from(buffer)`: that drops it (design trap "opencl3's From releases")
+        // SAFETY: `spin(__global float *data, const uint iters)` gets a live cl_mem and a
+        // u32, over `items` work items, one element each, all inside the buffer (checked).
+        let event = unsafe {
+            ExecuteKernel::new(&self.spin)
+                .set_arg(&mem)
+                .set_arg(&iters)
+                .set_global_work_size(items)
+                .enqueue_nd_range(&self.queue)
+        }?;
+        self.queue.flush()?;
+        Ok(event)
+    }
+}
+
+/// A buffer of either kind, whose `cl_mem` is live for as long as it is borrowed.
+pub trait LiveMem {
+    fn live_mem(&self) -> cl_mem;
+}
+
+impl LiveMem for Buffer<f32> {
+    fn live_mem(&self) -> cl_mem {
+        self.get()
+    }
+}
+
+impl<T: cl_lifetime::Pod> LiveMem for ClBuffer<T> {
+    fn live_mem(&self) -> cl_mem {
+        self.as_raw()
+    }
+}
+
+/// What runs when a memory object is destroyed.
+type OnFreed = Box<dyn FnOnce() + Send>;
+
+/// The destructor callback: runs the closure `on_freed` registered, once.
+extern "C" fn run_on_freed(_mem: cl_mem, user_data: *mut c_void) {
+    // SAFETY: `user_data` is the `Box::into_raw` of a `Box<OnFreed>` that `on_freed`
+    // handed to this registration alone, and OpenCL calls a destructor callback once.
+    let f = unsafe { Box::from_raw(user_data.cast::<OnFreed>()) };
+    f();
+}
+
+/// Runs `f` when the driver destroys `buffer`'s memory object: when its memory is really
+/// freed. `f` only records (no OpenCL call, nothing that blocks: design trap "nothing
+/// blocking in callbacks").
+pub fn on_freed(buffer: &impl LiveMem, f: impl FnOnce() + Send + 'static) -> anyhow::Result<()> {
+    let data = Box::into_raw(Box::new(Box::new(f) as OnFreed)).cast::<c_void>();
+    // SAFETY: the cl_mem is live (`buffer` is borrowed); the callback takes `data` back.
+    let set =
+        unsafe { clm::set_mem_object_destructor_callback(buffer.live_mem(), run_on_freed, data) };
+    set.map_err(|s| {
+        // SAFETY: the registration failed, so the callback never runs and `data` is ours.
+        drop(unsafe { Box::from_raw(data.cast::<OnFreed>()) });
+        cl_err("clSetMemObjectDestructorCallback")(s)
+    })
+}
+
+/// When a buffer's memory was freed, and a wait for it.
+#[derive(Clone, Default)]
+pub struct FreedAt(Arc<(Mutex<Option<Instant>>, Condvar)>);
+
+impl FreedAt {
+    /// Watches `buffer`.
+    pub fn watch(buffer: &impl LiveMem) -> anyhow::Result<FreedAt> {
+        let mark = FreedAt::default();
+        let set = mark.clone();
+        on_freed(buffer, move || {
+            let (at, fired) = &*set.0;
+            *at.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+            fired.notify_all();
+        })?;
+        Ok(mark)
+    }
+
+    /// When the memory was freed, waiting up to `grace` for it.
+    pub fn wait(&self, grace: Duration) -> Option<Instant> {
+        let (at, fired) = &*self.0;
+        let at = at.lock().unwrap_or_else(PoisonError::into_inner);
+        let (at, _) = fired
+            .wait_timeout_while(at, grace, |at| at.is_none())
+            .unwrap_or_else(PoisonError::into_inner);
+        *at
+    }
+}
+
+/// Device bytes held by raw buffers, as the driver's destructor callbacks tell: a
+/// buffer's bytes count from its creation until the driver frees it.
+#[derive(Default)]
+pub struct RawLedger {
+    held: Arc<AtomicU64>,
+    peak: AtomicU64,
+    created: AtomicU64,
+    created_bytes: AtomicU64,
+}
+
+impl RawLedger {
+    /// Counts `buffer` (just created) until the driver frees it.
+    pub fn track(&self, buffer: &Buffer<f32>) -> anyhow::Result<()> {
+        let bytes = buffer.size()? as u64;
+        let held = self.held.clone();
+        let now = held.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+        self.created.fetch_add(1, Ordering::Relaxed);
+        self.created_bytes.fetch_add(bytes, Ordering::Relaxed);
+        on_freed(buffer, move || {
+            held.fetch_sub(bytes, Ordering::Relaxed);
+        })
+    }
+
+    /// The most bytes held at once.
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Buffers created, and their bytes in all.
+    pub fn created(&self) -> (u64, u64) {
+        (
+            self.created.load(Ordering::Relaxed),
+            self.created_bytes.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Prints `rows` under `header`: columns of numbers right-aligned, the others left-aligned.
+pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let mut width: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    let mut numeric = vec![true; header.len()];
+    for row in rows {
+        for (i, cell) in row.iter().enumerate().take(header.len()) {
+            width[i] = width[i].max(cell.chars().count());
+            numeric[i] &= cell.parse::<f64>().is_ok();
+        }
+    }
+    let line = |cells: &[String]| {
+        let cells: Vec<String> = cells
+            .iter()
+            .zip(width.iter().zip(&numeric))
+            .map(|(cell, (&w, &right))| {
+                if right {
+                    format!("{cell:>w$}")
+                } else {
+                    format!("{cell:<w$}")
+                }
+            })
+            .collect();
+        println!("{}", cells.join(" | ").trim_end());
+    };
+    line(&header.iter().map(|h| h.to_string()).collect::<Vec<_>>());
+    let rule: Vec<String> = width.iter().map(|&w| "-".repeat(w)).collect();
+    println!("{}", rule.join("-|-"));
+    for row in rows {
+        line(row);
+    }
+}
+
+/// Milliseconds, one decimal.
+pub fn ms(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1e3)
+}
+
+/// Microseconds, one decimal.
+pub fn us(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1e6)
+}
+
+/// Bytes in MiB, two decimals.
+pub fn mib(bytes: u64) -> String {
+    format!("{:.2}", bytes as f64 / f64::from(1u32 << 20))
 }
