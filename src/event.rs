@@ -461,17 +461,25 @@ impl Event {
         let raw = match raw {
             ffi::CL_COMPLETE if failures_possible() => self.resolve_complete(),
             terminal if terminal <= ffi::CL_COMPLETE => self.finish(terminal),
-            // The *doomed command* rule: a command of whose wait list one failed will never
-            // run. Some drivers say so only a moment later (rusticl, NVIDIA), or never
-            // (PoCL leaves it queued): until then it would pass its failure on to whatever
-            // waits on it, the next owner of a pool block included.
-            running if failures_possible() => match self.failed_dependency() {
-                Some(failed) => self.finish(failed),
-                None => self.note_pending(snapshot, running),
-            },
+            // The *doomed command* rule: on a driver that never runs a command of whose
+            // wait list one failed, such a command counts as failed at once. rusticl says
+            // so only a moment later: until then it would pass its failure on to whatever
+            // waits on it, the next owner of a pool block included. (NVIDIA runs some of
+            // them, so there it stays pending until the driver ends it.)
+            running if failures_possible() && self.doomed_fail() => {
+                match self.failed_dependency() {
+                    Some(failed) => self.finish(failed),
+                    None => self.note_pending(snapshot, running),
+                }
+            }
             running => self.note_pending(snapshot, running),
         };
         Ok(Status::from_raw(raw))
+    }
+
+    /// Whether the *doomed command* rule applies to this command's queue.
+    fn doomed_fail(&self) -> bool {
+        self.inner.queue.as_ref().is_some_and(|q| q.doomed_fail)
     }
 
     /// Keeps a pending status for the rest of the enqueue that read it (`snapshot`).

@@ -245,6 +245,19 @@ impl Device {
             .any(|name| name.to_ascii_lowercase().contains("rusticl"))
     }
 
+    /// Whether the driver never runs a command one of whose dependencies failed (rusticl
+    /// fails it a moment later, PoCL at once): the *doomed command* rule may count such a
+    /// command failed before the driver says so. Not NVIDIA's, which runs some of them
+    /// (design trap "a failure echoes on its queue"), nor a driver not known.
+    pub(crate) fn never_runs_doomed_commands(&self) -> bool {
+        [&self.platform_name, &self.platform_vendor]
+            .iter()
+            .any(|name| {
+                let name = name.to_ascii_lowercase();
+                name.contains("rusticl") || name.contains("portable computing language")
+            })
+    }
+
     /// The raw device ID (not reference counted: root devices live as long as the
     /// platform).
     pub fn as_raw(&self) -> cl_device_id {

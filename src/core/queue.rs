@@ -40,6 +40,9 @@ pub(crate) struct QueueCore {
     /// Whether hazards that have ended are left out of wait lists even while no failure
     /// is possible ([`Device::chains_events`]).
     pub(crate) drop_ended_hazards: bool,
+    /// Whether a pending command whose dependency failed counts as failed at once
+    /// ([`Device::never_runs_doomed_commands`]).
+    pub(crate) doomed_fail: bool,
 }
 
 // SAFETY: a cl_command_queue may be used from any thread (OpenCL 3.0 appendix A.2: every
@@ -102,6 +105,7 @@ impl QueueCore {
             echo_open: AtomicBool::new(false),
             settled_epoch: AtomicU64::new(u64::MAX),
             drop_ended_hazards: device.chains_events(),
+            doomed_fail: device.never_runs_doomed_commands(),
         }
     }
 

@@ -15,10 +15,12 @@
 //! library holds no event reference (`cl_lifetime::events_held()`).
 //!
 //! A thread sets every gate it holds before anything that blocks, so no thread waits on
-//! another's gate while holding one of its own, and gated writes go to the out-of-order
-//! queue only, onto a buffer that is idle (written by a blocking write just before): no
-//! other command orders after them, and none of their dependencies is still running when
-//! the gate fails (PoCL 3.1 has been seen to crash then, see `schedules`).
+//! another's gate while holding one of its own. Gated writes go onto a buffer that is idle
+//! (written by a blocking write just before), and to the out-of-order queue, or, when the
+//! gate will fail, to a queue of their own (NVIDIA fails later commands of a queue after
+//! one failed): no other command orders after them, and none of their dependencies is
+//! still running when the gate fails (PoCL 3.1 has been seen to crash then, see
+//! `schedules`).
 //!
 //! `CL_LIFETIME_STRESS_OPS` sets the number of operations (all threads together; default
 //! 20,000, `make stress` runs 100,000), `CL_LIFETIME_STRESS_SEED` the seed and
@@ -95,6 +97,8 @@ enum Fate {
 struct Gate {
     id: u64,
     event: UserEvent,
+    /// The queue of its own a write that will fail goes to.
+    _queue: Option<Queue>,
     fate: Fate,
     slot: u64,
     data: Vec<i32>,
@@ -520,21 +524,35 @@ impl<'s> Worker<'s> {
         let data: Vec<i32> = (0..slot.model.len())
             .map(|_| self.rng.next() as i32)
             .collect();
-        self.shared.queues[OUT_OF_ORDER]
-            .after(&[event.event()])
-            .write_owned(&slot.buf, data.clone())
-            .expect("a gated write");
         let fate = match self.rng.below(3) {
             0 => Fate::Open,
             1 => Fate::Fail,
             _ => Fate::Drop,
         };
+        // A write that will fail goes to a queue of its own: NVIDIA fails later commands of
+        // a queue on which one failed (design trap "a failure echoes on its queue"), and
+        // on a shared queue those would be other threads' commands.
+        let own = match fate {
+            Fate::Open => None,
+            Fate::Fail | Fate::Drop => Some(
+                self.shared
+                    .ctx
+                    .queue_on(&self.shared.ctx.devices()[0], true)
+                    .expect("a queue"),
+            ),
+        };
+        own.as_ref()
+            .unwrap_or(&self.shared.queues[OUT_OF_ORDER])
+            .after(&[event.event()])
+            .write_owned(&slot.buf, data.clone())
+            .expect("a gated write");
         let slot_id = slot.id;
         let id = self.id();
         self.slots[i].state = State::Gated(id);
         self.gates.push(Gate {
             id,
             event,
+            _queue: own,
             fate,
             slot: slot_id,
             data,
