@@ -643,6 +643,13 @@ impl Event {
     }
 
     /// The status of a failed event of this command's wait list, if one failed.
+    /// Whether the command has not ended although one of its dependencies failed: a
+    /// driver may still fail it, or run it (NVIDIA), and a command that waits on it may
+    /// fail with it.
+    pub(crate) fn is_doomed(&self) -> bool {
+        !self.has_ended() && self.failed_dependency().is_some()
+    }
+
     fn failed_dependency(&self) -> Option<cl_int> {
         let deps = self
             .inner

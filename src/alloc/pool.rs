@@ -54,6 +54,7 @@ use crate::api::buffer::ClBuffer;
 use crate::api::context::Context;
 use crate::api::queue::Queue;
 use crate::core::context::ContextCore;
+use crate::core::gates;
 use crate::core::stats::Bucket;
 use crate::error::{Error, Result};
 use crate::event::Event;
@@ -214,7 +215,8 @@ impl PoolInner {
     /// in-order queue); the blocks looked at and passed over go to the back, so that
     /// blocks held up for long do not keep the others from being seen. Failing that,
     /// none while the maximum leaves room for a new block, else the newest (ordered by a
-    /// device-side wait: *inherited record*).
+    /// device-side wait: *inherited record*). Either way a block holding a doomed command
+    /// is passed over while the maximum leaves room (the *clean hand-over* rule).
     fn pick(&self, state: &mut PoolState, class: usize, lane: Option<Lane>) -> Option<Block> {
         let (in_use, pooled) = (state.in_use, state.pooled);
         let room = || {
@@ -223,15 +225,29 @@ impl PoolInner {
                 .is_none_or(|max| in_use + pooled + self.leaving.bytes() + class as u64 <= max)
         };
         let blocks = state.free.get_mut(&class)?;
+        // A block whose old owner left a doomed command would pass its failure on (the
+        // *clean hand-over* rule): passed over while there is room for a new one.
+        let doomed_possible = gates::failures_possible();
         let block = match lane {
-            None => blocks.pop_back(),
+            None if !doomed_possible => blocks.pop_back(),
+            None => {
+                let newest = blocks.len();
+                let found = (newest.saturating_sub(SCAN)..newest)
+                    .rev()
+                    .find(|&i| !blocks[i].holds_doomed());
+                match found {
+                    Some(i) => blocks.remove(i),
+                    None if room() => None,
+                    None => blocks.pop_back(),
+                }
+            }
             Some(lane) => {
                 let mut free = None;
                 for _ in 0..blocks.len().min(SCAN) {
                     let Some(mut block) = blocks.pop_front() else {
                         break;
                     };
-                    if block.free_for(lane) {
+                    if block.free_for(lane) && !(doomed_possible && block.holds_doomed()) {
                         free = Some(block);
                         break;
                     }

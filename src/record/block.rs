@@ -238,6 +238,14 @@ impl Block {
         }
     }
 
+    /// Whether the block's next owner could inherit a failure: see [`Record::holds_doomed`].
+    pub(crate) fn holds_doomed(&mut self) -> bool {
+        self.record
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .holds_doomed()
+    }
+
     /// Whether a command on `lane` could use this block with no wait (the pool's
     /// *stream-ordered reuse* rule): see [`Record::free_for`].
     pub(crate) fn free_for(&mut self, lane: Lane) -> bool {

@@ -204,6 +204,16 @@ impl Record {
     /// in-order queue. Newest first, and it stops at the first that has not, so a buffer
     /// still in use costs one status query (an ended command's status is read from the
     /// driver once, then kept).
+    /// Whether a recorded command is doomed ([`Event::is_doomed`]): the next owner of a
+    /// pool block would wait on it and could fail with it.
+    pub(crate) fn holds_doomed(&self) -> bool {
+        self.events
+            .entries()
+            .iter()
+            .chain(self.events.shadow())
+            .any(|e| e.event.is_doomed())
+    }
+
     pub(crate) fn free_for(&self, lane: Lane) -> bool {
         let ordered = |e: &Entry<Event>| lane.in_order && e.lane == lane;
         self.events
