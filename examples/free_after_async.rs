@@ -38,7 +38,7 @@ use cl_lifetime::{Arg, Context, Device};
 use opencl3::types::CL_NON_BLOCKING;
 
 mod common;
-use common::{RawLedger, RawSpin, calibrate, mib, ms, print_device, print_table};
+use common::{Busy, RawLedger, RawSpin, mib, ms, print_table};
 
 /// Steps per loop.
 const STEPS: usize = 200;
@@ -66,12 +66,12 @@ fn input(step: usize) -> Vec<f32> {
 }
 
 fn main() -> anyhow::Result<()> {
-    env_logger::init();
-    let ctx = Context::from_env()?;
-    print_device(&ctx);
-    let queue = ctx.queue()?;
-    let spin = ctx.program("busy.cl", "")?.kernel("spin")?;
-    let iters = calibrate(&ctx, &queue, &spin, ITEMS, TARGET)?;
+    let Busy {
+        ctx,
+        queue: _,
+        spin: _,
+        iters,
+    } = Busy::start(ITEMS, TARGET)?;
     std::hint::black_box(input(0)); // warm-up
     let host = Instant::now();
     std::hint::black_box(input(1));

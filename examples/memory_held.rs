@@ -24,10 +24,10 @@
 
 use std::time::{Duration, Instant};
 
-use cl_lifetime::{Arg, Context};
+use cl_lifetime::Arg;
 
 mod common;
-use common::{FreedAt, RawSpin, calibrate, mib, ms, print_device, print_table, us};
+use common::{Busy, FreedAt, RawSpin, mib, ms, print_table, us};
 
 /// How long the kernel should run.
 const TARGET: Duration = Duration::from_millis(150);
@@ -71,12 +71,12 @@ impl Row {
 }
 
 fn main() -> anyhow::Result<()> {
-    env_logger::init();
-    let ctx = Context::from_env()?;
-    print_device(&ctx);
-    let queue = ctx.queue()?;
-    let spin = ctx.program("busy.cl", "")?.kernel("spin")?;
-    let iters = calibrate(&ctx, &queue, &spin, N, TARGET)?;
+    let Busy {
+        ctx,
+        queue,
+        spin,
+        iters,
+    } = Busy::start(N, TARGET)?;
     println!(
         "kernel: spin over {N} work items x {iters} iterations, about {} ms, on a buffer of \
          {} MiB\n",

@@ -31,7 +31,7 @@ use cl_lifetime::{Arg, Context, Kernel, Queue};
 use opencl3::event::CL_COMPLETE;
 
 mod common;
-use common::{RawSpin, calibrate, ms, print_device, print_table};
+use common::{Busy, RawSpin, ms, print_table};
 
 /// How long one launch of the long kernel should run.
 const TARGET: Duration = Duration::from_millis(150);
@@ -59,12 +59,12 @@ const APPROACHES: [&str; 3] = [
 ];
 
 fn main() -> anyhow::Result<()> {
-    env_logger::init();
-    let ctx = Context::from_env()?;
-    print_device(&ctx);
-    let queue = ctx.queue()?;
-    let spin = ctx.program("busy.cl", "")?.kernel("spin")?;
-    let iters = calibrate(&ctx, &queue, &spin, N, TARGET)?;
+    let Busy {
+        ctx,
+        queue,
+        spin,
+        iters,
+    } = Busy::start(N, TARGET)?;
     println!(
         "long kernel: spin over {N} work items x {iters} iterations, about {} ms; \
          median of {REPS} runs\n",

@@ -50,7 +50,7 @@ use opencl3::program::Program as RawProgram;
 use opencl3::types::{cl_event, cl_int, cl_mem};
 
 mod common;
-use common::{calibrate, print_device};
+use common::Busy;
 
 /// How long one launch of the `spin` kernel should run.
 const TARGET: Duration = Duration::from_millis(300);
@@ -62,13 +62,12 @@ const HEAD_START: Duration = Duration::from_millis(50);
 const CALLBACK_GRACE: Duration = Duration::from_secs(2);
 
 fn main() -> anyhow::Result<()> {
-    env_logger::init();
-    let ctx = Context::from_env()?;
-    print_device(&ctx);
-
-    let queue = ctx.queue()?;
-    let spin = ctx.program("busy.cl", "")?.kernel("spin")?;
-    let iters = calibrate(&ctx, &queue, &spin, N, TARGET)?;
+    let Busy {
+        ctx,
+        queue,
+        spin,
+        iters,
+    } = Busy::start(N, TARGET)?;
     println!(
         "spin kernel: {N} work items x {iters} iterations, about {} ms per launch\n",
         TARGET.as_millis()

@@ -1,5 +1,6 @@
 //! Pieces the library's examples share: the device header, raw-`opencl3` error mapping,
-//! kernel arguments, event release and program handle, the `spin` kernel's calibration,
+//! kernel arguments, event release and program handle, the `spin` kernel's calibration
+//! and the start that calibrates it,
 //! raw `opencl3` objects on the same device, the driver's word on when memory is freed,
 //! and a plain table. Each example uses part of it. (The measuring programs of bench/ have
 //! their own copy in their harness: each package builds from its own files.)
@@ -133,6 +134,34 @@ pub fn calibrate(
     let mut took = [time(estimate)?, time(estimate)?, time(estimate)?];
     took.sort();
     Ok(scale(estimate, took[1]))
+}
+
+/// What the examples that keep a buffer busy start from: the logger, the library's
+/// context on the chosen device (printed), an in-order queue, and the `spin` kernel of
+/// `busy.cl` with the iterations that make a launch over `items` work items take about
+/// `target` ([`calibrate`]).
+pub struct Busy {
+    pub ctx: Context,
+    pub queue: Queue,
+    pub spin: Kernel,
+    pub iters: u32,
+}
+
+impl Busy {
+    pub fn start(items: usize, target: Duration) -> anyhow::Result<Busy> {
+        env_logger::init();
+        let ctx = Context::from_env()?;
+        print_device(&ctx);
+        let queue = ctx.queue()?;
+        let spin = ctx.program("busy.cl", "")?.kernel("spin")?;
+        let iters = calibrate(&ctx, &queue, &spin, items, target)?;
+        Ok(Busy {
+            ctx,
+            queue,
+            spin,
+            iters,
+        })
+    }
 }
 
 /// Raw `opencl3` objects on the library context's device, as code without the library
