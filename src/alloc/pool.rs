@@ -227,7 +227,7 @@ impl PoolInner {
         let blocks = state.free.get_mut(&class)?;
         // A block whose old owner left a doomed command would pass its failure on (the
         // *clean hand-over* rule): passed over while there is room for a new one.
-        let doomed_possible = gates::failures_possible();
+        let doomed_possible = gates::any_failure_seen();
         let block = match lane {
             None if !doomed_possible => blocks.pop_back(),
             None => {

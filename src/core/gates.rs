@@ -41,6 +41,13 @@ pub(crate) fn failure_epoch() -> u64 {
     FAILURE_EPOCH.load(Ordering::Acquire)
 }
 
+/// Whether any command has been seen to fail (a gate failed, a failed status read):
+/// until then no command can be doomed (see the *doomed command* rule in
+/// [`crate::event`]).
+pub(crate) fn any_failure_seen() -> bool {
+    failure_epoch() != 0
+}
+
 /// Notes that a command may fail without the library seeing it (an event adopted from
 /// outside).
 pub(crate) fn note_failure_possible() {
