@@ -122,6 +122,20 @@ fn is_failure(e: &Error) -> bool {
     )
 }
 
+/// A buffer a command reads, with its model: slot `src` of the thread's, or else shared
+/// input `input`.
+fn operand<'a>(
+    slots: &'a [Slot],
+    shared: &'a Shared,
+    src: Option<usize>,
+    input: usize,
+) -> (&'a ClBuffer<i32>, Vec<i32>) {
+    match src {
+        Some(j) => (&slots[j].buf, slots[j].model.clone()),
+        None => (&shared.inputs[input].0, shared.inputs[input].1.clone()),
+    }
+}
+
 struct Worker<'s> {
     shared: &'s Shared,
     rng: Rng,
@@ -303,13 +317,7 @@ impl<'s> Worker<'s> {
         let queue = self.queue();
         let input = self.rng.below(2);
         let src = self.source(dst);
-        let (src_buf, src_model) = match src {
-            Some(j) => (&self.slots[j].buf, self.slots[j].model.clone()),
-            None => (
-                &self.shared.inputs[input].0,
-                self.shared.inputs[input].1.clone(),
-            ),
-        };
+        let (src_buf, src_model) = operand(&self.slots, self.shared, src, input);
         let dst_len = self.slots[dst].model.len();
         let len = self.rng.between(1, src_model.len().min(dst_len));
         let from = self.rng.below(src_model.len() - len + 1);
@@ -360,13 +368,7 @@ impl<'s> Worker<'s> {
         let a = self.rng.int(-3, 3);
         let input = self.rng.below(2);
         let x = self.source(y);
-        let (x_buf, x_model) = match x {
-            Some(j) => (&self.slots[j].buf, self.slots[j].model.clone()),
-            None => (
-                &self.shared.inputs[input].0,
-                self.shared.inputs[input].1.clone(),
-            ),
-        };
+        let (x_buf, x_model) = operand(&self.slots, self.shared, x, input);
         let n = x_model.len().min(self.slots[y].model.len());
         queue
             .launch(
