@@ -32,25 +32,19 @@
 //! from its source tree.
 
 use std::ffi::c_void;
-use std::path::{Path, PathBuf};
 use std::ptr;
 use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, anyhow};
-use cl_lifetime::{Arg, ClBuffer, ClStatus, Context, KERNELS_VAR, Kernel, Queue};
-use opencl3::command_queue::CommandQueue;
-use opencl3::context::Context as RawContext;
-use opencl3::device::Device as RawDevice;
+use anyhow::anyhow;
+use cl_lifetime::{Arg, ClStatus, Context, Kernel, Queue};
 use opencl3::event::{CL_COMPLETE, Event as RawEvent};
-use opencl3::kernel::{ExecuteKernel, Kernel as RawKernel};
-use opencl3::memory::{Buffer, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE, ClMem};
-use opencl3::program::Program as RawProgram;
+use opencl3::memory::Buffer;
 use opencl3::types::{cl_event, cl_int, cl_mem};
 
 mod common;
-use common::Busy;
+use common::{Busy, LiveMem, RawSpin, ms};
 
 /// How long one launch of the `spin` kernel should run.
 const TARGET: Duration = Duration::from_millis(300);
@@ -116,23 +110,6 @@ extern "C" fn on_event_done(_event: cl_event, _status: cl_int, user_data: *mut c
     // SAFETY: as in `on_mem_freed`: `user_data` is always a leaked `Mark`.
     let mark = unsafe { &*user_data.cast::<OnceLock<Instant>>() };
     let _ = mark.set(Instant::now());
-}
-
-/// A buffer of either kind, whose `cl_mem` is live for as long as it is borrowed.
-trait LiveMem {
-    fn live_mem(&self) -> cl_mem;
-}
-
-impl LiveMem for Buffer<f32> {
-    fn live_mem(&self) -> cl_mem {
-        self.get()
-    }
-}
-
-impl LiveMem for ClBuffer<f32> {
-    fn live_mem(&self) -> cl_mem {
-        self.as_raw()
-    }
 }
 
 /// Records when `buffer`'s memory object is destroyed: when the memory is really freed.
@@ -298,81 +275,24 @@ fn release_unrelated(
 // Rows 1 and 4: raw opencl3, as a user without this library writes it.
 // ---------------------------------------------------------------------------------------
 
-/// `busy.cl` by the library's rule: the folders of `CL_LIFETIME_KERNELS`, then the crate's
-/// own `kernels/` folder.
-fn busy_cl_path() -> PathBuf {
-    std::env::var_os(KERNELS_VAR)
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join("busy.cl"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/busy.cl"))
-}
-
-struct Raw {
-    context: RawContext,
-    queue: CommandQueue,
-    spin: RawKernel,
-}
+/// Rows 1 and 4 on raw `opencl3` objects of their own ([`RawSpin`]).
+struct Raw(RawSpin);
 
 impl Raw {
-    /// A second, independent context on the same device, with opencl3's own types.
     fn new(ctx: &Context) -> anyhow::Result<Raw> {
-        let device = RawDevice::new(ctx.device().as_raw());
-        let context = RawContext::from_device(&device)?;
-        let queue = match CommandQueue::create_default_with_properties(&context, 0, 0) {
-            Ok(queue) => queue,
-            // An OpenCL 1.x platform.
-            #[allow(deprecated)]
-            Err(_) => CommandQueue::create_default(&context, 0)?,
-        };
-        let path = busy_cl_path();
-        let source = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {} (set {KERNELS_VAR})", path.display()))?;
-        let program = RawProgram::create_and_build_from_source(&context, &source, "")
-            .map_err(|log| anyhow!("building {}: {log}", path.display()))?;
-        let spin = RawKernel::create(&program, "spin")?;
-        let raw = Raw {
-            context,
-            queue,
-            spin,
-        };
-        // Warm-up: the first launch builds the kernel for the device.
-        let warm = raw.buffer()?;
-        raw.launch(&warm, 1)?.wait()?;
-        Ok(raw)
+        RawSpin::new(ctx).map(Raw)
     }
 
     /// A buffer of `N` ones.
     fn buffer(&self) -> anyhow::Result<Buffer<f32>> {
-        let mut ones = vec![1.0f32; N];
-        // SAFETY: `ones` holds `N` f32, which OpenCL copies before returning
-        // (CL_MEM_COPY_HOST_PTR); it is not used afterwards.
-        let buffer = unsafe {
-            Buffer::<f32>::create(
-                &self.context,
-                CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
-                N,
-                ones.as_mut_ptr().cast(),
-            )
-        }?;
+        let mut buffer = self.0.buffer(N)?;
+        self.0.fill(&mut buffer, 1.0)?.wait()?;
         Ok(buffer)
     }
 
     /// Launches `spin` on `buffer` and submits it.
     fn launch(&self, buffer: &Buffer<f32>, iters: u32) -> anyhow::Result<RawEvent> {
-        let mem: cl_mem = buffer.get(); // not `cl_mem::from(buffer)`: that drops it (design trap "opencl3's From releases")
-        // SAFETY: `spin(__global float *data, const uint iters)` gets a live cl_mem of `N`
-        // floats and a u32, over `N` work items: one element each.
-        let event = unsafe {
-            ExecuteKernel::new(&self.spin)
-                .set_arg(&mem)
-                .set_arg(&iters)
-                .set_global_work_size(N)
-                .enqueue_nd_range(&self.queue)
-        }?;
-        self.queue.flush()?;
-        Ok(event)
+        self.0.spin(buffer, N, iters)
     }
 
     /// Row 1: drop the buffer while the kernel that uses it runs.
@@ -415,7 +335,7 @@ impl Raw {
         thread::sleep(HEAD_START);
 
         let called = Instant::now();
-        self.queue.finish()?;
+        self.0.queue.finish()?;
         let finished = called.elapsed();
         drop(other);
         let returned = Instant::now();
@@ -443,10 +363,6 @@ impl Raw {
 // ---------------------------------------------------------------------------------------
 // Output.
 // ---------------------------------------------------------------------------------------
-
-fn ms(d: Duration) -> String {
-    format!("{:.1}", d.as_secs_f64() * 1e3)
-}
 
 /// A short duration for prose: microseconds below a millisecond.
 fn short(d: Duration) -> String {
