@@ -644,7 +644,6 @@ impl Event {
         }
     }
 
-    /// The status of a failed event of this command's wait list, if one failed.
     /// Whether the command has not ended although one of its dependencies failed: a
     /// driver may still fail it, or run it (NVIDIA), and a command that waits on it may
     /// fail with it.
@@ -652,6 +651,7 @@ impl Event {
         !self.has_ended() && self.failed_dependency().is_some()
     }
 
+    /// The status of a failed event of this command's wait list, if one failed.
     fn failed_dependency(&self) -> Option<cl_int> {
         let deps = self
             .inner

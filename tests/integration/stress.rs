@@ -20,7 +20,9 @@
 //! gate will fail, to a queue of their own (NVIDIA fails later commands of a queue after
 //! one failed): no other command orders after them, and none of their dependencies is
 //! still running when the gate fails (PoCL 3.1 has been seen to crash then, see
-//! `schedules`).
+//! `schedules`). For the same reason every command on a failed buffer (a read, or a copy
+//! out of it) goes to a queue of the thread's own, where only commands that fail anyway
+//! follow it.
 //!
 //! `CL_LIFETIME_STRESS_OPS` sets the number of operations (all threads together; default
 //! 20,000, `make stress` runs 100,000), `CL_LIFETIME_STRESS_SEED` the seed and
@@ -146,6 +148,10 @@ struct Worker<'s> {
     axpy: Kernel,
     add_const: Kernel,
     failed_gate: UserEvent,
+    /// Where the commands on failed buffers go: the thread's own, so that a failure's
+    /// echo (design trap "a failure echoes on its queue") reaches only commands that fail
+    /// anyway.
+    failing: Queue,
     next_id: u64,
     tally: Tally,
     thread: usize,
@@ -165,6 +171,10 @@ impl<'s> Worker<'s> {
             axpy: shared.program.kernel("axpy_int").expect("axpy_int"),
             add_const: shared.program.kernel("add_const").expect("add_const"),
             failed_gate,
+            failing: shared
+                .ctx
+                .queue_on(&shared.ctx.devices()[0], false)
+                .expect("a queue"),
             next_id: 0,
             tally: Tally::default(),
             thread,
@@ -619,7 +629,7 @@ impl<'s> Worker<'s> {
     /// or read (an error) and let go.
     fn on_failed(&mut self, i: usize, clean: Option<usize>) {
         if let Some(j) = clean.filter(|_| self.rng.chance(30)) {
-            let queue = self.queue();
+            let queue = &self.failing;
             let len = self.slots[i].model.len().min(self.slots[j].model.len());
             match queue.copy_range(&self.slots[i].buf, 0, &self.slots[j].buf, 0, len) {
                 Err(e) if is_failure(&e) => self.tally.refused += 1,
@@ -637,7 +647,7 @@ impl<'s> Worker<'s> {
     /// Reads failed slot `i`, which must give an error, and lets it go.
     fn read_failed(&mut self, i: usize) {
         self.set_gates();
-        let queue = self.queue();
+        let queue = &self.failing;
         let slot = &self.slots[i];
         let result = if self.rng.chance(50) {
             let mut out = vec![0; slot.model.len()];

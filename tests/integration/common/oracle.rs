@@ -8,14 +8,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use cl_lifetime::{ClBuffer, Event, Pod};
 
-/// One watched event: retained until the oracle has seen it end (its completion callback),
-/// then let go, so that the oracle never keeps the buffer alive itself on implementations
+/// One watched event: retained until the oracle has seen it end, then let go, so that the oracle never keeps the buffer alive itself on implementations
 /// whose events keep their commands' buffers (design trap "rusticl's events keep their
 /// buffers").
 struct Slot {
     /// The retained event, null once let go.
     event: cl_sys::cl_event,
-    /// Its completion callback has run: it had ended (completed or failed).
+    /// The oracle saw it end (complete or failed) and let go of it.
     ended: bool,
 }
 
@@ -74,21 +73,37 @@ extern "C" fn on_destroy(_mem: cl_sys::cl_mem, user: *mut c_void) {
     state.fired.store(true, Ordering::SeqCst);
 }
 
-extern "C" fn on_event_end(_event: cl_sys::cl_event, _status: cl_sys::cl_int, user: *mut c_void) {
-    // SAFETY: `user` is the box leaked in `watch` for this event; the callback runs once.
-    let watched = unsafe { Box::from_raw(user as *mut (Arc<WatchState>, usize)) };
-    let (state, index) = *watched;
-    let event = {
-        let mut slots = state.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        let slot = &mut slots[index];
-        slot.ended = true;
-        std::mem::replace(&mut slot.event, std::ptr::null_mut())
-    };
-    // Outside the lock: the destructor callback takes it while the driver may hold its
-    // own locks (on NVIDIA a release under it deadlocked the process).
-    if !event.is_null() {
-        // SAFETY: retained once in `watch`, released once here (the slot was nulled).
-        unsafe { cl_sys::clReleaseEvent(event) };
+/// On implementations whose events keep their buffers: lets go of each watched event once
+/// it has ended, asking its status every millisecond (rusticl runs no `CL_COMPLETE`
+/// callback for a command that failed, so a callback would keep a failed command's
+/// buffer forever). Stops once every event is let go, or when no `Watch` is left.
+fn let_go_when_ended(state: Arc<WatchState>) {
+    loop {
+        let ended: Vec<cl_sys::cl_event> = {
+            let mut slots = state.slots.lock().unwrap_or_else(PoisonError::into_inner);
+            slots
+                .iter_mut()
+                .filter(|s| !s.event.is_null() && raw_status(s.event) <= 0)
+                .map(|slot| {
+                    slot.ended = true;
+                    std::mem::replace(&mut slot.event, std::ptr::null_mut())
+                })
+                .collect()
+        };
+        for event in ended {
+            // SAFETY: retained once in `watch`, released once here (the slot was nulled).
+            unsafe { cl_sys::clReleaseEvent(event) };
+        }
+        let done = state
+            .slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .all(|s| s.event.is_null());
+        if done || Arc::strong_count(&state) == 1 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
 
@@ -162,9 +177,8 @@ fn platform_name(mem: cl_sys::cl_mem) -> String {
 }
 
 /// Registers a destructor callback on `buffer` through cl-sys. On rusticl, whose events
-/// keep their commands' buffers, also a completion callback on each of `events` that lets
-/// go of it once it has ended; elsewhere the events are kept until the watch goes (a
-/// release inside an event callback deadlocked NVIDIA's driver).
+/// keep their commands' buffers, also a thread that lets go of each of `events` once it
+/// has ended ([`let_go_when_ended`]); elsewhere the events are kept until the watch goes.
 pub fn watch<T: Pod>(buffer: &ClBuffer<T>, events: &[&Event]) -> Watch {
     let raws: Vec<cl_sys::cl_event> = events
         .iter()
@@ -200,14 +214,9 @@ pub fn watch<T: Pod>(buffer: &ClBuffer<T>, events: &[&Event]) -> Watch {
     let pins = platform_name(buffer.as_raw() as cl_sys::cl_mem)
         .to_ascii_lowercase()
         .contains("rusticl");
-    for (index, &raw) in raws.iter().enumerate().filter(|_| pins) {
-        let user = Box::into_raw(Box::new((state.clone(), index))) as *mut c_void;
-        // SAFETY: `raw` is live (held by its `Event`); `user` stays valid until the
-        // callback takes it back.
-        let rc = unsafe {
-            cl_sys::clSetEventCallback(raw, cl_sys::CL_COMPLETE, Some(on_event_end), user)
-        };
-        assert_eq!(rc, 0, "clSetEventCallback");
+    if pins {
+        let state = state.clone();
+        std::thread::spawn(move || let_go_when_ended(state));
     }
     Watch(state)
 }
