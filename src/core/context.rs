@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::device::Device;
 use super::gates::OpenGates;
+use super::pins::Pins;
 use super::reaper::{Parked, Reaper};
 use super::stats::{Ledger, Stats};
 use crate::error::{Error, Result};
@@ -36,6 +37,9 @@ pub(crate) struct ContextCore {
     pub(crate) gates: Arc<OpenGates>,
     /// How long a release waits for the driver to free the memory, in nanoseconds.
     free_grace: AtomicU64,
+    /// On a driver whose events keep their commands' buffers: the records sharing a
+    /// command with other records ([`super::pins`]).
+    pub(crate) pins: Option<Pins>,
 }
 
 // SAFETY: a cl_context may be used from any thread (OpenCL 3.0 appendix A.2: every call
@@ -78,6 +82,10 @@ impl ContextCore {
             parked: Parked::default(),
             gates: Arc::default(),
             free_grace: AtomicU64::new(FREE_GRACE.as_nanos() as u64),
+            pins: devices
+                .iter()
+                .any(Device::events_keep_buffers)
+                .then(Pins::default),
         }
     }
 

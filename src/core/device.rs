@@ -245,6 +245,13 @@ impl Device {
             .any(|name| name.to_ascii_lowercase().contains("rusticl"))
     }
 
+    /// Whether a command's event keeps every buffer the command used until the event is
+    /// released (rusticl's; design trap "rusticl's events keep their buffers"): the
+    /// context's records sharing a command are listed in its [`pins`](super::pins).
+    pub(crate) fn events_keep_buffers(&self) -> bool {
+        self.chains_events()
+    }
+
     /// Whether the driver never runs a command one of whose dependencies failed (rusticl
     /// fails it a moment later, PoCL at once): the *doomed command* rule may count such a
     /// command failed before the driver says so. Not NVIDIA's, which runs some of them

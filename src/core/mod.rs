@@ -6,6 +6,7 @@
 //!   and open gates;
 //! - [`queue::QueueCore`]: one queue's handle, lane, unflushed-work flag and echo;
 //! - [`echo`]: which commands of a queue a driver may have skipped after a failure;
+//! - [`pins`]: records sharing a command, on a driver whose events keep their buffers;
 //! - [`staging`]: pinned host memory that small blocking reads go through on GPUs;
 //! - [`stats`]: the enqueue counters and the memory ledger;
 //! - [`reaper`]: the thread that finishes deferred releases;
@@ -16,6 +17,7 @@ pub(crate) mod context;
 pub(crate) mod device;
 pub(crate) mod echo;
 pub(crate) mod gates;
+pub(crate) mod pins;
 pub(crate) mod queue;
 pub(crate) mod reaper;
 pub(crate) mod staging;

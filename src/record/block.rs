@@ -24,7 +24,9 @@ pub(crate) struct Block {
     pub(crate) id: u64,
     pub(super) bytes: usize,
     pub(crate) ctx: Arc<ContextCore>,
-    pub(super) record: Mutex<Record>,
+    /// Shared only with the context's [`pins`](crate::core::pins), which may let go of
+    /// its ended events from another thread.
+    pub(super) record: Arc<Mutex<Record>>,
     pub(super) allocated_at: &'static Location<'static>,
     pub(super) freed: Option<Arc<Freed>>,
     /// Where the ledger counts its bytes.
@@ -142,7 +144,7 @@ impl Block {
             id: next_id(),
             bytes,
             ctx: ctx.clone(),
-            record: Mutex::default(),
+            record: Arc::default(),
             allocated_at: site,
             // SAFETY: `raw` is valid, and one reference to it is owned here.
             freed: unsafe { ffi::watch_free(raw) },
@@ -181,11 +183,8 @@ impl Block {
             id: self.id,
             bytes: self.bytes,
             ctx: self.ctx.clone(),
-            record: Mutex::new(std::mem::take(
-                self.record
-                    .get_mut()
-                    .unwrap_or_else(PoisonError::into_inner),
-            )),
+            // The record itself moves, so that the context's pins still find it.
+            record: std::mem::take(&mut self.record),
             allocated_at: self.allocated_at,
             freed: self.freed.take(),
             bucket: std::mem::replace(&mut self.bucket, Bucket::Freed),
@@ -217,7 +216,7 @@ impl Block {
             .ledger
             .handed_out(self.id, self.bytes as u64, site, Source::Pool);
         self.record
-            .get_mut()
+            .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .forget_failures();
     }
@@ -241,7 +240,7 @@ impl Block {
     /// Whether the block's next owner could inherit a failure: see [`Record::holds_doomed`].
     pub(crate) fn holds_doomed(&mut self) -> bool {
         self.record
-            .get_mut()
+            .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .holds_doomed()
     }
@@ -250,7 +249,7 @@ impl Block {
     /// *stream-ordered reuse* rule): see [`Record::free_for`].
     pub(crate) fn free_for(&mut self, lane: Lane) -> bool {
         self.record
-            .get_mut()
+            .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .free_for(lane)
     }

@@ -3,9 +3,11 @@
 //! host memory).
 
 use std::any::Any;
+use std::sync::{Mutex, TryLockError};
 
 use super::failure::{self, FailedCommand};
 use crate::core::gates;
+use crate::core::pins::LetGo;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::status::Status;
@@ -54,6 +56,8 @@ pub(crate) struct Record {
     writes: Writes,
     /// Host memory that in-flight commands use (the *lent host memory* rule), with the event that ends the use.
     host: Vec<(Event, Box<dyn Any + Send>)>,
+    /// Listed in the context's pins (their *listed* rule).
+    pub(super) listed: bool,
 }
 
 impl Record {
@@ -184,6 +188,23 @@ impl Record {
         self.events.is_empty() && self.events.shadow_len() == 0 && self.host.is_empty()
     }
 
+    /// The pins' *swept at release* rule for this record: lets go of the events that have
+    /// ended, and of the newest write once it has completed (only a failed one matters to
+    /// the *failed write* rule). Returns whether it still holds an event.
+    fn let_go_of_ended(&mut self) -> bool {
+        self.prune_ended();
+        let writes = &mut self.writes;
+        writes.newest = writes
+            .newest
+            .take()
+            .filter(|w| !matches!(w.status(), Ok(Status::Complete)));
+        let holds = !self.events.is_empty()
+            || self.events.shadow_len() != 0
+            || self.writes.iter().next().is_some();
+        self.listed = holds;
+        holds
+    }
+
     /// Whether a recorded command was seen to fail.
     pub(crate) fn saw_failures(&self) -> bool {
         self.saw_failure || !self.failed.is_empty()
@@ -296,6 +317,17 @@ impl Record {
     /// ended (the *failed write* rule).
     pub(crate) fn writes(&self) -> &Writes {
         &self.writes
+    }
+}
+
+impl LetGo for Mutex<Record> {
+    fn let_go_of_ended(&self) -> bool {
+        match self.try_lock() {
+            Ok(mut record) => record.let_go_of_ended(),
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner().let_go_of_ended(),
+            // In the middle of an enqueue: asked again at the next sweep.
+            Err(TryLockError::WouldBlock) => true,
+        }
     }
 }
 

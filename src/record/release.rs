@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use super::block::{Block, Home};
 use super::failure::{self, FailedCommand};
-use super::history::Record;
 use crate::core::context::ContextCore;
 use crate::core::gates::OpenGates;
 use crate::core::reaper::{Deferred, Step};
@@ -57,7 +56,7 @@ impl Block {
         let (mut report, freed) = self.retire_then(true)?;
         if let Some(freed) = freed {
             let start = Instant::now();
-            report.freed = freed.wait(self.ctx.free_grace());
+            report.freed = self.wait_freed(&freed);
             report.free_wait = start.elapsed();
             if !report.freed {
                 log::warn!(
@@ -70,6 +69,29 @@ impl Block {
             }
         }
         Ok(report)
+    }
+
+    /// Waits up to the context's free grace for `freed` to fire. Where the context has
+    /// pins, sweeps them every millisecond meanwhile (their *swept at release* rule): a
+    /// record locked at the first sweep may hold an event that keeps this memory.
+    fn wait_freed(&self, freed: &Freed) -> bool {
+        let grace = self.ctx.free_grace();
+        let Some(pins) = &self.ctx.pins else {
+            return freed.wait(grace);
+        };
+        let start = Instant::now();
+        loop {
+            let slice = grace
+                .saturating_sub(start.elapsed())
+                .min(Duration::from_millis(1));
+            if freed.wait(slice) {
+                return true;
+            }
+            if slice.is_zero() {
+                return false;
+            }
+            pins.sweep();
+        }
     }
 
     /// The *exact wait*, *failures end too*, *lent host memory* and *drop behind a gate*
@@ -94,10 +116,7 @@ impl Block {
         let mut stages = Stages::start();
         let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
         self.given_back();
-        let record = self
-            .record
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
         stages.mark("ledger");
         record.prune_ended();
         stages.mark("status of the recorded events");
@@ -117,9 +136,14 @@ impl Block {
             failure::collect(&mut failed, event);
         }
         record.released();
+        drop(record);
         // Before the memory: on rusticl an event keeps its command's buffers alive (design
-        // trap "rusticl's events keep their buffers").
+        // trap "rusticl's events keep their buffers"), in this record and in the records
+        // of the other buffers of its commands (the pins' *swept at release* rule).
         drop(events);
+        if let Some(pins) = &self.ctx.pins {
+            pins.sweep();
+        }
         stages.mark("failures and events released");
         // SAFETY: `raw` came from clCreateBuffer and is released once, here (it was
         // swapped out for null above); every event that used it has ended (waited for
@@ -170,7 +194,7 @@ impl Block {
     /// freed the memory, or its grace passed): a pool counts the bytes until then.
     pub(crate) fn release_deferred_then(mut self, done: Option<Box<dyn FnOnce() + Send>>) {
         self.record
-            .get_mut()
+            .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .flush_producers();
         self.given_back();
@@ -220,20 +244,21 @@ impl Block {
         let mut block = ctx.parked.take(bytes, |slot: &Slot| {
             // The reaper holds the slot while it looks at it: that block is not taken.
             let mut held = slot.try_lock().ok()?;
-            let record = held
-                .as_mut()?
-                .record
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner);
-            if !record.all_ended() || record.saw_failures() {
+            let taken_over = {
+                let mut record = held
+                    .as_mut()?
+                    .record
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                record.all_ended() && !record.saw_failures()
+            };
+            if !taken_over {
                 return None;
             }
             held.take()
         })?;
-        *block
-            .record
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner) = Record::default();
+        // A new record, which the context's pins do not list.
+        block.record = Arc::default();
         block.allocated_at = site;
         block.move_to(Bucket::Live);
         ctx.ledger
@@ -260,7 +285,7 @@ impl Block {
         self.raw.is_null()
             || self
                 .record
-                .get_mut()
+                .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .all_ended()
     }
@@ -271,7 +296,7 @@ impl Block {
         self.ctx.gates.count() != 0
             && !self
                 .record
-                .get_mut()
+                .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .all_ended()
     }
@@ -353,6 +378,12 @@ impl Deferred for DeferredRelease {
         if let Some((freed, deadline, site, grace)) = &self.freeing {
             if freed.fired() {
                 return Step::Done;
+            }
+            // The pins' *swept at release* rule, while the memory is not freed.
+            if let Held::Own(block) = &self.held {
+                if let Some(pins) = &block.ctx.pins {
+                    pins.sweep();
+                }
             }
             if Instant::now() < *deadline {
                 return Step::Pending;

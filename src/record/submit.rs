@@ -58,6 +58,7 @@ use super::history::Writes;
 use super::history::{MapStep, Record};
 use crate::census;
 use crate::core::gates::{self, failures_possible};
+use crate::core::pins::LetGo;
 use crate::core::queue::QueueCore;
 use crate::error::{Error, Result};
 use crate::event::{Event, graveyard, snapshot};
@@ -381,6 +382,15 @@ impl Submit<'_> {
             );
             l.record.apply_map(l.map);
             census::record_reached(l.record.events().len());
+        }
+        // The pins' *listed* rule: a command on several buffers, on a driver whose events
+        // keep them all.
+        if let Some(pins) = self.queue.ctx.pins.as_ref().filter(|_| locked.len() > 1) {
+            for l in locked.iter_mut().filter(|l| !l.record.listed) {
+                l.record.listed = true;
+                let record: Arc<dyn LetGo> = l.block.record.clone();
+                pins.list(Arc::downgrade(&record));
+            }
         }
         for l in locked.iter_mut() {
             if let Err(e) = self.fold(&mut l.record) {

@@ -517,10 +517,12 @@ fn a_clblast_gemm_joins_the_record_of_the_buffers_it_uses() {
     drop(gemm);
     let release = std::thread::spawn(move || a.release().unwrap());
     gate.complete().unwrap();
-    let report = release.join().unwrap();
-    assert!(report.freed);
-    watch_a.assert_released_after_events();
+    // The pending read holds the GEMM's event too (the write its result comes from), and
+    // with it the inputs on rusticl: it is waited for before the release must be done.
     let got = result.wait().unwrap();
+    let report = release.join().unwrap();
+    assert!(report.freed, "{report:?}");
+    watch_a.assert_released_after_events();
     let mut want = vec![0f32; M * M];
     for i in 0..M {
         for j in 0..M {
