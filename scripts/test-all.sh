@@ -25,17 +25,23 @@ run() {
   if [ -n "${ONLY:-}" ] && ! grep -qw -- "$name" <<<"$ONLY"; then return; fi
   echo "=== $name"
   local log=$out/$name.log
-  env RUST_TEST_THREADS="${THREADS:-2}" "$@" cargo test --all-targets -q >"$log" 2>&1
+  # Each test that cannot run here says so by name and why (tests/integration/common).
+  local not_run_log=$out/$name.not-run
+  : >"$not_run_log"
+  env RUST_TEST_THREADS="${THREADS:-2}" CL_LIFETIME_NOT_RUN_LOG="$PWD/$not_run_log" "$@" \
+    cargo test --all-targets -q >"$log" 2>&1
   local rc=$?
-  local passed failed
+  local passed failed not_run
   passed=$(grep -o '[0-9]* passed' "$log" | awk '{s += $1} END {print s + 0}')
   failed=$(grep -o '[0-9]* failed' "$log" | awk '{s += $1} END {print s + 0}')
+  not_run=$(sort -u "$not_run_log" | wc -l)
   if [ -n "${CHECK_LOG:-}" ] && [ -s "$CHECK_LOG" ]; then
     echo "  $name: errors reported by the implementation's checks ($CHECK_LOG):"
     head -20 "$CHECK_LOG" | sed 's/^/    /'
     rc=1
   fi
-  printf '%s\t%s\t%s\t%s\n' "$name" "$passed" "$failed" "$([ $rc -eq 0 ] && echo ok || echo FAILED)" >>"$out/summary.tsv"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$passed" "$failed" "$not_run" \
+    "$([ $rc -eq 0 ] && echo ok || echo FAILED)" >>"$out/summary.tsv"
   if [ $rc -ne 0 ]; then
     grep -E '^test .* FAILED|panicked at|^failures:' "$log" | head -20 | sed 's/^/  /'
     status=1
@@ -64,6 +70,11 @@ else
 fi
 
 echo
-echo "implementation	passed	failed	result"
+echo "Tests that did not run, with the reason they give (passed counts them as passed):"
+for f in "$out"/*.not-run; do
+  [ -s "$f" ] && sort -u "$f" | sed 's/^/  /'
+done
+echo
+echo "implementation	passed	failed	not run	result"
 grep -v '^===' "$out/summary.tsv" 2>/dev/null
 exit $status

@@ -960,6 +960,9 @@ fn launch_with_a_buffer_of_another_context_is_refused_and_records_nothing() {
 #[test]
 fn failing_a_gate_with_a_non_negative_status_is_refused_and_leaves_it_closed() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let buf = ctx.buffer::<u32>(16).unwrap();
     let gate = ctx.user_event().unwrap();
@@ -1026,6 +1029,9 @@ fn completing_a_failed_gate_is_a_typed_error() {
 fn buffer_is_freed_when_release_returns_after_a_rejected_transfer() {
     const ROUNDS: usize = 25_000;
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS) {
+        return;
+    }
     let workers: Vec<_> = (0..2)
         .map(|_| {
             let ctx = ctx.clone();

@@ -219,6 +219,9 @@ isolated_test! {
 isolated_test! {
     fn a_buffer_dropped_before_its_closed_gate_in_natural_order_does_not_hang() {
         let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
         let queue = ctx.queue().unwrap();
         {
             let gate = ctx.user_event().unwrap();
@@ -235,6 +238,9 @@ isolated_test! {
 isolated_test! {
     fn a_buffer_dropped_before_its_closed_gate_on_unwind_does_not_hang() {
         let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
         let queue = ctx.queue().unwrap();
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let gate = ctx.user_event().unwrap();
@@ -251,6 +257,9 @@ isolated_test! {
 isolated_test! {
     fn a_context_dropped_with_a_deferred_release_behind_a_held_closed_gate_does_not_hang() {
         let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
         let queue = ctx.queue().unwrap();
         let gate = ctx.user_event().unwrap();
         let buf = ctx.buffer::<u32>(1 << 16).unwrap();
@@ -473,6 +482,9 @@ isolated_test! {
 isolated_test! {
     fn a_read_enqueued_before_its_write_failed_is_an_error_naming_that_write() {
         let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
         let (queue, other_queue) = queues(&ctx);
         for reader in [&queue, &other_queue] {
             let buf = ctx.buffer_from(&[5u32; 64]).unwrap();
@@ -490,6 +502,9 @@ isolated_test! {
 isolated_test! {
     fn an_idle_buffer_released_deferred_is_freed_before_a_busy_one_released_earlier() {
         let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
         let (queue, other_queue) = queues(&ctx);
         let gate = ctx.user_event().unwrap();
         let busy = ctx.buffer::<u8>(1 << 20).unwrap();
@@ -555,7 +570,7 @@ fn on_oclgrind(name: &str, body: impl FnOnce()) {
             Ok("1"),
             "CL_LIFETIME_REQUIRE_OCLGRIND=1 but {OCLGRIND_ICD} is missing (apt-get install oclgrind)"
         );
-        eprintln!("skipped {name}: Oclgrind (an OpenCL 1.2 platform) is not installed");
+        common::not_run("Oclgrind (an OpenCL 1.2 platform) is not installed");
         return;
     }
     // Oclgrind alone, registered for the child only.

@@ -249,7 +249,7 @@ fn read_after_read_on_two_queues_runs_without_waiting() {
 fn reads_on_one_out_of_order_queue_run_without_waiting() {
     let ctx = device!();
     let Ok(queue) = ctx.out_of_order_queue() else {
-        eprintln!("skipped: the device has no out-of-order queues");
+        common::not_run("the device has no out-of-order queues");
         return;
     };
     let data = ramp(N, 5);
@@ -359,7 +359,7 @@ fn same_in_order_queue_gets_no_wait_list() {
 fn out_of_order_queue_orders_its_own_hazards() {
     let ctx = device!();
     let Ok(queue) = ctx.out_of_order_queue() else {
-        eprintln!("skipped: the device has no out-of-order queues");
+        common::not_run("the device has no out-of-order queues");
         return;
     };
     let buf = ctx.buffer_from(&[0u32; N]).unwrap();
@@ -736,7 +736,7 @@ fn record_is_bounded_on_out_of_order_queues_under_load() {
     const READS: usize = 500;
     let ctx = device!();
     let Ok(queue) = ctx.out_of_order_queue() else {
-        eprintln!("skipped: the device has no out-of-order queues");
+        common::not_run("the device has no out-of-order queues");
         return;
     };
     let writer = ctx.queue().unwrap();

@@ -217,7 +217,7 @@ fn record_stays_small_over_100_000_commands() {
 fn record_stays_small_on_an_out_of_order_queue() {
     let ctx = device!();
     let Ok(queue) = ctx.out_of_order_queue() else {
-        eprintln!("skipped: the device has no out-of-order queues");
+        common::not_run("the device has no out-of-order queues");
         return;
     };
     let buf = ctx.buffer::<u32>(16).unwrap();

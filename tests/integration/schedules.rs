@@ -1192,7 +1192,7 @@ fn runs(one: Context, count_var: &str, default: usize, base: u64) -> Option<Runs
         _ => common::two_device_context(),
     };
     if replay.is_some_and(|s| devices_of(s) == 2) && two.is_none() {
-        eprintln!("skipped: seed {replay:?} needs two devices");
+        common::not_run(format_args!("seed {replay:?} needs two devices"));
         return None;
     }
     let envs = [

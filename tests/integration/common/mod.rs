@@ -73,7 +73,7 @@ pub fn context() -> Option<Context> {
             panic!("CL_LIFETIME_REQUIRE_DEVICE=1 but no OpenCL device: {e}")
         }
         Err(e) => {
-            eprintln!("skipped: no OpenCL device ({e})");
+            not_run(format_args!("no OpenCL device ({e})"));
             None
         }
     }
@@ -94,6 +94,58 @@ pub fn any_context() -> Option<Context> {
         return context();
     }
     found
+}
+
+/// The environment variable naming a file to which [`not_run`] appends its line
+/// (`make test-all` lists them for each implementation).
+pub const NOT_RUN_LOG_VAR: &str = "CL_LIFETIME_NOT_RUN_LOG";
+
+/// Says by name that the running test does not run here, and why: `not run on
+/// <implementation>: <test>: <why>` on stderr, and appended to the file
+/// `CL_LIFETIME_NOT_RUN_LOG` names. Nothing is skipped silently.
+pub fn not_run(why: impl std::fmt::Display) {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    let on = cl_lifetime::Device::from_env()
+        .map(|d| d.platform_name().to_string())
+        .unwrap_or_else(|_| "this machine".to_string());
+    let line = format!("not run on {on}: {test}: {why}");
+    eprintln!("{line}");
+    if let Ok(path) = std::env::var(NOT_RUN_LOG_VAR) {
+        use std::io::Write;
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| writeln!(f, "{line}"));
+        if let Err(e) = appended {
+            eprintln!("{NOT_RUN_LOG_VAR}={path}: {e}");
+        }
+    }
+}
+
+/// Oclgrind's own limits, for [`not_on`].
+pub mod oclgrind {
+    /// A command waiting on a gate the test opens later.
+    pub const GATES: &str = "Oclgrind runs a queue's commands at its flush and busy-waits \
+        there on a user event that is not set, so a command behind a gate the test opens \
+        later blocks the host";
+    /// Threads sharing a context.
+    pub const THREADS: &str = "Oclgrind's runtime is not thread-safe: threads sharing a \
+        context crash it";
+}
+
+/// Whether `ctx` is on the implementation named `name` (a part of its platform name, in
+/// lowercase); if so, says by name that the test does not run there and why
+/// ([`not_run`]). `if common::not_on(&ctx, "oclgrind", oclgrind::GATES) { return; }`
+pub fn not_on(ctx: &Context, name: &str, why: &str) -> bool {
+    let on = on_platform(ctx, &[name]);
+    if on {
+        not_run(why);
+    }
+    on
 }
 
 /// Whether `ctx`'s platform name contains one of `names` (lowercase), for a test that
@@ -130,7 +182,7 @@ pub fn two_device_context() -> Option<Context> {
         if required {
             panic!("CL_LIFETIME_REQUIRE_TWO_DEVICES=1 but {why}");
         }
-        eprintln!("skipped: {why}");
+        not_run(&why);
         None
     };
     let devices = match cl_lifetime::Device::all() {
