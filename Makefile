@@ -1,9 +1,9 @@
-# Developer entry points for cl-lifetime: make setup | demo | examples | bench | test | test-all | stress | soak | lint | clean.
+# Developer entry points for cl-lifetime: make setup | demo | examples | bench | test | test-all | stress | soak | leakcheck | lint | clean.
 CARGO ?= cargo
 # Fall back to a rustup install whose bin directory is not on PATH yet.
 export PATH := $(PATH):$(HOME)/.cargo/bin
 
-.PHONY: setup demo examples test test-all lint clean bench cl-calls soak stress
+.PHONY: setup demo examples test test-all lint clean bench cl-calls soak stress leakcheck
 
 setup:
 	bash scripts/setup.sh
@@ -65,3 +65,9 @@ clean:
 # ONLY="pocl-1 rusticl" picks some. Logs and the summary go to target/test-all/.
 test-all: setup
 	bash scripts/test-all.sh
+
+# The tour, the four examples and the stress test under valgrind's memcheck (scripts/leakcheck.sh):
+# any memory error or leak fails, beyond the driver noise listed in scripts/valgrind.supp.
+# Logs go to target/leakcheck/; ONLY="tour stress" picks some, OPS sizes the stress test.
+leakcheck: setup
+	bash scripts/leakcheck.sh

@@ -64,6 +64,10 @@ if ! exists_any /usr/lib/*/libclblast.so.1 /usr/lib64/libclblast.so.1 /usr/local
   command -v apt-get >/dev/null 2>&1; then
   pkgs+=(libclblast1)
 fi
+# Valgrind: `make leakcheck` runs the examples and the stress test under its memcheck.
+if ! command -v valgrind >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  pkgs+=(valgrind)
+fi
 if [ ${#pkgs[@]} -gt 0 ] && ! command -v cc >/dev/null 2>&1; then pkgs+=(gcc libc6-dev); fi
 if [ ${#pkgs[@]} -gt 0 ] && ! command -v clinfo >/dev/null 2>&1; then pkgs+=(clinfo); fi
 

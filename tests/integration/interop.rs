@@ -434,7 +434,7 @@ fn clblast_sgemm() -> Option<Sgemm> {
             std::env::var("CL_LIFETIME_REQUIRE_CLBLAST").as_deref() != Ok("1"),
             "{missing} (CL_LIFETIME_REQUIRE_CLBLAST=1)"
         );
-        common::not_run(&missing);
+        common::not_run(missing);
         return None;
     }
     // SAFETY: a loaded library and a NUL-terminated name.
