@@ -787,9 +787,10 @@ fn threads_sharing_queues_under_injected_failures_match_their_models_and_leak_no
         Duration::from_secs(600),
         &[],
         || {
-            let ctx = match common::two_device_context() {
-                Some(ctx) => ctx,
-                None => device!(),
+            // Two devices where a platform has them, else one.
+            let ctx = match common::find_two_devices() {
+                Ok(ctx) => ctx,
+                Err(_) => device!(),
             };
             let number = |var: &str| std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok());
             let ops = number(OPS_VAR).map_or(DEFAULT_OPS, |n| n as usize);

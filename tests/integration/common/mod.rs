@@ -177,17 +177,25 @@ pub fn busy(ctx: &Context) -> cl_lifetime::Program {
 /// by CI, which runs PoCL with `POCL_DEVICES="pthread pthread"`), where it fails.
 pub fn two_device_context() -> Option<Context> {
     logs::install();
-    let required = std::env::var("CL_LIFETIME_REQUIRE_TWO_DEVICES").as_deref() == Ok("1");
-    let skip = |why: String| -> Option<Context> {
-        if required {
-            panic!("CL_LIFETIME_REQUIRE_TWO_DEVICES=1 but {why}");
+    match find_two_devices() {
+        Ok(ctx) => Some(ctx),
+        Err(why) if std::env::var("CL_LIFETIME_REQUIRE_TWO_DEVICES").as_deref() == Ok("1") => {
+            panic!("CL_LIFETIME_REQUIRE_TWO_DEVICES=1 but {why}")
         }
-        not_run(&why);
-        None
-    };
+        Err(why) => {
+            not_run(&why);
+            None
+        }
+    }
+}
+
+/// A context over two devices of one platform, as [`two_device_context`], or why there is
+/// none; says nothing, for a test that runs on one device too.
+pub fn find_two_devices() -> Result<Context, String> {
+    logs::install();
     let devices = match cl_lifetime::Device::all() {
         Ok(devices) => devices,
-        Err(e) => return skip(format!("no OpenCL devices ({e})")),
+        Err(e) => return Err(format!("no OpenCL devices ({e})")),
     };
     let chosen = cl_lifetime::Device::from_env().ok();
     let mut platforms: Vec<usize> = devices.iter().map(|d| d.indices().0).collect();
@@ -206,13 +214,13 @@ pub fn two_device_context() -> Option<Context> {
         }
         if let [d0, d1, ..] = on[..] {
             match Context::with_devices(&[d0.clone(), d1.clone()]) {
-                Ok(ctx) => return Some(ctx),
+                Ok(ctx) => return Ok(ctx),
                 Err(e) => failures.push(format!("{d0} + {d1}: {e}")),
             }
         }
     }
     let found: Vec<String> = devices.iter().map(ToString::to_string).collect();
-    skip(format!(
+    Err(format!(
         "no platform with two usable devices (found {found:?}; failed {failures:?}); \
          PoCL exposes two with POCL_DEVICES=\"pthread pthread\""
     ))
