@@ -32,8 +32,9 @@ run() {
     cargo test --all-targets -q >"$log" 2>&1
   local rc=$?
   local passed failed not_run
-  passed=$(grep -o '[0-9]* passed' "$log" | awk '{s += $1} END {print s + 0}')
-  failed=$(grep -o '[0-9]* failed' "$log" | awk '{s += $1} END {print s + 0}')
+  # Only the harness's own result lines: tests print counts of their own.
+  passed=$(grep '^test result' "$log" | grep -o '[0-9]* passed' | awk '{s += $1} END {print s + 0}')
+  failed=$(grep '^test result' "$log" | grep -o '[0-9]* failed' | awk '{s += $1} END {print s + 0}')
   not_run=$(sort -u "$not_run_log" | wc -l)
   if [ -n "${CHECK_LOG:-}" ] && [ -s "$CHECK_LOG" ]; then
     echo "  $name: errors reported by the implementation's checks ($CHECK_LOG):"

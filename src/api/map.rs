@@ -137,7 +137,11 @@ impl<T: Pod> Drop for Mapping<'_, T> {
             unsafe { ffi::enqueue_unmap(queue, block.raw(), mapped.cast(), wait) }
         });
         if let Err(e) = unmapped {
+            // The driver holds no mapping it would unmap (rusticl refuses the pointer of a
+            // map that failed with CL_INVALID_VALUE): the record lets go of it too, or
+            // every later command on the buffer would be refused as mapped.
             log::error!(target: "cl_lifetime::queue", "unmapping a buffer: {e}");
+            block.forget_mapping(self.access);
         }
     }
 }

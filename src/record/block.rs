@@ -6,14 +6,14 @@ use std::panic::Location;
 use std::ptr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use super::history::Record;
+use super::history::{MapStep, Record};
 use super::hooks::{ArgHolder, Owner};
 use crate::core::context::ContextCore;
 use crate::core::stats::{Bucket, Source};
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::ffi::{self, Freed, cl_mem};
-use crate::tracker::Lane;
+use crate::tracker::{Access, Lane};
 use crate::util::next_id;
 
 /// One device allocation and everything the library knows about it. A `ClBuffer` is a
@@ -279,6 +279,12 @@ impl Block {
     /// Locks the record (see the lock order in [`crate::record`]).
     pub(crate) fn lock_record(&self) -> MutexGuard<'_, Record> {
         self.record.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Ends a mapping of kind `access` in the record without an unmap command: the
+    /// driver refused the unmap, so it holds no such mapping.
+    pub(crate) fn forget_mapping(&self, access: Access) {
+        self.lock_record().apply_map(MapStep::Unmap(access));
     }
 
     /// How many events the record holds.

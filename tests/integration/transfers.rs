@@ -503,3 +503,32 @@ fn staged_blocking_reads_return_what_was_written_from_several_threads() {
     queue.read_at(&buf, 5, &mut out).unwrap();
     assert_eq!(out, data[5..21]);
 }
+
+/// A blocking map whose command failed (the buffer's fill waited on a gate that then
+/// failed) leaves the buffer unmapped: later commands are not refused as mapped. rusticl
+/// refuses to unmap the pointer of a map that failed (`CL_INVALID_VALUE`), and the buffer
+/// stayed mapped in its record for good, so every later command on it was refused.
+#[test]
+fn a_failed_blocking_map_leaves_the_buffer_unmapped() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer_from(&[1u32; 64]).unwrap();
+    let gate = ctx.user_event().unwrap();
+    queue.after(&[gate.event()]).fill(&buf, 2).unwrap();
+    queue.flush().unwrap();
+    let mapper = queue.clone();
+    let (buf, map) = common::returns_only_after(
+        "a blocking map behind a gate that fails",
+        move || {
+            let map = mapper.map(&buf, 0..64).map(|m| m.to_vec());
+            (buf, map)
+        },
+        || gate.fail(-5).unwrap(),
+    );
+    assert!(map.is_err(), "a map of data whose fill failed: {map:?}");
+    queue.fill(&buf, 3).unwrap();
+    assert_eq!(common::contents(&queue, &buf), vec![3u32; 64]);
+}
