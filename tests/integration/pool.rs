@@ -433,10 +433,14 @@ fn acquire_on_reuses_any_idle_block_not_only_the_newest() {
         let idle = pool.acquire_on::<u32>(&q1, n).unwrap();
         let busy = pool.acquire_on::<u32>(&q3, n).unwrap();
         let raw = idle.as_raw();
-        // The older block ran on two queues and has ended (the blocking read saw to that).
-        q1.fill(&idle, 1).unwrap();
-        q2.fill(&idle, 2).unwrap();
+        // The older block ran on two queues and has ended: the blocking read saw to that,
+        // and the waits make sure its commands' statuses say so (rusticl updates a status
+        // a moment after a later command of its queue has run).
+        let fills = [q1.fill(&idle, 1).unwrap(), q2.fill(&idle, 2).unwrap()];
         assert_eq!(contents(&q2, &idle), vec![2; n]);
+        for fill in fills {
+            fill.wait().unwrap();
+        }
         // The newer block waits behind a gate on a third queue.
         let gate = ctx.user_event().unwrap();
         let gated = q3.after(&[gate.event()]).fill(&busy, 3).unwrap();
