@@ -434,8 +434,8 @@ fn acquire_on_reuses_any_idle_block_not_only_the_newest() {
         let busy = pool.acquire_on::<u32>(&q3, n).unwrap();
         let raw = idle.as_raw();
         // The older block ran on two queues and has ended: the blocking read saw to that,
-        // and the waits make sure its commands' statuses say so (rusticl updates a status
-        // a moment after a later command of its queue has run).
+        // and the waits make sure its commands' statuses say so (on rusticl, under load, a
+        // status once still said pending after the read had returned).
         let fills = [q1.fill(&idle, 1).unwrap(), q2.fill(&idle, 2).unwrap()];
         assert_eq!(contents(&q2, &idle), vec![2; n]);
         for fill in fills {
