@@ -8,21 +8,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use cl_lifetime::{ClBuffer, Event, Pod};
 
-/// One watched event: retained until the oracle has seen it end, then let go, so that the oracle never keeps the buffer alive itself on implementations
-/// whose events keep their commands' buffers (design trap "rusticl's events keep their
-/// buffers").
-struct Slot {
-    /// The retained event, null once let go.
-    event: cl_sys::cl_event,
-    /// The oracle saw it end (complete or failed) and let go of it.
-    ended: bool,
-}
-
 struct WatchState {
     fired: AtomicBool,
     /// How many watched events were not terminal when the destructor callback ran.
     unfinished_at_fire: AtomicUsize,
-    slots: Mutex<Vec<Slot>>,
+    /// The watched events, retained; on implementations whose events keep their
+    /// commands' buffers (design trap "rusticl's events keep their buffers") each is let
+    /// go, and nulled, once the oracle has seen it end, so that the oracle never keeps
+    /// the buffer alive itself.
+    slots: Mutex<Vec<cl_sys::cl_event>>,
 }
 
 // SAFETY: event handles may be used from any thread; the rest is atomic or locked.
@@ -33,9 +27,9 @@ unsafe impl Sync for WatchState {}
 impl Drop for WatchState {
     fn drop(&mut self) {
         let slots = self.slots.get_mut().unwrap_or_else(PoisonError::into_inner);
-        for slot in slots.iter().filter(|s| !s.event.is_null()) {
+        for &event in slots.iter().filter(|e| !e.is_null()) {
             // SAFETY: retained once in `watch`, not let go yet, released once here.
-            unsafe { cl_sys::clReleaseEvent(slot.event) };
+            unsafe { cl_sys::clReleaseEvent(event) };
         }
     }
 }
@@ -67,7 +61,7 @@ extern "C" fn on_destroy(_mem: cl_sys::cl_mem, user: *mut c_void) {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .iter()
-        .filter(|s| !s.ended && raw_status(s.event) > 0)
+        .filter(|e| !e.is_null() && raw_status(**e) > 0)
         .count();
     state.unfinished_at_fire.store(unfinished, Ordering::SeqCst);
     state.fired.store(true, Ordering::SeqCst);
@@ -79,27 +73,19 @@ extern "C" fn on_destroy(_mem: cl_sys::cl_mem, user: *mut c_void) {
 /// buffer forever). Stops once every event is let go, or when no `Watch` is left.
 fn let_go_when_ended(state: Arc<WatchState>) {
     loop {
-        let ended: Vec<cl_sys::cl_event> = {
+        let (ended, done) = {
             let mut slots = state.slots.lock().unwrap_or_else(PoisonError::into_inner);
-            slots
+            let ended: Vec<cl_sys::cl_event> = slots
                 .iter_mut()
-                .filter(|s| !s.event.is_null() && raw_status(s.event) <= 0)
-                .map(|slot| {
-                    slot.ended = true;
-                    std::mem::replace(&mut slot.event, std::ptr::null_mut())
-                })
-                .collect()
+                .filter(|e| !e.is_null() && raw_status(**e) <= 0)
+                .map(|e| std::mem::replace(e, std::ptr::null_mut()))
+                .collect();
+            (ended, slots.iter().all(|e| e.is_null()))
         };
         for event in ended {
             // SAFETY: retained once in `watch`, released once here (the slot was nulled).
             unsafe { cl_sys::clReleaseEvent(event) };
         }
-        let done = state
-            .slots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .all(|s| s.event.is_null());
         if done || Arc::strong_count(&state) == 1 {
             return;
         }
@@ -190,10 +176,7 @@ pub fn watch<T: Pod>(buffer: &ClBuffer<T>, events: &[&Event]) -> Watch {
             // SAFETY: `raw` is live (held by its `Event`); the retain is released when the
             // oracle has seen it end, or by WatchState.
             assert_eq!(unsafe { cl_sys::clRetainEvent(raw) }, 0);
-            Slot {
-                event: raw,
-                ended: false,
-            }
+            raw
         })
         .collect();
     let state = Arc::new(WatchState {
