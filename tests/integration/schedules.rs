@@ -1189,16 +1189,7 @@ fn runs(one: Context, count_var: &str, default: usize, base: u64) -> Option<Runs
     let replay = env_number(SEED_VAR);
     let two = match replay {
         Some(seed) if devices_of(seed) == 1 => None,
-        _ => match common::find_two_devices() {
-            Ok(ctx) => Some(ctx),
-            Err(why) if std::env::var("CL_LIFETIME_REQUIRE_TWO_DEVICES").as_deref() == Ok("1") => {
-                panic!("CL_LIFETIME_REQUIRE_TWO_DEVICES=1 but {why}")
-            }
-            Err(why) => {
-                common::not_run(format_args!("its runs on two devices: {why}"));
-                None
-            }
-        },
+        _ => common::two_devices_for(Some("its runs on two devices")),
     };
     if replay.is_some_and(|s| devices_of(s) == 2) && two.is_none() {
         common::not_run(format_args!("seed {replay:?} needs two devices"));

@@ -176,6 +176,12 @@ pub fn busy(ctx: &Context) -> cl_lifetime::Program {
 /// platform the test is skipped, except under `CL_LIFETIME_REQUIRE_TWO_DEVICES=1` (set
 /// by CI, which runs PoCL with `POCL_DEVICES="pthread pthread"`), where it fails.
 pub fn two_device_context() -> Option<Context> {
+    two_devices_for(None)
+}
+
+/// [`two_device_context`] for `part` of a test, the part that needs two devices: the
+/// line [`not_run`] writes names it.
+pub fn two_devices_for(part: Option<&str>) -> Option<Context> {
     logs::install();
     match find_two_devices() {
         Ok(ctx) => Some(ctx),
@@ -183,7 +189,10 @@ pub fn two_device_context() -> Option<Context> {
             panic!("CL_LIFETIME_REQUIRE_TWO_DEVICES=1 but {why}")
         }
         Err(why) => {
-            not_run(&why);
+            match part {
+                Some(part) => not_run(format_args!("{part}: {why}")),
+                None => not_run(&why),
+            }
             None
         }
     }
