@@ -254,6 +254,18 @@ pub enum Error {
         /// Its execution status.
         status: ExecStatus,
     },
+    /// [`trace::start`](crate::trace::start) while a trace is already being recorded.
+    TraceAlreadyOn {
+        /// Where that trace goes.
+        path: PathBuf,
+    },
+    /// The trace file could not be created or written.
+    TraceUnwritable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 impl Error {
@@ -455,6 +467,20 @@ impl fmt::Display for Error {
                 f,
                 "a {command:?} command this one depends on failed with {status}"
             ),
+            Error::TraceAlreadyOn { path } => {
+                write!(
+                    f,
+                    "a trace is already being recorded, to {}",
+                    path.display()
+                )
+            }
+            Error::TraceUnwritable { path, source } => {
+                write!(
+                    f,
+                    "the trace file {} cannot be written: {source}",
+                    path.display()
+                )
+            }
         }
     }
 }
@@ -463,6 +489,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::KernelFileUnreadable { source, .. } => Some(source),
+            Error::TraceUnwritable { source, .. } => Some(source),
             _ => None,
         }
     }

@@ -586,6 +586,9 @@ impl Event {
         {
             return seen;
         }
+        if crate::trace::on() {
+            crate::trace::seen_ended(self.inner.raw);
+        }
         if raw == ffi::CL_COMPLETE {
             // Complete, so every dependency completed before it: none is needed now,
             // and letting them go breaks chains of commands that waited on each other.

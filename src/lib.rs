@@ -74,6 +74,7 @@ mod launch;
 mod pod;
 mod record;
 mod status;
+pub mod trace;
 pub mod tracker;
 mod util;
 
@@ -86,7 +87,7 @@ pub use api::raw::BufferUse;
 pub use census::{buffers_not_freed, events_held, longest_record};
 pub use core::context::FREE_GRACE;
 pub use core::device::{DEVICE_VAR, Device};
-pub use core::stats::{HazardStats, MemoryStats};
+pub use core::stats::{HazardStats, LiveBuffer, LiveBuffers, MemoryStats};
 pub use error::{ClStatus, Error, Result, Transfer};
 pub use event::{Event, Profile, UserEvent, wait_all};
 pub use kernel::{Arg, KERNELS_VAR, Kernel, Program};

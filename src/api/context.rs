@@ -14,7 +14,7 @@ use super::queue::{Queue, QueueOptions};
 use crate::core::context::ContextCore;
 use crate::core::device::Device;
 use crate::core::queue::QueueCore;
-use crate::core::stats::{HazardStats, MemoryStats};
+use crate::core::stats::{HazardStats, LiveBuffers, MemoryStats};
 use crate::error::{Error, Result};
 use crate::event::{UserEvent, graveyard};
 use crate::ffi::cl_context;
@@ -70,15 +70,13 @@ impl Drop for Shared {
         graveyard::sweep();
         let leaks = self.core.ledger.leaks();
         if !leaks.is_empty() {
-            let total: u64 = leaks.iter().map(|l| l.0).sum();
             log::warn!(
                 target: "cl_lifetime::context",
-                "context dropped with {} live buffers ({total} bytes); they keep it alive:",
-                leaks.len()
+                "context dropped with {leaks}\n(they keep the context alive until they are dropped)"
             );
-            for (bytes, site) in leaks {
-                log::warn!(target: "cl_lifetime::context", "  {bytes} bytes allocated at {site}");
-            }
+        }
+        if crate::trace::on() {
+            crate::trace::context_closed();
         }
     }
 }
@@ -129,6 +127,10 @@ impl Context {
 
     /// The user's first handle to `core`.
     fn from_core(core: ContextCore) -> Context {
+        crate::trace::start_from_env();
+        if crate::trace::on() {
+            crate::trace::context_opened();
+        }
         Context {
             shared: Arc::new(Shared {
                 core: Arc::new(core),
@@ -239,6 +241,41 @@ impl Context {
     /// How many wait-list entries the hazard rules have produced so far.
     pub fn hazard_stats(&self) -> HazardStats {
         self.core().stats.hazards()
+    }
+
+    /// The leak report, on demand: every buffer of this context the program holds, with
+    /// where it was allocated, largest first. The same report is logged at `warn` when the
+    /// context's last handle is dropped with buffers still alive.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let kept = ctx.buffer::<u32>(1000)?;
+    /// let report = ctx.live_buffers();
+    /// assert_eq!(report.total_bytes(), 4000);
+    /// assert!(report.to_string().contains(&format!("4000 bytes allocated at {}", file!())));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn live_buffers(&self) -> LiveBuffers {
+        self.core().ledger.leaks()
+    }
+
+    /// The context's statistics as one line: [`MemoryStats`], the number of buffers held,
+    /// and [`HazardStats`]. [`Context::log_stats`] logs it.
+    pub fn stats_line(&self) -> String {
+        format!(
+            "context {}: {}; {} buffers held; {}",
+            self.core().id,
+            self.memory_stats(),
+            self.core().ledger.held(),
+            self.hazard_stats()
+        )
+    }
+
+    /// Logs [`Context::stats_line`] at `info`, target `cl_lifetime::stats`.
+    pub fn log_stats(&self) {
+        log::info!(target: "cl_lifetime::stats", "{}", self.stats_line());
     }
 
     /// A buffer of `len` elements whose contents are undefined until written.

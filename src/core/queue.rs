@@ -88,10 +88,14 @@ impl QueueCore {
         profiling: bool,
         stage_reads: bool,
     ) -> QueueCore {
+        let id = next_id();
+        if crate::trace::on() {
+            crate::trace::queue(id, ctx.id, device.name(), !out_of_order, profiling);
+        }
         QueueCore {
             raw,
             lane: Lane {
-                id: next_id(),
+                id,
                 in_order: !out_of_order,
             },
             ctx: ctx.clone(),

@@ -74,6 +74,108 @@ pub struct MemoryStats {
     pub driver_allocations: u64,
 }
 
+impl std::fmt::Display for HazardStats {
+    /// `1200 enqueues, 0.40 wait-list entries each (1.10 without same-queue elision)`
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} enqueues, {:.2} wait-list entries each ({:.2} without same-queue elision)",
+            self.enqueues,
+            self.per_enqueue(),
+            self.per_enqueue_without_elision()
+        )
+    }
+}
+
+impl std::fmt::Display for MemoryStats {
+    /// `live 4.0 MiB, pending release 0 B, pooled 1.0 MiB, peak 6.0 MiB; 12 allocations: 3 from
+    /// the driver, 8 reused from pools, 1 reclaimed from deferred releases`
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "live {}, pending release {}, pooled {}, peak {}; {} allocations: {} from the driver, \
+             {} reused from pools, {} reclaimed from deferred releases",
+            Bytes(self.live_bytes),
+            Bytes(self.pending_release_bytes),
+            Bytes(self.pooled_bytes),
+            Bytes(self.peak_bytes),
+            self.allocations,
+            self.driver_allocations,
+            self.reuses,
+            self.reclaimed
+        )
+    }
+}
+
+/// A byte count in the largest binary unit that keeps it at 1 or more.
+pub(crate) struct Bytes(pub(crate) u64);
+
+impl std::fmt::Display for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+        if self.0 < 1024 {
+            return write!(f, "{} B", self.0);
+        }
+        let mut value = self.0 as f64 / 1024.0;
+        let mut unit = 0;
+        while value >= 1024.0 && unit < UNITS.len() - 1 {
+            value /= 1024.0;
+            unit += 1;
+        }
+        write!(f, "{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// A buffer the program holds: its size and where it was allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveBuffer {
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// The call that allocated it, or took it from a pool.
+    pub allocated_at: &'static std::panic::Location<'static>,
+}
+
+/// The leak report: every buffer the program holds, largest first, with where it was
+/// allocated ([`Context::live_buffers`](crate::Context::live_buffers)). The context logs
+/// it at `warn` when its last handle is dropped with buffers still alive.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LiveBuffers {
+    /// The buffers, largest first.
+    pub buffers: Vec<LiveBuffer>,
+}
+
+impl LiveBuffers {
+    /// Their bytes in all.
+    pub fn total_bytes(&self) -> u64 {
+        self.buffers.iter().map(|b| b.bytes).sum()
+    }
+
+    /// Whether the program holds no buffer.
+    pub fn is_empty(&self) -> bool {
+        self.buffers.is_empty()
+    }
+}
+
+impl std::fmt::Display for LiveBuffers {
+    /// `2 live buffers (6000 bytes):` and a line per buffer, `  4000 bytes allocated at
+    /// src/main.rs:12:9`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} live buffers ({} bytes)",
+            self.buffers.len(),
+            self.total_bytes()
+        )?;
+        if !self.buffers.is_empty() {
+            f.write_str(":")?;
+        }
+        for b in &self.buffers {
+            write!(f, "\n  {} bytes allocated at {}", b.bytes, b.allocated_at)?;
+        }
+        Ok(())
+    }
+}
+
 /// The context's ledger: atomics for the counters, and the allocation site of every live
 /// buffer for the leak report.
 #[derive(Default)]
@@ -147,6 +249,14 @@ impl Ledger {
         source: Source,
     ) {
         self.allocations.fetch_add(1, Ordering::Relaxed);
+        if crate::trace::on() {
+            let from = match source {
+                Source::Driver => "driver",
+                Source::Pool => "pool",
+                Source::Reclaimed => "a deferred release taken over",
+            };
+            crate::trace::handed_out(id, site, from);
+        }
         let counter = match source {
             Source::Driver => &self.driver_allocations,
             Source::Pool => &self.reuses,
@@ -180,23 +290,62 @@ impl Ledger {
         }
     }
 
-    /// Live buffers as (bytes, allocation site), largest first.
-    pub(crate) fn leaks(&self) -> Vec<(u64, &'static std::panic::Location<'static>)> {
-        let mut leaks: Vec<_> = self
+    /// How many buffers the program holds.
+    pub(crate) fn held(&self) -> usize {
+        self.sites
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+
+    /// The buffers the program holds, largest first.
+    pub(crate) fn leaks(&self) -> LiveBuffers {
+        let mut buffers: Vec<LiveBuffer> = self
             .sites
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .values()
-            .copied()
+            .map(|&(bytes, allocated_at)| LiveBuffer {
+                bytes,
+                allocated_at,
+            })
             .collect();
-        leaks.sort_by_key(|l| std::cmp::Reverse(l.0));
-        leaks
+        buffers.sort_by_key(|b| (std::cmp::Reverse(b.bytes), b.allocated_at.to_string()));
+        LiveBuffers { buffers }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn byte_counts_read_in_the_largest_unit_that_keeps_them_at_one_or_more() {
+        let shown: Vec<String> = [0, 1023, 1024, 1536, 5 << 20, 3 << 30]
+            .into_iter()
+            .map(|b| Bytes(b).to_string())
+            .collect();
+        assert_eq!(
+            shown,
+            ["0 B", "1023 B", "1.0 KiB", "1.5 KiB", "5.0 MiB", "3.0 GiB"]
+        );
+    }
+
+    #[test]
+    fn the_leak_report_names_each_buffer_with_its_site_largest_first() {
+        let ledger = Ledger::default();
+        let here = std::panic::Location::caller();
+        ledger.handed_out(1, 10, here, Source::Driver);
+        ledger.handed_out(2, 4000, here, Source::Pool);
+        let report = ledger.leaks().to_string();
+        let expected = format!(
+            "2 live buffers (4010 bytes):\n  4000 bytes allocated at {here}\n  10 bytes allocated at {here}"
+        );
+        assert_eq!(report, expected);
+        ledger.given_back(1);
+        ledger.given_back(2);
+        assert_eq!(ledger.leaks().to_string(), "0 live buffers (0 bytes)");
+    }
 
     #[test]
     fn bytes_move_between_buckets_and_the_peak_counts_all_three() {
@@ -239,7 +388,7 @@ mod tests {
         ledger.handed_out(4, 40, site, Source::Reclaimed);
         ledger.handed_out(3, 20, site, Source::Driver);
         ledger.given_back(3);
-        let leaks: Vec<u64> = ledger.leaks().iter().map(|l| l.0).collect();
+        let leaks: Vec<u64> = ledger.leaks().buffers.iter().map(|l| l.bytes).collect();
         assert_eq!(leaks, [40, 30, 10]);
         let m = ledger.memory();
         assert_eq!(

@@ -20,6 +20,25 @@ pub(crate) fn command_type(raw: cl_event) -> Result<cl_uint> {
         .map_err(|s| Error::cl("clGetEventInfo", s))
 }
 
+/// A command's end callback: the event, its terminal status and the user data.
+pub(crate) type EndCallback = extern "C" fn(cl_event, cl_int, *mut std::ffi::c_void);
+
+/// `clSetEventCallback` for `CL_COMPLETE`: `callback` runs once the command has ended
+/// (completed or failed), possibly at once on this thread when it already has.
+///
+/// # Safety
+///
+/// `raw` is a live event, and `callback` may be called with `user` exactly once from any
+/// thread (the driver's), also after the event's last release.
+pub(crate) unsafe fn on_end(
+    raw: cl_event,
+    callback: EndCallback,
+    user: *mut std::ffi::c_void,
+) -> Result<()> {
+    cl::set_event_callback(raw, CL_COMPLETE, callback, user)
+        .map_err(|s| Error::cl("clSetEventCallback", s))
+}
+
 /// `CL_EVENT_CONTEXT`, or null when it cannot be read.
 pub(crate) fn event_context(raw: cl_event) -> cl_context {
     cl::get_event_info(raw, cl::CL_EVENT_CONTEXT)

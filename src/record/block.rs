@@ -13,6 +13,7 @@ use crate::core::stats::{Bucket, Source};
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::ffi::{self, Freed, cl_mem};
+use crate::trace;
 use crate::tracker::{Access, Lane};
 use crate::util::next_id;
 
@@ -167,6 +168,22 @@ impl Block {
     pub(crate) fn move_to(&mut self, to: Bucket) {
         self.ctx.ledger.shift(self.bytes as u64, self.bucket, to);
         self.bucket = to;
+        if crate::trace::on() {
+            self.trace_move(to);
+        }
+    }
+
+    #[cold]
+    fn trace_move(&self, to: Bucket) {
+        let phase = match to {
+            Bucket::Live => trace::Phase::Live,
+            Bucket::Pending => trace::Phase::Pending,
+            Bucket::Pooled => trace::Phase::Pooled,
+            Bucket::Freed => trace::Phase::Released,
+        };
+        let m = self.ctx.ledger.memory();
+        let memory = [m.live_bytes, m.pending_release_bytes, m.pooled_bytes];
+        trace::phase(self.id, self.ctx.id, self.bytes as u64, phase, memory);
     }
 
     /// The program no longer holds the block: it leaves the leak report.

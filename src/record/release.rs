@@ -58,6 +58,9 @@ impl Block {
             let start = Instant::now();
             report.freed = self.wait_freed(&freed);
             report.free_wait = start.elapsed();
+            if report.freed && crate::trace::on() {
+                crate::trace::freed(self.id);
+            }
             if !report.freed {
                 log::warn!(
                     target: "cl_lifetime::buffer",
@@ -114,6 +117,7 @@ impl Block {
             return Ok((report, None));
         }
         let mut stages = Stages::start();
+        let called = Instant::now();
         let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
         self.given_back();
         let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
@@ -150,7 +154,11 @@ impl Block {
         // above, or found ended by the reaper before it called this).
         let released = unsafe { ffi::release_mem(raw) };
         stages.mark("clReleaseMemObject");
-        let unfreed = self.freed.take().filter(|f| !f.fired());
+        let watched = self.freed.take();
+        if crate::trace::on() && watched.as_ref().is_some_and(|f| f.fired()) {
+            crate::trace::freed(self.id);
+        }
+        let unfreed = watched.filter(|f| !f.fired());
         // The *unbind at release* rule, only where it matters: a kernel argument can keep
         // the memory only if the driver has not freed it already (PoCL frees it inside
         // clReleaseMemObject, so the arguments it was set to are left as they are; they
@@ -167,6 +175,9 @@ impl Block {
             waited,
             raws.len()
         );
+        if crate::trace::on() {
+            crate::trace::release(self.id, called, raws.len());
+        }
         self.move_to(Bucket::Freed);
         released?;
         let report_freed = unfreed.is_none();

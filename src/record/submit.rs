@@ -173,7 +173,7 @@ impl Submit<'_> {
         // NVIDIA then refuses the enqueue with the failed status: gather again (the failed
         // event is left out, or refuses the command) a few times.
         let mut attempts = 0;
-        let ((raw, seq), holds, had_wait_list) = loop {
+        let ((raw, seq), holds, had_wait_list, traced_wait) = loop {
             let Gathered {
                 wait,
                 holds,
@@ -183,7 +183,8 @@ impl Submit<'_> {
             match queue.enqueue_tracked(!wait.is_empty(), || enqueue(wait)) {
                 Ok(raw) => {
                     queue.ctx.stats.count_enqueue(wait.len(), unelided);
-                    break (raw, holds, !wait.is_empty());
+                    let traced_wait = crate::trace::on().then(|| wait.to_vec());
+                    break (raw, holds, !wait.is_empty(), traced_wait);
                 }
                 Err(e) => {
                     // Statuses read since the gathering: a dependency may have failed.
@@ -211,6 +212,19 @@ impl Submit<'_> {
             failures_possible,
             writer,
         );
+        if let Some(wait) = traced_wait {
+            let touches = locked
+                .iter()
+                .map(|l| {
+                    let how = match l.access {
+                        Access::Read => crate::trace::Use::Read,
+                        Access::Write => crate::trace::Use::Write,
+                    };
+                    (l.block.id, how)
+                })
+                .collect();
+            crate::trace::command(raw, queue.lane.id, queue.profiling, touches, &wait);
+        }
         Ok(event)
     }
 
@@ -437,6 +451,9 @@ impl Submit<'_> {
             ffi::enqueue_marker(queue.raw, &folded)
         })?;
         queue.mark_dirty();
+        if crate::trace::on() {
+            crate::trace::command(raw, queue.lane.id, queue.profiling, Vec::new(), &folded);
+        }
         let deps = (!holds.is_empty()).then(|| holds.into_boxed_slice());
         record.fold(
             count,

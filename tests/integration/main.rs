@@ -24,4 +24,5 @@ mod release;
 mod schedules;
 mod stress;
 mod threads;
+mod trace;
 mod transfers;

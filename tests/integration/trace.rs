@@ -1,0 +1,235 @@
+//! The lifetime trace (`cl_lifetime::trace`): a small scripted run is traced, and the JSON
+//! file read back. The trace is the process's, so each test runs in a child process.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use cl_lifetime::{Pool, PoolOptions, QueueOptions};
+use serde_json::Value;
+
+/// Two queues (one profiling) and an out-of-order one, two buffers handed between them,
+/// a blocking and a deferred release, and a pool block reused across queues.
+fn scripted_run(path: &Path) {
+    let ctx = device!();
+    cl_lifetime::trace::start(path).expect("the trace starts");
+    let a = ctx.queue().expect("the scripted run");
+    let b = ctx
+        .queue_with(QueueOptions::default().profiling(true))
+        .expect("the scripted run");
+    let ooo = ctx.out_of_order_queue().expect("the scripted run");
+    let n = 1 << 16;
+    let x = ctx.buffer::<u32>(n).expect("the scripted run");
+    let y = ctx.buffer::<u32>(n).expect("the scripted run");
+    a.fill(&x, 3).expect("the scripted run");
+    // Read after write on another queue: a hazard wait, twice.
+    b.copy(&x, &y).expect("the scripted run");
+    let read = a.read_owned(&y).expect("the scripted run");
+    ooo.fill_range(&x, 4, 0..16).expect("the scripted run");
+    ooo.fill_range(&x, 5, 16..32).expect("the scripted run");
+    assert_eq!(read.wait().expect("the scripted run"), vec![3; n]);
+    x.release().expect("the scripted run");
+    y.release_deferred();
+    let pool = Pool::new(&ctx, PoolOptions::default()).expect("the scripted run");
+    let p = pool.acquire::<u32>(1024).expect("the scripted run");
+    b.fill(&p, 1).expect("the scripted run");
+    drop(p);
+    let p = pool.acquire::<u32>(1024).expect("the scripted run");
+    a.fill(&p, 2).expect("the scripted run");
+    drop(p);
+    drop(pool);
+    drop((a, b, ooo));
+    ctx.wait_deferred();
+    drop(ctx);
+    assert_eq!(
+        cl_lifetime::trace::finish().expect("the trace is written"),
+        Some(path.to_path_buf())
+    );
+}
+
+fn events(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("the trace file");
+    let json: Value = serde_json::from_str(&text).expect("the trace is JSON");
+    json["traceEvents"]
+        .as_array()
+        .expect("a traceEvents array")
+        .clone()
+}
+
+fn f(e: &Value, key: &str) -> f64 {
+    e[key].as_f64().unwrap_or_else(|| panic!("{key} of {e}"))
+}
+
+fn end(e: &Value) -> f64 {
+    f(e, "ts") + f(e, "dur")
+}
+
+fn trace_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("cl-lifetime-{name}-{}.json", std::process::id()))
+}
+
+isolated_test! {
+    fn every_buffer_of_a_traced_run_lives_until_every_command_that_touched_it_has_ended() {
+        let path = trace_path("lifetimes");
+        scripted_run(&path);
+        let events = events(&path);
+        let commands: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == "command")
+            .collect();
+        // Each buffer's outer slice, by its track (the buffer's number).
+        let buffers: HashMap<u64, &Value> = events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == "buffer")
+            .map(|e| (e["tid"].as_u64().unwrap(), e))
+            .collect();
+        assert!(buffers.len() >= 3, "buffers x, y and the pool's block: {buffers:?}");
+        let mut checked = 0;
+        for c in &commands {
+            for touched in c["args"]["buffers"].as_array().unwrap() {
+                let touched = touched.as_str().unwrap();
+                let id: u64 = touched
+                    .strip_prefix("buffer ")
+                    .and_then(|t| t.split(' ').next())
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or_else(|| panic!("a buffer named as {touched}"));
+                let buffer = buffers
+                    .get(&id)
+                    .unwrap_or_else(|| panic!("no track for buffer {id}, touched by {c}"));
+                assert!(
+                    !buffer["name"].as_str().unwrap().contains("not released"),
+                    "{buffer}"
+                );
+                assert!(
+                    end(buffer) >= end(c),
+                    "buffer {id} released at {} µs, before its command ended at {} µs: {c}",
+                    end(buffer),
+                    end(c)
+                );
+                checked += 1;
+            }
+        }
+        // Fills of x (3), the copy (2), the read, fills of the pool's block (2).
+        assert!(checked >= 8, "{checked} command-buffer pairs checked");
+        // The profiling queue's commands carry the device's times.
+        assert!(
+            commands.iter().any(|c| c["args"]["device_ns"].is_object()),
+            "no command with device times"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+isolated_test! {
+    fn the_memory_counters_of_a_traced_run_return_to_zero() {
+        let path = trace_path("counters");
+        scripted_run(&path);
+        let events = events(&path);
+        let counters: Vec<&Value> = events.iter().filter(|e| e["ph"] == "C").collect();
+        assert!(!counters.is_empty(), "no counter events");
+        let peak = counters
+            .iter()
+            .map(|c| c["args"]["live"].as_u64().unwrap())
+            .max()
+            .unwrap();
+        assert!(peak >= (2 * 4) << 16, "x and y live together: peak {peak}");
+        assert!(
+            counters
+                .iter()
+                .any(|c| c["args"]["pending"].as_u64().unwrap() > 0),
+            "y's deferred release is counted as pending"
+        );
+        assert!(
+            counters
+                .iter()
+                .any(|c| c["args"]["pooled"].as_u64().unwrap() > 0),
+            "the pool's block is counted as pooled"
+        );
+        let last = counters
+            .iter()
+            .max_by(|a, b| f(a, "ts").total_cmp(&f(b, "ts")))
+            .unwrap();
+        for series in ["live", "pending", "pooled"] {
+            assert_eq!(last["args"][series], 0, "{series} at the end: {last}");
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+isolated_test! {
+    fn every_hazard_wait_in_a_trace_joins_two_commands_on_different_queues() {
+        let path = trace_path("flows");
+        scripted_run(&path);
+        let events = events(&path);
+        let commands: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == "command")
+            .collect();
+        // The command slice a flow's end binds to: the one on its track around its time.
+        let command_at = |flow: &Value| -> &Value {
+            let (tid, ts) = (&flow["tid"], f(flow, "ts"));
+            let found: Vec<&&Value> = commands
+                .iter()
+                .filter(|c| c["tid"] == *tid && f(c, "ts") <= ts && ts <= end(c))
+                .collect();
+            assert_eq!(found.len(), 1, "flow end {flow} binds to {found:?}");
+            found[0]
+        };
+        let mut ends: HashMap<u64, (Option<&Value>, Option<&Value>)> = HashMap::new();
+        for e in events.iter().filter(|e| e["cat"] == "hazard") {
+            let slot = ends.entry(e["id"].as_u64().unwrap()).or_default();
+            match e["ph"].as_str().unwrap() {
+                "s" => slot.0 = Some(e),
+                "f" => slot.1 = Some(e),
+                other => panic!("a hazard event of phase {other}: {e}"),
+            }
+        }
+        // x's fill (queue a) before the copy (queue b), the copy before the read (a).
+        assert!(ends.len() >= 2, "{} hazard waits shown", ends.len());
+        for (id, (start, finish)) in ends {
+            let (Some(start), Some(finish)) = (start, finish) else {
+                panic!("flow {id} has one end only");
+            };
+            let (waited_on, waiting) = (command_at(start), command_at(finish));
+            assert_ne!(
+                waited_on["args"]["queue"], waiting["args"]["queue"],
+                "flow {id} joins two commands of one queue: {waited_on} and {waiting}"
+            );
+            let named = format!("command {}", waited_on["args"]["command"]);
+            assert!(
+                waiting["args"]["wait_list"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|w| *w == named.as_str()),
+                "flow {id}: {waiting} does not wait on {named}"
+            );
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+isolated_test! {
+    fn a_trace_turned_on_by_its_variable_is_written_when_the_last_context_is_dropped() {
+        // The child's environment: set before any context exists.
+        let path = trace_path("from-env");
+        // SAFETY: the child process runs this one test, on this thread, before anything
+        // reads the environment concurrently.
+        unsafe { std::env::set_var(cl_lifetime::trace::TRACE_VAR, &path) };
+        let ctx = device!();
+        let other = ctx.clone();
+        let queue = ctx.queue().unwrap();
+        let buf = ctx.buffer::<u32>(64).unwrap();
+        queue.fill(&buf, 1).unwrap().wait().unwrap();
+        drop((buf, queue, ctx));
+        assert!(cl_lifetime::trace::is_on());
+        let before = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(before, 0, "written before the last context was dropped");
+        drop(other);
+        let events = events(&path);
+        assert!(
+            events.iter().any(|e| e["cat"] == "command"),
+            "no command in {events:?}"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+}
