@@ -3,7 +3,7 @@ CARGO ?= cargo
 # Fall back to a rustup install whose bin directory is not on PATH yet.
 export PATH := $(PATH):$(HOME)/.cargo/bin
 
-.PHONY: setup demo examples test test-all lint clean bench cl-calls soak stress leakcheck
+.PHONY: setup demo examples test test-all lint clean bench cl-calls soak stress leakcheck trace trace-picture
 
 setup:
 	bash scripts/setup.sh
@@ -51,6 +51,16 @@ stress: export POCL_DEVICES ?= pthread pthread
 stress: setup
 	CL_LIFETIME_STRESS_OPS=$(or $(OPS),100000) $(CARGO) test --release --test integration \
 		stress:: -- --nocapture
+
+# A small two-queue pipeline with the lifetime trace on (examples/trace.rs): writes
+# target/trace/pipeline.json, for https://ui.perfetto.dev or chrome://tracing.
+trace: setup
+	$(CARGO) run --release --example trace -- target/trace/pipeline.json
+
+# That trace drawn by scripts/trace-view.html in headless Chromium: docs/trace.png
+# (scripts/trace-picture.sh; installs Debian's chromium when missing).
+trace-picture: trace
+	bash scripts/trace-picture.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -197,23 +197,23 @@ pub(super) fn write(records: &[Rec], end: f64, out: &mut impl Write) -> io::Resu
             let q = queues.get(&c.queue);
             let lane = track % LANES;
             let name = match q {
-                Some(q) => format!(
-                    "queue {} of context {} on {} ({}{}){}",
-                    c.queue,
-                    q.ctx,
-                    q.device,
-                    if q.in_order {
+                Some(q) => {
+                    let order = if q.in_order {
                         "in order"
                     } else {
                         "out of order"
-                    },
-                    if q.profiling { ", profiling" } else { "" },
-                    if lane > 0 {
+                    };
+                    let profiling = if q.profiling { ", profiling" } else { "" };
+                    let lane = if lane > 0 {
                         format!(" #{lane}")
                     } else {
                         String::new()
-                    }
-                ),
+                    };
+                    format!(
+                        "queue {}{lane} ({order}{profiling}), context {} on {}",
+                        c.queue, q.ctx, q.device
+                    )
+                }
                 None => format!("queue {}", c.queue),
             };
             events.push(thread_name(COMMANDS, track, &name));
@@ -384,12 +384,21 @@ fn command_slice(
     if let Some(seen) = c.seen {
         let _ = write!(args, ",\"seen_ended_us\":{seen:.3}");
     }
+    let (ts, dur) = span(start, stop);
     format!(
-        "{{\"ph\":\"X\",\"pid\":{COMMANDS},\"tid\":{track},\"ts\":{start:.3},\"dur\":{:.3},\
+        "{{\"ph\":\"X\",\"pid\":{COMMANDS},\"tid\":{track},\"ts\":{ts},\"dur\":{dur},\
          \"name\":{},\"cat\":\"command\",\"args\":{{{args}}}}}",
-        stop - start,
         string(&name)
     )
+}
+
+/// A slice's start and duration in microseconds with three decimals, both from whole
+/// nanoseconds, so that a slice that ends where the next begins is read back so.
+fn span(from: f64, to: f64) -> (String, String) {
+    let from = (from * 1e3).round() as i64;
+    let to = ((to * 1e3).round() as i64).max(from);
+    let us = |ns: i64| format!("{}.{:03}", ns / 1000, ns % 1000);
+    (us(from), us(to - from))
 }
 
 fn buffer_events(block: u64, b: &Buffer, end: f64, events: &mut Vec<String>) {
@@ -473,10 +482,10 @@ fn buffer_events(block: u64, b: &Buffer, end: f64, events: &mut Vec<String>) {
 }
 
 fn slice(pid: u32, tid: u64, from: f64, to: f64, name: &str, cat: &str, args: &str) -> String {
+    let (ts, dur) = span(from, to);
     format!(
-        "{{\"ph\":\"X\",\"pid\":{pid},\"tid\":{tid},\"ts\":{from:.3},\"dur\":{:.3},\"name\":{},\
+        "{{\"ph\":\"X\",\"pid\":{pid},\"tid\":{tid},\"ts\":{ts},\"dur\":{dur},\"name\":{},\
          \"cat\":\"{cat}\",\"args\":{{{args}}}}}",
-        (to - from).max(0.0),
         string(name)
     )
 }
@@ -519,6 +528,18 @@ fn string(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slice_that_ends_where_the_next_begins_is_written_so() {
+        let (a, b, c) = (1.23456, 7.0004999, 9.5);
+        let (ts, dur) = span(a, b);
+        let (next, _) = span(b, c);
+        assert_eq!(
+            (ts.as_str(), dur.as_str(), next.as_str()),
+            ("1.235", "5.765", "7.000")
+        );
+        assert_eq!(span(5.0, 4.0).1, "0.000", "never negative");
+    }
 
     #[test]
     fn strings_are_escaped_as_json_requires() {
