@@ -18,6 +18,10 @@
 //! - `pooled_acquire_release` (device): [`Pool::acquire`] of 4096 bytes then
 //!   [`ClBuffer::release`] back to a warm pool.
 //!
+//! - `enqueue_fill` (device): [`Queue::fill`] of a 1 KiB buffer on one in-order queue, the
+//!   event dropped; `trace_off` as every program runs, `trace_on` with the lifetime trace
+//!   recording ([`cl_lifetime::trace`]; what it recorded is discarded, not written).
+//!
 //! The device groups run on `Context::from_env()` (`CL_LIFETIME_DEVICE` picks the device);
 //! when no context can be made they are skipped with a message.
 //!
@@ -27,6 +31,7 @@
 //!
 //! [`ClBuffer::release`]: cl_lifetime::ClBuffer::release
 //! [`Pool::acquire`]: cl_lifetime::Pool::acquire
+//! [`Queue::fill`]: cl_lifetime::Queue::fill
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -210,6 +215,22 @@ fn device(c: &mut Criterion) {
             BatchSize::SmallInput,
         );
     });
+
+    let target = ctx.buffer::<u8>(1024).expect("create a 1 KiB buffer");
+    let mut group = c.benchmark_group("enqueue_fill");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("trace_off", |b| {
+        b.iter(|| queue.fill(&target, black_box(1u8)).expect("enqueue a fill"));
+    });
+    let trace = std::env::temp_dir().join(format!("hot-paths-{}.json", std::process::id()));
+    cl_lifetime::trace::start(&trace).expect("start a trace");
+    group.bench_function("trace_on", |b| {
+        b.iter(|| queue.fill(&target, black_box(1u8)).expect("enqueue a fill"));
+    });
+    cl_lifetime::trace::discard();
+    let _ = std::fs::remove_file(&trace);
+    group.finish();
+    queue.finish().expect("the fills end");
 
     let pool = Pool::new(&ctx, PoolOptions::default()).expect("create a pool");
     // Warm the pool: one block of the size class exists before the timing.

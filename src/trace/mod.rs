@@ -125,6 +125,14 @@ pub fn finish() -> Result<Option<PathBuf>> {
     }
 }
 
+/// Stops recording and drops what was recorded, writing nothing; returns whether a trace
+/// was on.
+pub fn discard() -> bool {
+    let mut guard = lock();
+    ON.store(false, Ordering::Relaxed);
+    guard.take().is_some()
+}
+
 /// Writes what the trace holds so far, and goes on recording; returns its path, or `None`
 /// when no trace is on.
 ///

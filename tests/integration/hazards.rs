@@ -96,6 +96,9 @@ fn assert_mapped<T: std::fmt::Debug>(what: &str, result: cl_lifetime::Result<T>)
 #[test]
 fn read_after_write_on_another_queue_waits() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let (a, b, c) = (
         ctx.queue().unwrap(),
         ctx.queue().unwrap(),
@@ -133,6 +136,9 @@ fn read_after_write_on_another_queue_waits() {
 #[test]
 fn write_after_read_on_another_queue_waits() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let (a, b, c) = (
         ctx.queue().unwrap(),
         ctx.queue().unwrap(),
@@ -176,6 +182,9 @@ fn write_after_read_on_another_queue_waits() {
 #[test]
 fn write_after_write_waits() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let (a, b) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let buf = ctx.buffer_from(&[0u32; N]).unwrap();
     let gate = closed_gate(&ctx);
@@ -193,6 +202,9 @@ fn write_after_write_waits() {
 #[test]
 fn read_after_read_on_two_queues_runs_without_waiting() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let (a, b) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let scale = common::busy(&ctx).kernel("scale").unwrap();
     let data: Vec<f32> = ramp(N, 3).into_iter().map(|x| x as f32).collect();
@@ -291,6 +303,9 @@ fn reads_on_one_out_of_order_queue_run_without_waiting() {
 #[test]
 fn same_in_order_queue_gets_no_wait_list() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let buf = ctx.buffer::<u32>(N).unwrap();
 
     // One in-order queue: write, read, write. Nothing completes before the gate opens,
@@ -358,6 +373,9 @@ fn same_in_order_queue_gets_no_wait_list() {
 #[test]
 fn out_of_order_queue_orders_its_own_hazards() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let Ok(queue) = ctx.out_of_order_queue() else {
         common::not_run("the device has no out-of-order queues");
         return;
@@ -436,6 +454,9 @@ fn wait_works_across_two_devices() {
 #[test]
 fn producing_queue_is_flushed_before_another_queue_waits() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS) {
+        return;
+    }
     let (a, b) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let buf = Arc::new(ctx.buffer_from(&[0u32; N]).unwrap());
     let data = ramp(N, 11);
@@ -474,6 +495,9 @@ fn producing_queue_is_flushed_before_another_queue_waits() {
 #[test]
 fn user_dependencies_add_to_the_hazards() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let (a, b) = (ctx.queue().unwrap(), ctx.queue().unwrap());
 
     // A buffer with no hazards: only the extra dependency holds the command back.
@@ -532,6 +556,9 @@ fn user_dependencies_add_to_the_hazards() {
 #[test]
 fn blocking_map_waits_only_on_writers() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS) {
+        return;
+    }
     let (a, b) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let data = ramp(N, 17);
     let buf = Arc::new(ctx.buffer_from(&data).unwrap());
@@ -608,6 +635,9 @@ fn writable_map_waits_on_readers() {
 #[test]
 fn map_mut_writes_are_seen_by_later_commands() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let (a, b, c) = (
         ctx.queue().unwrap(),
         ctx.queue().unwrap(),
@@ -735,6 +765,9 @@ fn commands_that_conflict_with_a_mapping_are_refused() {
 fn record_is_bounded_on_out_of_order_queues_under_load() {
     const READS: usize = 500;
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let Ok(queue) = ctx.out_of_order_queue() else {
         common::not_run("the device has no out-of-order queues");
         return;
@@ -801,6 +834,9 @@ fn record_is_bounded_on_out_of_order_queues_under_load() {
 #[test]
 fn writes_after_a_failed_write_still_wait_for_the_reads_before_it() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let (a, b) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let old = ramp(N, 37);
     let buf = ctx.buffer_from(&old).unwrap();
@@ -836,6 +872,9 @@ fn writes_after_a_failed_write_still_wait_for_the_reads_before_it() {
 #[test]
 fn release_after_a_failed_write_still_waits_for_the_reads_before_it() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let (a, b) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let buf = ctx.buffer_from(&ramp(N, 41)).unwrap();
     // Kept past the read's end, as in the test above.
@@ -878,6 +917,9 @@ fn release_after_a_failed_write_still_waits_for_the_reads_before_it() {
 #[test]
 fn hazards_chain_through_three_queues() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let (a, b, c) = (
         ctx.queue().unwrap(),
         ctx.queue().unwrap(),

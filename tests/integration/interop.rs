@@ -108,6 +108,9 @@ fn as_cl_sys(wait: &[cl_lifetime::opencl3::types::cl_event]) -> Vec<cl_sys::cl_e
 #[test]
 fn a_raw_command_told_to_the_library_waits_on_the_hazards_it_is_handed() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let (queue, raw_side) = (ctx.queue().unwrap(), ctx.out_of_order_queue().unwrap());
     let src = ctx.buffer_from(&[1u32; 1024]).unwrap();
     let dst = ctx.buffer_from(&[0u32; 1024]).unwrap();
@@ -139,6 +142,9 @@ fn a_raw_command_told_to_the_library_waits_on_the_hazards_it_is_handed() {
 #[test]
 fn the_release_of_a_buffer_waits_for_a_raw_command_told_to_the_library() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let buf = ctx.buffer::<u32>(1 << 16).unwrap();
     let gate = ctx.user_event().unwrap();
@@ -169,6 +175,9 @@ fn the_release_of_a_buffer_waits_for_a_raw_command_told_to_the_library() {
 #[test]
 fn a_raw_command_after_a_barrier_is_ordered_without_a_wait_list() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     // An out-of-order queue: only the barrier keeps the copy behind the gated fill.
     let queue = ctx.out_of_order_queue().unwrap();
     let other = ctx.queue().unwrap();
@@ -224,6 +233,9 @@ fn a_raw_command_that_reads_a_failed_write_is_refused_before_it_is_called() {
 #[test]
 fn hazards_are_the_commands_a_use_must_wait_for() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let buf = ctx.buffer::<u32>(64).unwrap();
     let other = ctx.buffer::<u32>(64).unwrap();
@@ -250,6 +262,9 @@ fn hazards_are_the_commands_a_use_must_wait_for() {
 #[test]
 fn a_buffer_made_by_raw_code_is_tracked_once_adopted_and_its_owner_keeps_it() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let mut status = 0;
     // SAFETY: a plain buffer of the library's context.
@@ -448,6 +463,9 @@ fn clblast_sgemm() -> Option<Sgemm> {
 fn a_clblast_gemm_joins_the_record_of_the_buffers_it_uses() {
     const M: usize = 32;
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let Some(sgemm) = clblast_sgemm() else { return };
     let queue = ctx.queue().unwrap();
     let reader = ctx.queue().unwrap();

@@ -65,6 +65,9 @@ fn mem_offset<T: Pod>(buf: &ClBuffer<T>) -> usize {
 #[test]
 fn deferred_release_returns_while_a_gated_command_is_pending() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let (queue, other) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let buf = ctx.buffer::<u32>(1000).unwrap();
     let bytes = buf.bytes() as u64;
@@ -119,6 +122,9 @@ fn released_deferred_behind_a_gate(ctx: &Context, queue: &Queue) -> (UserEvent, 
 #[test]
 fn a_new_buffer_takes_over_a_deferred_release_only_once_its_commands_have_ended() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let mut taken = None;
     for round in 0..50 {
@@ -177,6 +183,9 @@ fn a_new_buffer_takes_over_a_deferred_release_only_once_its_commands_have_ended(
 #[test]
 fn a_deferred_release_whose_command_failed_is_not_taken_over() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     for round in 0..20 {
         let (gate, fill, watch) = released_deferred_behind_a_gate(&ctx, &queue);
@@ -199,6 +208,9 @@ fn a_deferred_release_whose_command_failed_is_not_taken_over() {
 #[test]
 fn dropping_the_context_finishes_deferred_releases() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let spin = common::busy(&ctx).kernel("spin").unwrap();
     let n = 256;
@@ -293,6 +305,9 @@ fn same_queue_reuse_needs_no_wait_list() {
 #[test]
 fn cross_queue_reuse_orders_the_new_owner_after_the_old() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
     let n = 1024;
@@ -391,6 +406,9 @@ fn acquire_on_gives_each_queue_its_own_block_while_another_queues_block_is_pendi
 #[test]
 fn acquire_on_at_max_bytes_orders_the_new_owner_after_another_queues_commands() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let n = 1024;
     let bytes = (n * size_of::<u32>()) as u64;
@@ -557,6 +575,9 @@ fn held(ms: &MemoryStats) -> u64 {
 #[test]
 fn max_bytes_bounds_pending_releases_too() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let max = 1u64 << 20;
     let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(max)).unwrap();
@@ -635,6 +656,9 @@ impl Footprint {
 #[test]
 fn max_bytes_bounds_pending_releases_when_threads_acquire_at_once() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS) {
+        return;
+    }
     let mib = 1usize << 20;
     let max = 8 * mib as u64;
     let (threads, rounds) = (4, 200);
@@ -731,6 +755,9 @@ fn wait_bounded(event: &Event) -> Option<cl_lifetime::Result<()>> {
 #[test]
 fn a_recycled_block_does_not_pass_the_old_owners_failure_on() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     eprintln!("device: {}", ctx.device());
     let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
     let n = 256;
@@ -788,6 +815,9 @@ fn a_recycled_block_does_not_pass_the_old_owners_failure_on() {
 isolated_test! {
     fn a_recycled_block_does_not_pass_on_a_failure_the_driver_has_not_reported_yet() {
         let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
         let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
         let queue = ctx.queue().unwrap();
         let n = 256;
@@ -828,6 +858,9 @@ isolated_test! {
 #[test]
 fn threshold_and_trim_bound_the_footprint() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let class = 4096u64;
     // Three blocks fit, a fourth would not: half a block is left over.
@@ -932,6 +965,9 @@ fn threshold_and_trim_bound_the_footprint() {
 #[test]
 fn max_bytes_makes_allocation_fail_with_a_typed_error_after_trimming() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let max = 4096u64;
     let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(max)).unwrap();
@@ -1033,6 +1069,9 @@ fn max_bytes_makes_allocation_fail_with_a_typed_error_after_trimming() {
 #[test]
 fn max_bytes_holds_when_threads_acquire_at_once() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS) {
+        return;
+    }
     let class = 1024usize;
     let max = 4 * class as u64;
     let threads = 8;
@@ -1092,6 +1131,9 @@ fn force_residency_allocates_and_works() {
 #[test]
 fn poison_fills_recycled_blocks() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let pool = Pool::new(&ctx, PoolOptions::default().poison(true)).unwrap();
     let n = 1000;
@@ -1139,6 +1181,9 @@ fn poison_fills_recycled_blocks() {
 #[test]
 fn resize_keeps_contents_and_orders_after_pending_writes() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let n = 1000;
     let data = ramp(n, 11);
@@ -1286,6 +1331,9 @@ fn arena_carves_aligned_non_overlapping_sub_buffers() {
 #[test]
 fn arena_reset_is_refused_while_a_deferred_release_of_a_sub_buffer_is_pending() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let (queue, other) = (ctx.queue().unwrap(), ctx.queue().unwrap());
     let n = 1024;
     let mut arena = Arena::new(&ctx, n * 4).unwrap();
@@ -1333,6 +1381,9 @@ fn arena_reset_is_refused_while_a_deferred_release_of_a_sub_buffer_is_pending() 
 #[test]
 fn deferred_release_of_a_sub_buffer_does_not_count_its_bytes_twice() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let capacity = 64 * 1024;
     let arena = Arena::new(&ctx, capacity).unwrap();
@@ -1361,6 +1412,9 @@ fn deferred_release_of_a_sub_buffer_does_not_count_its_bytes_twice() {
 #[test]
 fn accounting_tracks_live_pooled_pending_and_peak() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
     let stats = |live, pending, pooled, peak, allocations, reuses, driver| MemoryStats {
@@ -1496,7 +1550,8 @@ fn long_random_run_ends_with_nothing_live_or_pending() {
                 "rusticl",
                 "hangs on rusticl: a blocking release the run's model counts as clear of the \
                  gate waits behind it; not understood yet",
-            ) {
+            ) || common::not_on(&ctx, "oclgrind", common::oclgrind::GATES)
+            {
                 return;
             }
             let seed = std::env::var("POOL_SEED")

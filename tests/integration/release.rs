@@ -12,6 +12,9 @@ use crate::common::{self, HANG, pattern};
 #[test]
 fn release_waits_for_a_gated_command_on_its_buffer() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let increment = common::busy(&ctx).kernel("increment").unwrap();
     let n = 1024;
@@ -56,6 +59,9 @@ fn release_waits_for_a_gated_command_on_its_buffer() {
 #[test]
 fn drop_behind_an_unset_gate_returns_and_frees_only_after_the_gated_command() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let buf = ctx.buffer::<u32>(1024).unwrap();
     let gate = ctx.user_event().unwrap();
@@ -85,6 +91,9 @@ fn drop_behind_an_unset_gate_returns_and_frees_only_after_the_gated_command() {
 #[test]
 fn release_ignores_gated_command_on_another_buffer() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let other_queue = ctx.queue().unwrap();
     let busy_buf = ctx.buffer::<f32>(256).unwrap();
@@ -147,6 +156,9 @@ fn release_ignores_gated_command_on_another_queue_sharing_nothing() {
 #[test]
 fn failed_command_still_ends_in_released_memory() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     for what in [CommandKind::Fill, CommandKind::Read] {
         // A fresh queue: some drivers refuse further work on a queue that ran a failed
         // command.
@@ -257,6 +269,9 @@ fn kernel_arguments_do_not_keep_released_buffers_alive() {
 #[test]
 fn release_after_write_and_kernel_reports_what_it_waited_on() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let other = ctx.queue().unwrap();
     let increment = common::busy(&ctx).kernel("increment").unwrap();

@@ -1252,6 +1252,9 @@ impl Runs {
 #[test]
 fn random_schedules_match_a_sequential_model() {
     let one = device!();
+    if common::not_on(&one, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let Some(runs) = runs(one, SCHEDULES_VAR, DEFAULT_SCHEDULES, 0x5C4E_D01E_0000_0001) else {
         return;
     };
@@ -1475,6 +1478,9 @@ fn run_round(env: &Env, seed: u64) -> Result<(), String> {
 #[test]
 fn threads_with_their_own_queues_match_a_sequential_model() {
     let one = device!();
+    if common::not_on(&one, "oclgrind", common::oclgrind::THREADS) {
+        return;
+    }
     let Some(runs) = runs(one, ROUNDS_VAR, DEFAULT_ROUNDS, 0x7C4E_AD50_0000_0002) else {
         return;
     };
@@ -2165,6 +2171,9 @@ fn random_schedules_with_failures_keep_the_failure_rule() {
 
 fn failure_schedules(base: u64) {
     let one = device!();
+    if common::not_on(&one, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let Some(runs) = runs(one, FAILURE_SCHEDULES_VAR, DEFAULT_FAILURE_SCHEDULES, base) else {
         return;
     };

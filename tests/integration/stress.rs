@@ -792,6 +792,9 @@ fn threads_sharing_queues_under_injected_failures_match_their_models_and_leak_no
                 Ok(ctx) => ctx,
                 Err(_) => device!(),
             };
+            if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS) {
+                return;
+            }
             let number = |var: &str| std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok());
             let ops = number(OPS_VAR).map_or(DEFAULT_OPS, |n| n as usize);
             let seed = number(SEED_VAR).unwrap_or(0x0577_2E55);

@@ -144,30 +144,45 @@ fn scale_from_threads(ctx: &Context, sharing: Sharing, input: Input) {
 #[test]
 fn threads_reading_one_input_with_their_own_kernels_get_their_own_results() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS) {
+        return;
+    }
     scale_from_threads(&ctx, Sharing::Own, Input::Shared);
 }
 
 #[test]
 fn threads_reading_one_input_through_clones_of_one_kernel_get_their_own_results() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS) {
+        return;
+    }
     scale_from_threads(&ctx, Sharing::Clone, Input::Shared);
 }
 
 #[test]
 fn threads_reading_one_input_through_one_borrowed_kernel_get_their_own_results() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS) {
+        return;
+    }
     scale_from_threads(&ctx, Sharing::Reference, Input::Shared);
 }
 
 #[test]
 fn threads_launching_clones_of_one_kernel_do_not_interleave_arguments() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS) {
+        return;
+    }
     scale_from_threads(&ctx, Sharing::Clone, Input::PerThread);
 }
 
 #[test]
 fn threads_launching_one_borrowed_kernel_do_not_interleave_arguments() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS) {
+        return;
+    }
     scale_from_threads(&ctx, Sharing::Reference, Input::PerThread);
 }
 
@@ -219,6 +234,9 @@ fn increments_from_threads_through_one_in_order_queue_all_land() {
 fn releasing_a_buffer_while_other_threads_use_the_same_queue_completes() {
     const ROUNDS: usize = 100;
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let increment = common::busy(&ctx).kernel("increment").unwrap();
     // Where events keep their buffers, a release while the test holds a pending read of

@@ -208,6 +208,9 @@ fn array_elements_transfer_copy_and_fill_as_units() {
 fn non_blocking_write_keeps_its_host_memory_alive_until_it_runs() {
     const LEN: usize = 4096;
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let expected = pattern(LEN, 3);
     let buf = ctx.buffer::<u32>(LEN).unwrap();
@@ -249,6 +252,9 @@ fn non_blocking_write_keeps_its_host_memory_alive_until_it_runs() {
 #[test]
 fn gated_read_owned_is_pending_until_its_gate_opens() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let data: Vec<i32> = (0..512).map(|i| i * 3 - 700).collect();
     let buf = ctx.buffer_from(&data).unwrap();
@@ -294,6 +300,9 @@ fn read_owned_range_returns_exactly_the_range() {
 #[test]
 fn dropping_a_pending_read_on_another_thread_blocks_until_the_read_ends() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let buf = ctx.buffer_from(&pattern(4096, 6)).unwrap();
     let gate = ctx.user_event().unwrap();
@@ -315,6 +324,9 @@ fn dropping_a_pending_read_on_another_thread_blocks_until_the_read_ends() {
 #[test]
 fn dropping_a_pending_read_whose_gate_another_thread_opens_blocks_until_the_read_ends() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let buf = ctx.buffer_from(&pattern(4096, 7)).unwrap();
     let gate = ctx.user_event().unwrap();
@@ -424,6 +436,9 @@ fn enqueue_events_report_their_command_kind_and_complete() {
 #[test]
 fn wait_all_waits_for_every_event_and_reports_a_failure() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let other_queue = ctx.queue().unwrap();
     let a = ctx.buffer::<u32>(256).unwrap();
@@ -468,6 +483,9 @@ fn wait_all_waits_for_every_event_and_reports_a_failure() {
 #[test]
 fn staged_blocking_reads_return_what_was_written_from_several_threads() {
     let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS) {
+        return;
+    }
     let queue = ctx
         .queue_with(cl_lifetime::QueueOptions::default().stage_reads(true))
         .unwrap();

@@ -135,6 +135,14 @@ pub mod oclgrind {
     /// Threads sharing a context.
     pub const THREADS: &str = "Oclgrind's runtime is not thread-safe: threads sharing a \
         context crash it";
+    /// A measure of the process's memory.
+    pub const MEMORY: &str = "Oclgrind's uninitialized-value check keeps shadow copies of the \
+        data written (the process held 768 MiB after six 64 MiB writes, and nothing extra \
+        without the check), so the process's memory measures Oclgrind, not the library";
+    /// A command after failed ones on an in-order queue.
+    pub const ECHO: &str = "Oclgrind fails every command an in-order queue holds behind a \
+        failed command it has not run yet, as NVIDIA does (design trap \"a failure echoes \
+        on its queue\"), and the library keeps no echo for Oclgrind's queues";
 }
 
 /// Whether `ctx` is on the implementation named `name` (a part of its platform name, in
