@@ -51,6 +51,7 @@
 //! |---|---|
 //! | `error`, `status`, [`tracker`], `launch`, `pod`, `util`, `census` | plain data and rules with no OpenCL call: typed errors and statuses, the event record and its hazard rules, the launch checks, the process-wide counts of what the library holds |
 //! | `ffi` | the only code that calls OpenCL; every `unsafe` FFI call, each with its safety contract |
+//! | [`trace`] | the opt-in lifetime trace: records what the layers above report, writes Chrome trace-event JSON |
 //! | `core` | per-context and per-queue state: devices, counters, the memory ledger, the reaper thread, open gates |
 //! | `event` | retained events, user events, and failed events kept until their dependencies end |
 //! | `record` | a buffer's block and record, the enqueue protocol (gather, enqueue, commit, fold) and releases |

@@ -286,22 +286,18 @@ fn lay_commands(commands: &mut [Command<'_>], queues: &HashMap<u64, Queue<'_>>, 
     for c in commands.iter_mut() {
         let in_order = queues.get(&c.queue).is_none_or(|q| q.in_order);
         let ended = c.ended().unwrap_or(end);
-        let (mut start, mut stop) = (c.enqueued, ended);
-        if let Some((_, status, Some([queued, _, started, finished]))) = c.callback {
-            if status == 0 && started >= queued && finished >= started {
-                // The device's clock, placed on the host's through the queued time.
-                let offset = c.enqueued - queued as f64 / 1e3;
-                start = (started as f64 / 1e3 + offset).max(c.enqueued);
-                stop = (finished as f64 / 1e3 + offset).min(ended);
-            }
+        let (mut start, stop) = (c.enqueued, ended);
+        if let Some((_, 0, Some([_, _, started, finished]))) = c.callback {
+            // The device's duration, ending when the host learnt the command had ended:
+            // the device's clock has no fixed offset from the host's (PoCL's queued time
+            // is not the enqueue's).
+            let duration = finished.saturating_sub(started) as f64 / 1e3;
+            start = (ended - duration).max(c.enqueued);
         }
         if in_order {
             let previous = last_end.entry(c.queue).or_insert(0.0);
-            start = start.max(*previous);
-        }
-        stop = stop.max(start);
-        if in_order {
-            last_end.insert(c.queue, stop);
+            start = start.max(*previous).min(stop);
+            *previous = stop;
         }
         let tracks = lanes.entry(c.queue).or_default();
         let lane = match tracks.iter().position(|&free_at| free_at <= start) {
@@ -573,6 +569,34 @@ mod tests {
         lay_commands(&mut commands, &queues, 100.0);
         assert_eq!(commands[0].slice, Some((7 * LANES, 0.0, 10.0)));
         assert_eq!(commands[1].slice, Some((7 * LANES, 10.0, 15.0)));
+    }
+
+    #[test]
+    fn a_profiled_command_lasts_its_device_duration_and_ends_when_the_host_learnt_it_had() {
+        let queues = HashMap::from([(
+            7,
+            Queue {
+                ctx: 1,
+                device: "d",
+                in_order: true,
+                profiling: true,
+            },
+        )]);
+        // Queued 150 µs before it started on the device's clock, 5 µs long, though the
+        // host saw it end 10 µs after the enqueue.
+        let mut commands = vec![Command {
+            id: 1,
+            queue: 7,
+            kind: 0,
+            enqueued: 100.0,
+            touches: &[],
+            waits: &[],
+            callback: Some((110.0, 0, Some([1_000_000, 1_000_100, 1_150_000, 1_155_000]))),
+            seen: Some(112.0),
+            slice: None,
+        }];
+        lay_commands(&mut commands, &queues, 1000.0);
+        assert_eq!(commands[0].slice, Some((7 * LANES, 105.0, 110.0)));
     }
 
     #[test]

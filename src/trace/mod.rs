@@ -28,8 +28,9 @@
 //!   side by side): each command from its start to its end, with the buffers it touched and
 //!   how, its wait list and its status. Without profiling, its start is when it was
 //!   enqueued, or when the command before it on its in-order queue ended if that was later;
-//!   with profiling on its queue, the device's start and end, placed on the host's clock
-//!   through the command's queued time.
+//!   with profiling on its queue, the device's duration, ending when the library learnt
+//!   the command had ended (the device's clock has no fixed offset from the host's), and
+//!   the device's own times among its details.
 //! - **Buffers**, one track per buffer: from its allocation to its `clReleaseMemObject`,
 //!   with its phases inside (held by the program, pending a deferred release, kept by a
 //!   pool), the release and what it waited on, reuse from a pool, and the destructor
