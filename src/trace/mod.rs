@@ -41,7 +41,7 @@
 //!
 //! # Rules
 //!
-//! - **Off costs one branch.** Every hook in the library sits behind [`on`], one relaxed
+//! - **Off costs one branch.** Every hook in the library sits behind one relaxed
 //!   atomic load; nothing else runs while no trace is on.
 //! - **Recorded, then written.** While on, hooks append small records under one lock; the
 //!   JSON is made only when the trace is written.
@@ -83,7 +83,7 @@ pub fn is_on() -> bool {
     on()
 }
 
-/// Starts recording a trace, to be written to `path` by [`finish`] or [`write`].
+/// Starts recording a trace, to be written to `path` by [`finish`] or [`write()`].
 ///
 /// # Errors
 ///
