@@ -176,7 +176,7 @@ impl Block {
             raws.len()
         );
         if crate::trace::on() {
-            crate::trace::release(self.id, called, raws.len());
+            crate::trace::release(self.id, called, block.then_some(raws.len()));
         }
         self.move_to(Bucket::Freed);
         released?;

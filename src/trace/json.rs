@@ -57,7 +57,7 @@ struct Buffer {
     bytes: u64,
     phases: Vec<(f64, Phase)>,
     handed: Vec<(f64, String, &'static str)>,
-    releases: Vec<(f64, f64, usize)>,
+    releases: Vec<(f64, f64, Option<usize>)>,
     freed: Option<f64>,
 }
 
@@ -454,15 +454,17 @@ fn buffer_events(block: u64, b: &Buffer, end: f64, events: &mut Vec<String>) {
         events.push(slice(BUFFERS, block, from, to, name, "phase", &args));
     }
     for &(from, at, waited_on) in &b.releases {
-        events.push(slice(
-            BUFFERS,
-            block,
-            from,
-            at,
-            &format!("release (waited on {waited_on} commands)"),
-            "release",
-            &format!("\"waited_on\":{waited_on}"),
-        ));
+        let (name, args) = match waited_on {
+            Some(n) => (
+                format!("release (waited on {n} commands)"),
+                format!("\"waited_on\":{n}"),
+            ),
+            None => (
+                "deferred release (its commands had ended)".to_string(),
+                String::new(),
+            ),
+        };
+        events.push(slice(BUFFERS, block, from, at, &name, "release", &args));
     }
     for &(at, _, source) in &b.handed {
         if source != "driver" {

@@ -235,7 +235,8 @@ enum Rec {
         block: u64,
         from: f64,
         at: f64,
-        waited_on: usize,
+        /// `None` for a deferred release.
+        waited_on: Option<usize>,
     },
     Freed {
         block: u64,
@@ -473,8 +474,9 @@ pub(crate) fn handed_out(block: u64, site: &'static Location<'static>, source: &
     });
 }
 
-/// A blocking release that began at `from` waited on `waited_on` commands.
-pub(crate) fn release(block: u64, from: Instant, waited_on: usize) {
+/// A release that began at `from`: a blocking one that waited on `waited_on` commands, or
+/// (`None`) a deferred one, made once its commands had ended.
+pub(crate) fn release(block: u64, from: Instant, waited_on: Option<usize>) {
     with(|t| {
         let from = micros(from.saturating_duration_since(t.t0));
         let at = t.now();
