@@ -544,91 +544,75 @@ mod tests {
         assert_eq!(string("a\"b\\c\nd\u{1}é"), "\"a\\\"b\\\\c\\nd\\u0001é\"");
     }
 
-    #[test]
-    fn an_in_order_queues_commands_are_laid_one_after_another_on_one_track() {
-        let queues = HashMap::from([(
+    /// Queue 7, in order or not, profiling or not.
+    fn queue_7(in_order: bool, profiling: bool) -> HashMap<u64, Queue<'static>> {
+        HashMap::from([(
             7,
             Queue {
                 ctx: 1,
                 device: "d",
-                in_order: true,
-                profiling: false,
+                in_order,
+                profiling,
             },
-        )]);
-        let command = |id, enqueued, ended| Command {
+        )])
+    }
+
+    /// A command of queue 7 enqueued at `enqueued`, its end callback and status read as
+    /// given.
+    fn command(
+        id: u64,
+        enqueued: f64,
+        callback: Option<(f64, i32, Option<[u64; 4]>)>,
+        seen: Option<f64>,
+    ) -> Command<'static> {
+        Command {
             id,
             queue: 7,
             kind: 0,
             enqueued,
             touches: &[],
             waits: &[],
-            callback: Some((ended, 0, None)),
-            seen: None,
+            callback,
+            seen,
             slice: None,
-        };
+        }
+    }
+
+    #[test]
+    fn an_in_order_queues_commands_are_laid_one_after_another_on_one_track() {
         // Both enqueued before the first ended.
-        let mut commands = vec![command(1, 0.0, 10.0), command(2, 1.0, 15.0)];
-        lay_commands(&mut commands, &queues, 100.0);
+        let mut commands = vec![
+            command(1, 0.0, Some((10.0, 0, None)), None),
+            command(2, 1.0, Some((15.0, 0, None)), None),
+        ];
+        lay_commands(&mut commands, &queue_7(true, false), 100.0);
         assert_eq!(commands[0].slice, Some((7 * LANES, 0.0, 10.0)));
         assert_eq!(commands[1].slice, Some((7 * LANES, 10.0, 15.0)));
     }
 
     #[test]
     fn a_profiled_command_lasts_its_device_duration_and_ends_when_the_host_learnt_it_had() {
-        let queues = HashMap::from([(
-            7,
-            Queue {
-                ctx: 1,
-                device: "d",
-                in_order: true,
-                profiling: true,
-            },
-        )]);
         // Queued 150 µs before it started on the device's clock, 5 µs long, though the
         // host saw it end 10 µs after the enqueue.
-        let mut commands = vec![Command {
-            id: 1,
-            queue: 7,
-            kind: 0,
-            enqueued: 100.0,
-            touches: &[],
-            waits: &[],
-            callback: Some((110.0, 0, Some([1_000_000, 1_000_100, 1_150_000, 1_155_000]))),
-            seen: Some(112.0),
-            slice: None,
-        }];
-        lay_commands(&mut commands, &queues, 1000.0);
+        let device = [1_000_000, 1_000_100, 1_150_000, 1_155_000];
+        let mut commands = vec![command(
+            1,
+            100.0,
+            Some((110.0, 0, Some(device))),
+            Some(112.0),
+        )];
+        lay_commands(&mut commands, &queue_7(true, true), 1000.0);
         assert_eq!(commands[0].slice, Some((7 * LANES, 105.0, 110.0)));
     }
 
     #[test]
     fn an_out_of_order_queues_overlapping_commands_get_tracks_of_their_own() {
-        let queues = HashMap::from([(
-            7,
-            Queue {
-                ctx: 1,
-                device: "d",
-                in_order: false,
-                profiling: false,
-            },
-        )]);
-        let command = |id, enqueued, ended| Command {
-            id,
-            queue: 7,
-            kind: 0,
-            enqueued,
-            touches: &[],
-            waits: &[],
-            callback: None,
-            seen: Some(ended),
-            slice: None,
-        };
         let mut commands = vec![
-            command(1, 0.0, 10.0),
-            command(2, 1.0, 5.0),
-            command(3, 11.0, 12.0),
+            command(1, 0.0, None, Some(10.0)),
+            command(2, 1.0, None, Some(5.0)),
+            command(3, 11.0, None, Some(12.0)),
         ];
-        lay_commands(&mut commands, &queues, 100.0);
+        lay_commands(&mut commands, &queue_7(false, false), 100.0);
         let tracks: Vec<u64> = commands.iter().map(|c| c.slice.unwrap().0).collect();
         assert_eq!(tracks, [7 * LANES, 7 * LANES + 1, 7 * LANES]);
     }

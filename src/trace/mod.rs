@@ -159,6 +159,14 @@ fn with(f: impl FnOnce(&mut Tracer)) {
     }
 }
 
+/// Appends the record `make` gives for the time now, if a trace is being recorded.
+fn record(make: impl FnOnce(f64) -> Rec) {
+    with(|t| {
+        let at = t.now();
+        t.records.push(make(at));
+    });
+}
+
 /// How a command used a buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Use {
@@ -440,37 +448,31 @@ pub(crate) fn seen_ended(raw: cl_event) {
 /// A buffer's bytes moved to `to`; `memory` is its context's live, pending and pooled
 /// bytes after the move.
 pub(crate) fn phase(block: u64, ctx: u64, bytes: u64, to: Phase, memory: [u64; 3]) {
-    with(|t| {
-        let at = t.now();
-        t.records.push(Rec::Phase {
-            block,
-            ctx,
-            bytes,
-            to,
-            at,
-        });
-        let [live, pending, pooled] = memory;
-        t.records.push(Rec::Memory {
-            ctx,
-            at,
-            live,
-            pending,
-            pooled,
-        });
+    let [live, pending, pooled] = memory;
+    record(|at| Rec::Phase {
+        block,
+        ctx,
+        bytes,
+        to,
+        at,
+    });
+    record(|at| Rec::Memory {
+        ctx,
+        at,
+        live,
+        pending,
+        pooled,
     });
 }
 
 /// A buffer was handed out at `site`, from `source` (the driver, a pool, a deferred
 /// release taken over).
 pub(crate) fn handed_out(block: u64, site: &'static Location<'static>, source: &'static str) {
-    with(|t| {
-        let at = t.now();
-        t.records.push(Rec::HandedOut {
-            block,
-            site,
-            source,
-            at,
-        });
+    record(|at| Rec::HandedOut {
+        block,
+        site,
+        source,
+        at,
     });
 }
 
@@ -491,10 +493,7 @@ pub(crate) fn release(block: u64, from: Instant, waited_on: Option<usize>) {
 
 /// The driver's destructor callback for a buffer has been seen.
 pub(crate) fn freed(block: u64) {
-    with(|t| {
-        let at = t.now();
-        t.records.push(Rec::Freed { block, at });
-    });
+    record(|at| Rec::Freed { block, at });
 }
 
 #[cfg(test)]

@@ -55,6 +55,14 @@ fn events(path: &Path) -> Vec<Value> {
         .clone()
 }
 
+/// The commands' slices.
+fn command_slices(events: &[Value]) -> Vec<&Value> {
+    events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == "command")
+        .collect()
+}
+
 fn f(e: &Value, key: &str) -> f64 {
     e[key].as_f64().unwrap_or_else(|| panic!("{key} of {e}"))
 }
@@ -72,10 +80,7 @@ isolated_test! {
         let path = trace_path("lifetimes");
         scripted_run(&path);
         let events = events(&path);
-        let commands: Vec<&Value> = events
-            .iter()
-            .filter(|e| e["ph"] == "X" && e["cat"] == "command")
-            .collect();
+        let commands = command_slices(&events);
         // Each buffer's outer slice, by its track (the buffer's number).
         let buffers: HashMap<u64, &Value> = events
             .iter()
@@ -160,10 +165,7 @@ isolated_test! {
         let path = trace_path("flows");
         scripted_run(&path);
         let events = events(&path);
-        let commands: Vec<&Value> = events
-            .iter()
-            .filter(|e| e["ph"] == "X" && e["cat"] == "command")
-            .collect();
+        let commands = command_slices(&events);
         // The command slice a flow's end binds to: the one on its track around its time.
         let command_at = |flow: &Value| -> &Value {
             let (tid, ts) = (&flow["tid"], f(flow, "ts"));
