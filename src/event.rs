@@ -348,6 +348,9 @@ impl Event {
     unsafe fn adopt(raw: cl_event, context: cl_context) -> Event {
         // An event from outside may fail without the library seeing it.
         note_failure_possible();
+        if crate::trace::on() {
+            crate::trace::not_a_command(raw);
+        }
         Event {
             inner: Arc::new(EventInner::new(raw, context, None, None, 0)),
         }

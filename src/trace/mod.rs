@@ -435,6 +435,14 @@ extern "C" fn on_command_end(raw: cl_event, status: cl_int, user: *mut c_void) {
     });
 }
 
+/// `raw` is an event the library did not enqueue (a user event, another library's): a
+/// freed command's event may have had its address, and wait lists name it as it is.
+pub(crate) fn not_a_command(raw: cl_event) {
+    with(|t| {
+        t.commands.remove(&(raw as usize));
+    });
+}
+
 /// The library read a terminal status for `raw`.
 pub(crate) fn seen_ended(raw: cl_event) {
     with(|t| {
