@@ -245,6 +245,15 @@ impl Device {
             .any(|name| name.to_ascii_lowercase().contains("rusticl"))
     }
 
+    /// Whether the driver reports the commands of a flushed batch complete only once the
+    /// whole batch has run, so that a command ahead of one waiting on other work (another
+    /// queue's command, a user event) ends only when that work has (Mesa 22.3's rusticl;
+    /// design trap "rusticl ends a batch together"): its queues are flushed before such a
+    /// command.
+    pub(crate) fn ends_batches_together(&self) -> bool {
+        self.chains_events()
+    }
+
     /// Whether a command's event keeps every buffer the command used until the event is
     /// released (rusticl's; design trap "rusticl's events keep their buffers"): the
     /// context's records sharing a command are listed in its [`pins`](super::pins).

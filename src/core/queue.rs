@@ -40,6 +40,9 @@ pub(crate) struct QueueCore {
     /// Whether hazards that have ended are left out of wait lists even while no failure
     /// is possible ([`Device::chains_events`]).
     pub(crate) drop_ended_hazards: bool,
+    /// Whether the queue is flushed before a command that waits on another queue's command
+    /// or a user event ([`Device::ends_batches_together`]).
+    pub(crate) flush_before_foreign_waits: bool,
     /// Whether a pending command whose dependency failed counts as failed at once
     /// ([`Device::never_runs_doomed_commands`]).
     pub(crate) doomed_fail: bool,
@@ -109,6 +112,7 @@ impl QueueCore {
             echo_open: AtomicBool::new(false),
             settled_epoch: AtomicU64::new(u64::MAX),
             drop_ended_hazards: device.chains_events(),
+            flush_before_foreign_waits: device.ends_batches_together(),
             doomed_fail: device.never_runs_doomed_commands(),
         }
     }

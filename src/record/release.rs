@@ -130,6 +130,14 @@ impl Block {
         let waited = if raws.is_empty() || !block {
             Duration::ZERO
         } else {
+            // While a gate is closed the wait polls statuses, which submit nothing, and
+            // rusticl runs nothing that was not flushed: the commands' queues are flushed
+            // first (design trap "flush before a cross-queue wait", for the host).
+            for event in &events {
+                if let Err(e) = event.flush_producer() {
+                    log::debug!(target: "cl_lifetime::buffer", "flushing before a release: {e}");
+                }
+            }
             let start = Instant::now();
             wait_reporting_stalls(&raws, &self.ctx.gates, self.allocated_at);
             start.elapsed()

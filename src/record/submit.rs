@@ -31,6 +31,10 @@
 //! - **Flush before a cross-queue wait.** An event from another queue is flushed before
 //!   it enters this queue's wait list (design trap "flush before a cross-queue wait");
 //!   each queue is flushed only if it has unflushed work.
+//! - **Batch.** On a driver that ends a flushed batch's commands together (rusticl; design
+//!   trap "rusticl ends a batch together"), the command's own queue is flushed too before a
+//!   command whose wait list holds another queue's command or a user event, so that the
+//!   commands before it do not end only with it.
 //! - **Fold.** A record that grows past [`FOLD_AT`](crate::tracker::FOLD_AT) live entries
 //!   has its oldest reads folded into one `clEnqueueMarkerWithWaitList` event (the
 //!   tracker's *bound* rule).
@@ -128,6 +132,8 @@ struct Gathered {
     wait: inline::WaitList,
     holds: inline::List<Event>,
     unelided: usize,
+    /// Whether the wait list holds an event of another queue or a user event.
+    foreign: bool,
 }
 
 /// One command on `queue`, after the hazards of the buffers it touches and the extra
@@ -178,7 +184,14 @@ impl Submit<'_> {
                 wait,
                 holds,
                 unelided,
+                foreign,
             } = self.gather(&mut locked, failures_possible)?;
+            // The *batch* rule: where a driver ends a flushed batch's commands together
+            // (rusticl), the commands before one that waits on other work go in a batch of
+            // their own, so that none of them waits for that work.
+            if foreign && queue.flush_before_foreign_waits {
+                queue.flush_if_dirty()?;
+            }
             let wait = wait.as_slice();
             match queue.enqueue_tracked(!wait.is_empty(), || enqueue(wait)) {
                 Ok(raw) => {
@@ -294,6 +307,7 @@ impl Submit<'_> {
             wait: inline::WaitList::new(),
             holds: inline::List::new(),
             unelided: self.deps.len(),
+            foreign: false,
         };
         for dep in self.deps {
             self.add(&mut gathered, dep, failures_possible)?;
@@ -361,6 +375,7 @@ impl Submit<'_> {
     fn add(&self, gathered: &mut Gathered, event: &Event, failures_possible: bool) -> Result<()> {
         if !event.same_queue(self.queue) {
             event.flush_producer()?;
+            gathered.foreign = true;
         }
         gathered.wait.push(event.as_raw());
         if failures_possible {

@@ -946,3 +946,36 @@ fn hazards_chain_through_three_queues() {
     gate.complete().unwrap();
     assert_eq!(read.wait().unwrap(), data);
 }
+
+// A command ahead of a gated one on an in-order queue ends while the gate is closed. Mesa
+// 22.3's rusticl reports a flushed batch of commands complete together, after the last of
+// them has run (design trap "rusticl ends a batch together"): a fill flushed with a read
+// behind it that waits for a gated fill on another queue ended only when the gate opened,
+// and the release of its buffer hung.
+isolated_test! {
+    fn a_command_ahead_of_a_gated_one_on_its_queue_ends_while_the_gate_is_closed() {
+        let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
+        let (queue, other) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+        let x = ctx.buffer::<u32>(1024).unwrap();
+        let z = ctx.buffer::<u32>(1024).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let w = ctx.buffer::<u32>(1024).unwrap();
+        // On the other queue: a fill the first read waits for, then a gated fill the last
+        // read waits for.
+        other.fill(&w, 3).unwrap();
+        other.after(&[gate.event()]).fill(&z, 2).unwrap();
+        let first = queue.read_owned(&w).unwrap();
+        queue.fill(&x, 1).unwrap();
+        let behind = queue.read_owned(&z).unwrap();
+        // A blocking release while a gate is closed polls the fill's status.
+        let report = x.release().unwrap();
+        assert!(report.freed, "{report:?}");
+        assert_eq!(first.wait().unwrap(), vec![3; 1024]);
+        assert!(!behind.event().is_terminal(), "the read ran before its gate opened");
+        gate.complete().unwrap();
+        assert_eq!(behind.wait().unwrap(), vec![2; 1024]);
+    }
+}

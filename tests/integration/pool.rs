@@ -1545,13 +1545,7 @@ fn long_random_run_ends_with_nothing_live_or_pending() {
         &[],
         || {
             let ctx = device!();
-            if common::not_on(
-                &ctx,
-                "rusticl",
-                "hangs on rusticl: a blocking release the run's model counts as clear of the \
-                 gate waits behind it; not understood yet",
-            ) || common::not_on(&ctx, "oclgrind", common::oclgrind::GATES)
-            {
+            if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
                 return;
             }
             let seed = std::env::var("POOL_SEED")

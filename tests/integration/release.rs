@@ -347,3 +347,22 @@ fn a_buffer_read_into_another_that_lives_on_is_freed_at_its_release() {
         assert_eq!(out, vec![want; 256], "{what}");
     }
 }
+
+// While any user event of the context is unset, a blocking release polls its commands'
+// statuses instead of waiting in `clWaitForEvents` (so that it can say which gate it waits
+// behind): the poll flushes nothing, and rusticl runs nothing that has not been flushed.
+// The release must flush its commands' queues itself.
+isolated_test! {
+    fn a_release_while_an_unrelated_gate_is_closed_flushes_the_queue_of_its_commands() {
+        let ctx = device!();
+        let queue = ctx.queue().unwrap();
+        // Closed, and nothing waits on it.
+        let gate = ctx.user_event().unwrap();
+        let buf = ctx.buffer::<u32>(1024).unwrap();
+        // Nothing flushes this queue but the release.
+        drop(queue.fill(&buf, 7).unwrap());
+        let report = buf.release().unwrap();
+        assert!(report.freed, "{report:?}");
+        gate.complete().unwrap();
+    }
+}
