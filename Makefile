@@ -1,4 +1,4 @@
-# Developer entry points for cl-lifetime: make setup | demo | examples | bench | test | test-all | stress | soak | leakcheck | lint | clean.
+# Developer entry points for cl-lifetime: make setup | demo | examples | bench | test | test-all | stress | soak | leakcheck | trace | trace-picture | lint | clean.
 CARGO ?= cargo
 # Fall back to a rustup install whose bin directory is not on PATH yet.
 export PATH := $(PATH):$(HOME)/.cargo/bin
@@ -76,7 +76,7 @@ clean:
 test-all: setup
 	bash scripts/test-all.sh
 
-# The tour, the four examples and the stress test under valgrind's memcheck (scripts/leakcheck.sh):
+# The tour, the four examples, the traced pipeline and the stress test under valgrind's memcheck (scripts/leakcheck.sh):
 # any memory error or leak fails, beyond the driver noise listed in scripts/valgrind.supp.
 # Logs go to target/leakcheck/; ONLY="tour stress" picks some, OPS sizes the stress test.
 leakcheck: setup

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make leakcheck`: the tour, the four examples of `make examples` and the stress test
+# `make leakcheck`: the tour, the four examples of `make examples`, the traced pipeline of
+# `make trace` and the stress test
 # under valgrind's memcheck. Any memory error (invalid read or write, use of an
 # uninitialised value, bad free) and any block definitely or indirectly lost fails the
 # run, except the driver noise listed, with the reason for each entry, in
@@ -21,7 +22,8 @@ if ! command -v valgrind >/dev/null 2>&1; then
   exit 1
 fi
 
-examples=(tour release_sync memory_held free_after_async reallocation)
+# `trace` is `make trace`'s pipeline: the lifetime trace on, its end callbacks included.
+examples=(tour release_sync memory_held free_after_async reallocation trace)
 stress_test=stress::threads_sharing_queues_under_injected_failures_match_their_models_and_leak_nothing
 
 # --- Build: release code, with file and line in valgrind's stacks ---
