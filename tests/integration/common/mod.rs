@@ -140,9 +140,10 @@ pub mod oclgrind {
         data written (the process held 768 MiB after six 64 MiB writes, and nothing extra \
         without the check), so the process's memory measures Oclgrind, not the library";
     /// A command after failed ones on an in-order queue.
-    pub const ECHO: &str = "Oclgrind fails every command an in-order queue holds behind a \
-        failed command it has not run yet, as NVIDIA does (design trap \"a failure echoes \
-        on its queue\"), and the library keeps no echo for Oclgrind's queues";
+    pub const ECHO: &str = "Oclgrind stops running a command's predecessors on its in-order \
+        queue at the first failed dependency: the failed commands before it stay queued, \
+        unrun, every command enqueued behind them fails with them, and its clFinish runs \
+        only one of them per call, so the queue never drains of the cancelled commands";
 }
 
 /// Whether `ctx` is on the implementation named `name` (a part of its platform name, in
