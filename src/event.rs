@@ -590,7 +590,7 @@ impl Event {
             return seen;
         }
         if crate::trace::on() {
-            crate::trace::seen_ended(self.inner.raw);
+            crate::trace::seen_ended(self.inner.raw, raw);
         }
         if raw == ffi::CL_COMPLETE {
             // Complete, so every dependency completed before it: none is needed now,

@@ -12,8 +12,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use super::{Phase, Rec, Use, Wait};
-use crate::error::ClStatus;
-use crate::status::CommandKind;
+use crate::status::{CommandKind, ExecStatus};
 
 const COMMANDS: u32 = 1;
 const BUFFERS: u32 = 2;
@@ -37,6 +36,8 @@ struct Command<'a> {
     waits: &'a [Wait],
     callback: Option<(f64, i32, Option<[u64; 4]>)>,
     seen: Option<f64>,
+    /// The terminal status the library read first.
+    seen_status: Option<i32>,
     /// Where it was laid: track, start, end.
     slice: Option<(u64, f64, f64)>,
 }
@@ -107,6 +108,7 @@ pub(super) fn write(records: &[Rec], end: f64, out: &mut impl Write) -> io::Resu
                     waits,
                     callback: None,
                     seen: None,
+                    seen_status: None,
                     slice: None,
                 });
             }
@@ -120,10 +122,11 @@ pub(super) fn write(records: &[Rec], end: f64, out: &mut impl Write) -> io::Resu
                     commands[i].callback = Some((*at, *status, *device));
                 }
             }
-            Rec::Seen { id, at } => {
+            Rec::Seen { id, at, status } => {
                 if let Some(&i) = by_id.get(id) {
-                    let seen = &mut commands[i].seen;
-                    *seen = Some(seen.map_or(*at, |s| s.min(*at)));
+                    let c = &mut commands[i];
+                    c.seen = Some(c.seen.map_or(*at, |s| s.min(*at)));
+                    c.seen_status.get_or_insert(*status);
                 }
             }
             Rec::Phase {
@@ -325,7 +328,7 @@ fn command_slice(
         CommandKind::Other(raw) => format!("command type {raw:#x}"),
         kind => format!("{kind:?}"),
     };
-    let status = c.callback.map(|cb| cb.1);
+    let status = c.callback.map(|cb| cb.1).or(c.seen_status);
     let name = match (status, c.ended()) {
         (Some(s), _) if s < 0 => format!("{kind} (failed)"),
         (_, None) => format!("{kind} (not ended when written)"),
@@ -360,16 +363,15 @@ fn command_slice(
         waits.join(","),
         c.enqueued
     );
-    if let Some((at, status, device)) = c.callback {
-        let _ = write!(
-            args,
-            ",\"end_callback_us\":{at:.3},\"status\":{}",
-            string(&if status == 0 {
-                "CL_COMPLETE".to_string()
-            } else {
-                ClStatus(status).to_string()
-            })
-        );
+    if let Some(status) = status {
+        let name = match status {
+            0 => "CL_COMPLETE".to_string(),
+            s => ExecStatus(s).to_string(),
+        };
+        let _ = write!(args, ",\"status\":{}", string(&name));
+    }
+    if let Some((at, _, device)) = c.callback {
+        let _ = write!(args, ",\"end_callback_us\":{at:.3}");
         if let Some([q, s, st, e]) = device {
             let _ = write!(
                 args,
@@ -574,6 +576,7 @@ mod tests {
             waits: &[],
             callback,
             seen,
+            seen_status: None,
             slice: None,
         }
     }

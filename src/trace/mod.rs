@@ -221,10 +221,11 @@ enum Rec {
         status: cl_int,
         device: Option<[u64; 4]>,
     },
-    /// The library read a terminal status for the command.
+    /// The library read the terminal status `status` for the command.
     Seen {
         id: u64,
         at: f64,
+        status: cl_int,
     },
     Phase {
         block: u64,
@@ -443,12 +444,13 @@ pub(crate) fn not_a_command(raw: cl_event) {
     });
 }
 
-/// The library read a terminal status for `raw`.
-pub(crate) fn seen_ended(raw: cl_event) {
+/// The library read the terminal status `status` for `raw` (some drivers run no end
+/// callback for a failed command: rusticl).
+pub(crate) fn seen_ended(raw: cl_event, status: cl_int) {
     with(|t| {
         if let Some(&id) = t.commands.get(&(raw as usize)) {
             let at = t.now();
-            t.records.push(Rec::Seen { id, at });
+            t.records.push(Rec::Seen { id, at, status });
         }
     });
 }

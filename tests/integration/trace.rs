@@ -7,6 +7,8 @@ use std::path::Path;
 use cl_lifetime::{Pool, PoolOptions, QueueOptions};
 use serde_json::Value;
 
+use crate::common;
+
 /// Two queues (one profiling) and an out-of-order one, two buffers handed between them,
 /// a blocking and a deferred release, and a pool block reused across queues.
 fn scripted_run(path: &Path) {
@@ -231,6 +233,44 @@ isolated_test! {
         assert!(
             events.iter().any(|e| e["cat"] == "command"),
             "no command in {events:?}"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+isolated_test! {
+    fn a_command_failed_by_its_gate_shows_as_failed_in_the_trace() {
+        let path = trace_path("failed");
+        let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
+        cl_lifetime::trace::start(&path).unwrap();
+        let queue = ctx.queue().unwrap();
+        let buf = ctx.buffer::<u32>(64).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let fill = queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
+        gate.fail(-1234).unwrap();
+        assert!(fill.wait().is_err());
+        drop(fill);
+        drop((buf, queue, gate, ctx));
+        cl_lifetime::trace::finish().unwrap();
+        let events = events(&path);
+        let fills: Vec<&Value> = command_slices(&events)
+            .into_iter()
+            .filter(|c| c["name"].as_str().unwrap().starts_with("Fill"))
+            .collect();
+        assert_eq!(fills.len(), 1, "{fills:?}");
+        assert_eq!(fills[0]["name"], "Fill (failed)", "{}", fills[0]);
+        // The status a driver gives a command whose gate failed is its own (PoCL: -1).
+        let status = fills[0]["args"]["status"].as_str().unwrap();
+        assert!(status.starts_with("execution status -"), "{}", fills[0]);
+        // The gate is named as an event, not as a command.
+        let waits = fills[0]["args"]["wait_list"].as_array().unwrap();
+        assert!(
+            waits.len() == 1 && waits[0].as_str().unwrap().starts_with("event "),
+            "{}",
+            fills[0]
         );
         std::fs::remove_file(&path).unwrap();
     }
