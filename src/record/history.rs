@@ -263,8 +263,9 @@ impl Record {
     }
 
     /// Flushes the library queues whose commands this record holds, for a release that
-    /// polls them on the library's thread: a command never flushed may never start
-    /// (Oclgrind runs nothing before a flush), and polling a status flushes nothing.
+    /// polls them (on the library's thread, or on the caller's while a gate is closed): a
+    /// command never flushed may never start (Oclgrind and rusticl run nothing before a
+    /// flush), and polling a status flushes nothing.
     pub(crate) fn flush_producers(&self) {
         let entries = self.events.entries().iter().chain(self.events.shadow());
         let events = entries
@@ -272,7 +273,7 @@ impl Record {
             .chain(self.host.iter().map(|(e, _)| e));
         for event in events {
             if let Err(e) = event.flush_producer() {
-                log::debug!(target: "cl_lifetime::buffer", "flushing before a deferred release: {e}");
+                log::debug!(target: "cl_lifetime::buffer", "flushing before a release: {e}");
             }
         }
     }

@@ -117,27 +117,25 @@ impl Block {
             return Ok((report, None));
         }
         let mut stages = Stages::start();
-        let called = Instant::now();
+        let called = crate::trace::on().then(Instant::now);
         let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
         self.given_back();
         let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
         stages.mark("ledger");
         record.prune_ended();
         stages.mark("status of the recorded events");
+        if block {
+            // While a gate is closed the wait polls statuses, which submit nothing, and
+            // rusticl runs nothing that was not flushed: the commands' queues are flushed
+            // first (design trap "flush before a cross-queue wait", for the host).
+            record.flush_producers();
+        }
         let (events, mut failed) = record.take_for_release();
         let raws: Vec<cl_event> = events.iter().map(Event::as_raw).collect();
 
         let waited = if raws.is_empty() || !block {
             Duration::ZERO
         } else {
-            // While a gate is closed the wait polls statuses, which submit nothing, and
-            // rusticl runs nothing that was not flushed: the commands' queues are flushed
-            // first (design trap "flush before a cross-queue wait", for the host).
-            for event in &events {
-                if let Err(e) = event.flush_producer() {
-                    log::debug!(target: "cl_lifetime::buffer", "flushing before a release: {e}");
-                }
-            }
             let start = Instant::now();
             wait_reporting_stalls(&raws, &self.ctx.gates, self.allocated_at);
             start.elapsed()
@@ -183,7 +181,7 @@ impl Block {
             waited,
             raws.len()
         );
-        if crate::trace::on() {
+        if let Some(called) = called {
             crate::trace::release(self.id, called, block.then_some(raws.len()));
         }
         self.move_to(Bucket::Freed);
