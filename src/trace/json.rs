@@ -35,9 +35,9 @@ struct Command<'a> {
     touches: &'a [(u64, Use)],
     waits: &'a [Wait],
     callback: Option<(f64, i32, Option<[u64; 4]>)>,
-    seen: Option<f64>,
-    /// The terminal status the library read first.
-    seen_status: Option<i32>,
+    /// When the library first read a terminal status for it, and that status (records
+    /// come in time order, so the first is the earliest).
+    seen: Option<(f64, i32)>,
     /// Where it was laid: track, start, end.
     slice: Option<(u64, f64, f64)>,
 }
@@ -45,7 +45,7 @@ struct Command<'a> {
 impl Command<'_> {
     /// The earlier of its end callback and the library's first terminal status read.
     fn ended(&self) -> Option<f64> {
-        match (self.callback.map(|c| c.0), self.seen) {
+        match (self.callback.map(|c| c.0), self.seen.map(|s| s.0)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -108,7 +108,6 @@ pub(super) fn write(records: &[Rec], end: f64, out: &mut impl Write) -> io::Resu
                     waits,
                     callback: None,
                     seen: None,
-                    seen_status: None,
                     slice: None,
                 });
             }
@@ -124,9 +123,7 @@ pub(super) fn write(records: &[Rec], end: f64, out: &mut impl Write) -> io::Resu
             }
             Rec::Seen { id, at, status } => {
                 if let Some(&i) = by_id.get(id) {
-                    let c = &mut commands[i];
-                    c.seen = Some(c.seen.map_or(*at, |s| s.min(*at)));
-                    c.seen_status.get_or_insert(*status);
+                    commands[i].seen.get_or_insert((*at, *status));
                 }
             }
             Rec::Phase {
@@ -328,7 +325,7 @@ fn command_slice(
         CommandKind::Other(raw) => format!("command type {raw:#x}"),
         kind => format!("{kind:?}"),
     };
-    let status = c.callback.map(|cb| cb.1).or(c.seen_status);
+    let status = c.callback.map(|cb| cb.1).or(c.seen.map(|s| s.1));
     let name = match (status, c.ended()) {
         (Some(s), _) if s < 0 => format!("{kind} (failed)"),
         (_, None) => format!("{kind} (not ended when written)"),
@@ -379,7 +376,7 @@ fn command_slice(
             );
         }
     }
-    if let Some(seen) = c.seen {
+    if let Some((seen, _)) = c.seen {
         let _ = write!(args, ",\"seen_ended_us\":{seen:.3}");
     }
     let (ts, dur) = span(start, stop);
@@ -575,8 +572,7 @@ mod tests {
             touches: &[],
             waits: &[],
             callback,
-            seen,
-            seen_status: None,
+            seen: seen.map(|at| (at, 0)),
             slice: None,
         }
     }
