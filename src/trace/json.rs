@@ -325,7 +325,9 @@ fn command_slice(
         CommandKind::Other(raw) => format!("command type {raw:#x}"),
         kind => format!("{kind:?}"),
     };
-    let status = c.callback.map(|cb| cb.1).or(c.seen.map(|s| s.1));
+    // The library's own reading first: after a failure it does not take a driver's
+    // "complete" on trust (NVIDIA ends some commands whose gate failed as complete).
+    let status = c.seen.map(|s| s.1).or(c.callback.map(|cb| cb.1));
     let name = match (status, c.ended()) {
         (Some(s), _) if s < 0 => format!("{kind} (failed)"),
         (_, None) => format!("{kind} (not ended when written)"),

@@ -47,6 +47,9 @@
 //!   JSON is made only when the trace is written.
 //! - **Host time.** Timestamps are microseconds of the host's monotonic clock since the
 //!   trace began.
+//! - **A command's status is the library's.** The terminal status the library read for it
+//!   (after a failure it does not take a driver's "complete" on trust: NVIDIA reports some
+//!   commands whose gate failed complete), else its end callback's.
 //! - **A command ends when first known to.** Its end is the earlier of its end callback
 //!   (`clSetEventCallback`) and the moment the library first read a terminal status for it:
 //!   callbacks can run late, and the library never releases a buffer before it has seen
