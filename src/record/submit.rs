@@ -46,9 +46,9 @@
 //! 2. **Gather** the checks and the wait list ([`Submit::gather`]): mappings, the *failed
 //!    write* rule, failed dependencies, then the hazards of each record and the extra
 //!    dependencies, flushing the queues they came from.
-//! 3. **Enqueue** through the caller's closure, which alone calls OpenCL; gathered again
-//!    (a few times) when an event of the wait list failed meanwhile and the driver
-//!    refused the enqueue.
+//! 3. **Enqueue** through the caller's closure, which alone calls OpenCL; gathered again,
+//!    with every status read afresh, when the driver refused the enqueue and an event of
+//!    the wait list has failed meanwhile, until the wait list holds none that failed.
 //! 4. **Commit** ([`Submit::commit`]): nothing from here on can fail, so every buffer
 //!    touched records the command (one that did not could be released while it runs).
 //! 5. **Fold**: a fold that cannot be enqueued leaves the record as it is (longer, still
@@ -169,16 +169,21 @@ impl Submit<'_> {
         // After a failure on a queue whose failures echo, let the queue drain first when
         // it can, so that this command runs ([`crate::core::echo`]).
         queue.settle();
-        // One answer per pending command for the whole enqueue.
-        let _snapshot = snapshot::begin();
+        // One answer per pending command for the whole enqueue (one gathering of it).
+        let mut answers = snapshot::begin();
         let mut locked = self.lock(touches)?;
         // Reading an event's status costs microseconds on some drivers (NVIDIA), so the
         // statuses of dependencies and hazards are read only once a failure is possible.
         let failures_possible = failures_possible();
         // An event of the wait list can fail between the gathering and the enqueue, and
-        // NVIDIA then refuses the enqueue with the failed status: gather again (the failed
-        // event is left out, or refuses the command) a few times.
-        let mut attempts = 0;
+        // NVIDIA then refuses the enqueue with the failed status; a gate's failure reaches
+        // all its commands at once there, so several can. Then the wait list is gathered
+        // again, in a new snapshot so that every status is read afresh: the failed events
+        // are left out, or refuse the command. Each new gathering holds fewer events than
+        // the one before (nothing else can enter it while the records are locked), so
+        // this ends.
+        let mut refusals = 0;
+        let mut first_holds = None;
         let ((raw, seq), holds, had_wait_list, traced_wait) = loop {
             let Gathered {
                 wait,
@@ -200,18 +205,17 @@ impl Submit<'_> {
                     break (raw, holds, !wait.is_empty(), traced_wait);
                 }
                 Err(e) => {
-                    // Statuses read since the gathering: a dependency may have failed.
-                    let _fresh = snapshot::begin();
-                    let retry = failures_possible
-                        && attempts < 3
+                    drop(answers);
+                    answers = snapshot::begin();
+                    let explained = failures_possible
                         && holds
                             .iter()
                             .any(|h| matches!(h.status(), Ok(Status::Failed(_))));
-                    if !retry {
+                    refusals += 1;
+                    if !explained || refusals > *first_holds.get_or_insert(holds.len()) {
                         return Err(e);
                     }
                     log::debug!(target: "cl_lifetime::queue", "enqueue refused after a dependency failed ({e}); gathering again");
-                    attempts += 1;
                 }
             }
         };

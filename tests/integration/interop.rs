@@ -230,6 +230,90 @@ fn a_raw_command_that_reads_a_failed_write_is_refused_before_it_is_called() {
     assert!(!called);
 }
 
+/// A raw command's execution status, read straight from the driver.
+fn raw_status(event: cl_sys::cl_event) -> i32 {
+    let mut status: cl_sys::cl_int = 0;
+    // SAFETY: `event` is live (held by the library for the call that handed it over);
+    // the value written is one `cl_int`.
+    let rc = unsafe {
+        cl_sys::clGetEventInfo(
+            event,
+            cl_sys::CL_EVENT_COMMAND_EXECUTION_STATUS,
+            size_of::<cl_sys::cl_int>(),
+            (&raw mut status).cast(),
+            ptr::null_mut(),
+        )
+    };
+    assert_eq!(rc, 0, "clGetEventInfo");
+    status
+}
+
+/// NVIDIA refuses an enqueue whose wait list holds a command that has failed, with that
+/// command's status, and a gate's failure reaches all its commands there within
+/// microseconds, so several can fail between the gathering and the enqueue. The library
+/// gathered again only three times, the later times reusing the statuses read before
+/// the refusal, so with more than three such commands it passed the driver's refusal on
+/// (seen on NVIDIA in the failure schedules, as `clEnqueueCopyBuffer` failing with the
+/// gate's -1234). Here the commands fail inside the enqueue, and the enqueue refuses as
+/// NVIDIA's does.
+#[test]
+fn an_enqueue_refused_after_many_hazards_failed_meanwhile_is_gathered_again_until_it_goes_through()
+{
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let readers = ctx.out_of_order_queue().unwrap();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer_from(&[1u32; 64]).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let reads: Vec<_> = (0..6)
+        .map(|_| readers.after(&[gate.event()]).read_owned(&buf).unwrap())
+        .collect();
+    let mut calls = 0;
+    let mut refused = 0;
+    // SAFETY: the fill writes `buf` only, waits on the list given, and hands its event
+    // over; a call that returns an error enqueued nothing.
+    let fill = unsafe {
+        queue
+            .after(&[])
+            .enqueue_raw(&[BufferUse::write(&buf)], |q, w| {
+                calls += 1;
+                let wait = as_cl_sys(w);
+                if calls == 1 {
+                    assert_eq!(wait.len(), reads.len(), "the fill waits on every read");
+                    // Every read fails between the gathering and the enqueue.
+                    gate.fail(-1234)?;
+                    let start = std::time::Instant::now();
+                    while wait.iter().any(|&e| raw_status(e) >= 0) {
+                        assert!(
+                            start.elapsed() < common::CHILD_LIMIT,
+                            "the gate's failure did not reach the reads"
+                        );
+                        std::thread::yield_now();
+                    }
+                }
+                // NVIDIA's check.
+                if let Some(failed) = wait.iter().map(|&e| raw_status(e)).find(|&s| s < 0) {
+                    refused += 1;
+                    return Err(cl("clEnqueueFillBuffer", failed));
+                }
+                raw_fill(q as _, &buf, 5, &wait).map(|e| e as _)
+            })
+    };
+    let fill = fill.expect("the enqueue went through once no failed read was waited on");
+    assert_eq!(
+        (calls, refused),
+        (2, 1),
+        "gathered again once, with every read's status read again"
+    );
+    fill.wait().unwrap();
+    for read in reads {
+        assert!(read.wait().is_err(), "a read behind the failed gate ran");
+    }
+    assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), vec![5; 64]);
+}
+
 #[test]
 fn hazards_are_the_commands_a_use_must_wait_for() {
     let ctx = device!();
