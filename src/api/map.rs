@@ -72,6 +72,7 @@ impl After<'_> {
             map: MapStep::Map(access),
             reads: true,
             covers: false,
+            host: true,
         };
         let mut writers = Writes::default();
         let mut mapped = ptr::null_mut();
@@ -129,6 +130,7 @@ impl<T: Pod> Drop for Mapping<'_, T> {
             map: MapStep::Unmap(self.access),
             reads: false,
             covers: false,
+            host: true,
         };
         let unmapped = self.queue.after(&[]).submit().run(&[touch], |wait| {
             // SAFETY: the queue and the buffer are live (borrowed); `mapped` came from

@@ -68,8 +68,11 @@ impl<'a> BufferUse<'a> {
     }
 
     fn touch(&self) -> Touch<'a> {
+        // Other code's command may move data to or from host memory: its end is not
+        // inferred from its queue's order (the tracker's *late ends* rule).
         Touch {
             reads: self.reads,
+            host: true,
             ..Touch::new(self.block, self.access)
         }
     }

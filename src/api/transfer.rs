@@ -65,22 +65,23 @@ impl After<'_> {
         let block = buffer.block();
         let queue = self.queue.core.raw;
         let covers = offset == 0 && data.len() == buffer.len();
-        self.submit().run(&[Touch::write(block, covers)], |wait| {
-            // SAFETY: the queue and the buffer are live (borrowed); the range was checked
-            // against the buffer; `data` stays alive until the command ends: the callers
-            // either wait for it or own the memory (the *lent host memory* rule); the
-            // wait list holds live events (retained by the locked records).
-            unsafe {
-                ffi::enqueue_write(
-                    queue,
-                    block.raw(),
-                    offset * size_of::<T>(),
-                    size_of_val(data),
-                    data.as_ptr().cast(),
-                    wait,
-                )
-            }
-        })
+        self.submit()
+            .run(&[Touch::host(block, Access::Write, covers)], |wait| {
+                // SAFETY: the queue and the buffer are live (borrowed); the range was checked
+                // against the buffer; `data` stays alive until the command ends: the callers
+                // either wait for it or own the memory (the *lent host memory* rule); the
+                // wait list holds live events (retained by the locked records).
+                unsafe {
+                    ffi::enqueue_write(
+                        queue,
+                        block.raw(),
+                        offset * size_of::<T>(),
+                        size_of_val(data),
+                        data.as_ptr().cast(),
+                        wait,
+                    )
+                }
+            })
     }
 
     /// Enqueues a read of `len` elements into `out`, which must stay valid and unaliased
@@ -96,7 +97,7 @@ impl After<'_> {
         check_range(Transfer::Read, offset, len, buffer.len())?;
         let block = buffer.block();
         let queue = self.queue.core.raw;
-        let touch = [Touch::new(block, Access::Read)];
+        let touch = [Touch::host(block, Access::Read, false)];
         self.submit().run_reading(
             &touch,
             |wait| {

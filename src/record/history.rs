@@ -35,6 +35,20 @@ enum Mapped {
     Writing,
 }
 
+/// How a command recorded on a buffer uses it.
+#[derive(Clone, Copy)]
+pub(crate) struct Recorded {
+    /// The queue it ran on.
+    pub(crate) lane: Lane,
+    /// Whether it reads or writes the buffer.
+    pub(crate) access: Access,
+    /// Whether it writes all of the buffer, or reads it (see `record_write`).
+    pub(crate) replaces: bool,
+    /// Whether it moves data between the buffer and host memory, so that it may end
+    /// after later commands of its queue (the tracker's *late ends* rule).
+    pub(crate) host: bool,
+}
+
 /// Everything recorded about a buffer's commands.
 #[derive(Default)]
 pub(crate) struct Record {
@@ -135,26 +149,34 @@ impl Record {
             .stop_at_pending(!self.saw_failure && gates::failure_epoch() == 0);
     }
 
-    /// Records `event`; `failures_possible` is what the enqueue read from
-    /// the *failures possible* flag ([`crate::core::gates`]); `replaces`: the command
-    /// writes all of the buffer, or reads it (see `record_write`).
+    /// Records `event`, the command `how`; `failures_possible` is what the enqueue read
+    /// from the *failures possible* flag ([`crate::core::gates`]).
     pub(crate) fn record(
         &mut self,
-        lane: Lane,
-        access: Access,
+        how: Recorded,
         event: Event,
         had_wait_list: bool,
         failures_possible: bool,
-        replaces: bool,
     ) {
+        let Recorded {
+            lane,
+            access,
+            replaces,
+            host,
+        } = how;
         self.trust_queue_order(failures_possible);
         if access == Access::Write {
             self.record_write(&event, failures_possible, replaces);
         }
         let (failed, saw) = (&mut self.failed, &mut self.saw_failure);
-        self.events.record(lane, access, event, had_wait_list, |e| {
-            Self::ended(e, failed, saw)
-        });
+        let state = |e: &Event| Self::ended(e, failed, saw);
+        if host {
+            self.events
+                .record_late(lane, access, event, had_wait_list, state);
+        } else {
+            self.events
+                .record(lane, access, event, had_wait_list, state);
+        }
         if self.saw_failure {
             self.tainted = true;
         }

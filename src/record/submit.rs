@@ -59,7 +59,7 @@ use std::sync::{Arc, MutexGuard};
 use super::block::Block;
 use super::failure::failure_of;
 use super::history::Writes;
-use super::history::{MapStep, Record};
+use super::history::{MapStep, Record, Recorded};
 use crate::census;
 use crate::core::gates::{self, failures_possible};
 use crate::core::pins::LetGo;
@@ -83,6 +83,10 @@ pub(crate) struct Touch<'a> {
     /// Whether the command writes all of the buffer (the *failed write* rule: with no
     /// read, it replaces every earlier write).
     pub(crate) covers: bool,
+    /// Whether the command moves data between the buffer and host memory, so that its
+    /// event may end after later commands of its queue (the tracker's *late ends* rule;
+    /// design trap "pageable reads complete late").
+    pub(crate) host: bool,
 }
 
 impl<'a> Touch<'a> {
@@ -95,6 +99,7 @@ impl<'a> Touch<'a> {
             map: MapStep::None,
             reads: access == Access::Read,
             covers: false,
+            host: false,
         }
     }
 
@@ -103,6 +108,16 @@ impl<'a> Touch<'a> {
         Touch {
             covers,
             ..Touch::new(block, Access::Write)
+        }
+    }
+
+    /// A transfer between the buffer and host memory: a read, or a write of all of it
+    /// when `covers`.
+    pub(crate) fn host(block: &'a Block, access: Access, covers: bool) -> Self {
+        Touch {
+            covers,
+            host: true,
+            ..Touch::new(block, access)
         }
     }
 
@@ -122,6 +137,7 @@ struct Locked<'a> {
     map: MapStep,
     reads: bool,
     covers: bool,
+    host: bool,
     record: MutexGuard<'a, Record>,
 }
 
@@ -267,6 +283,7 @@ impl Submit<'_> {
                     }
                     last.reads |= touch.reads;
                     last.covers |= touch.covers;
+                    last.host |= touch.host;
                 }
                 _ => locked.push(Locked {
                     block: touch.block,
@@ -274,6 +291,7 @@ impl Submit<'_> {
                     map: touch.map,
                     reads: touch.reads,
                     covers: touch.covers,
+                    host: touch.host,
                     record: touch.block.lock_record(),
                 }),
             }
@@ -405,14 +423,14 @@ impl Submit<'_> {
             if let Some(writer) = writer.as_deref_mut() {
                 *writer = l.record.writes().clone();
             }
-            l.record.record(
-                self.queue.lane,
-                l.access,
-                event.clone(),
-                had_wait_list,
-                failures_possible,
-                l.covers || l.reads,
-            );
+            let how = Recorded {
+                lane: self.queue.lane,
+                access: l.access,
+                replaces: l.covers || l.reads,
+                host: l.host,
+            };
+            l.record
+                .record(how, event.clone(), had_wait_list, failures_possible);
             l.record.apply_map(l.map);
             census::record_reached(l.record.events().len());
         }

@@ -25,7 +25,8 @@
 //!    shadow until they are known to have ended; a release waits on them too, and after a
 //!    failure the caller asks [`EventSet::hazards_after_failure`], which leaves nothing
 //!    out. A command with an empty wait list cannot end early: what it supersedes is
-//!    either ordered before it by its in-order queue or has ended already, and is dropped.
+//!    either ordered before it by its in-order queue or has ended already, and is
+//!    dropped (unless it may end late, rule 8).
 //! 6. **Pruning.** Ended events are dropped as new ones arrive, when the set has doubled
 //!    since the last prune: constant cost per record on average, and the set stays within
 //!    twice its live size. Asking a driver about an event costs (microseconds on some), so
@@ -42,6 +43,14 @@
 //! 7. **Bound.** Reads on out-of-order queues are kept until they complete. When more than
 //!    [`FOLD_AT`] entries are live, the caller folds the oldest reads into one marker event
 //!    ([`EventSet::reads_to_fold`], then [`EventSet::fold`]), which stands for them all.
+//! 8. **Late ends.** A command that moves data between the buffer and host memory may end
+//!    after later commands of its in-order queue have (NVIDIA ends a non-blocking read
+//!    into pageable memory on a thread of its own; design trap "pageable reads complete
+//!    late"), so queue order says nothing about its end: it is recorded as *late*
+//!    ([`EventSet::record_late`]), goes to the shadow when superseded even by a command
+//!    with no wait list (rule 5), and pruning asks about it itself (rule 6). Its queue
+//!    order still orders it on the device, so rule 2 still leaves it out of its queue's
+//!    hazards.
 //!
 //! Together these keep every command that may still touch the buffer covered: each is in
 //! the set, or completes before an event that is.
@@ -78,6 +87,8 @@ pub struct Entry<E> {
     pub event: E,
     /// Its place in the order of records (rule 6).
     pub seq: u64,
+    /// Whether it may end after later commands of its queue (rule 8).
+    pub late: bool,
 }
 
 /// What became of a recorded command, as the caller's driver says.
@@ -172,12 +183,18 @@ impl<E> EventSet<E> {
     }
 
     /// Moves `entry` to the shadow of its lane, keeping the lane's entries oldest first.
+    /// Late entries (rule 8) of an in-order lane have a group of their own, pruned as an
+    /// out-of-order lane's: each is asked.
     fn shadow_entry(&mut self, entry: Entry<E>) {
-        let at = match self.shadow.iter().position(|g| g.lane == entry.lane) {
+        let lane = Lane {
+            in_order: entry.lane.in_order && !entry.late,
+            ..entry.lane
+        };
+        let at = match self.shadow.iter().position(|g| g.lane == lane) {
             Some(at) => at,
             None => {
                 self.shadow.push(LaneShadow {
-                    lane: entry.lane,
+                    lane,
                     entries: Vec::new(),
                 });
                 self.shadow.len() - 1
@@ -213,25 +230,49 @@ impl<E> EventSet<E> {
         had_wait_list: bool,
         state: impl FnMut(&E) -> State,
     ) {
+        self.push(lane, access, event, had_wait_list, false, state);
+    }
+
+    /// [`record`](EventSet::record), for a command that may end after later commands of
+    /// its queue: a transfer between the buffer and host memory (rule 8).
+    pub fn record_late(
+        &mut self,
+        lane: Lane,
+        access: Access,
+        event: E,
+        had_wait_list: bool,
+        state: impl FnMut(&E) -> State,
+    ) {
+        self.push(lane, access, event, had_wait_list, true, state);
+    }
+
+    fn push(
+        &mut self,
+        lane: Lane,
+        access: Access,
+        event: E,
+        had_wait_list: bool,
+        late: bool,
+        state: impl FnMut(&E) -> State,
+    ) {
         let superseded = |e: &Entry<E>| match access {
             Access::Write => true,
             Access::Read => lane.in_order && e.lane == lane && e.access == Access::Read,
         };
+        // Rule 5, and rule 8 for what may end late.
+        let keep = |old: &Entry<E>| had_wait_list || old.late;
         if access == Access::Write {
-            if had_wait_list {
-                let superseded = std::mem::take(&mut self.entries);
-                for old in superseded {
+            for old in std::mem::take(&mut self.entries) {
+                if keep(&old) {
                     self.shadow_entry(old);
                 }
-            } else {
-                self.entries.clear();
             }
         } else {
             let mut i = 0;
             while i < self.entries.len() {
                 if superseded(&self.entries[i]) {
                     let old = self.entries.remove(i);
-                    if had_wait_list {
+                    if keep(&old) {
                         self.shadow_entry(old);
                     }
                 } else {
@@ -248,6 +289,7 @@ impl<E> EventSet<E> {
             access,
             event,
             seq,
+            late,
         });
     }
 
@@ -377,6 +419,7 @@ impl<E> EventSet<E> {
                 access: Access::Read,
                 event: marker,
                 seq,
+                late: false,
             },
         );
     }

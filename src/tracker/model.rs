@@ -9,10 +9,25 @@ use proptest::prelude::*;
 struct Command {
     lane: usize,
     access: Access,
-    /// What it waited on: its wait list, plus the previous command of its lane when
-    /// that lane is in order.
-    after: Vec<usize>,
+    /// Its wait list: it starts once each of them is done.
+    wait: Vec<usize>,
+    /// The previous command of its lane when that lane is in order: it starts once that
+    /// one has run.
+    prev: Option<usize>,
+    /// Whether it may be done only some time after it has run (rule 8: a transfer to or
+    /// from host memory), while later commands of its queue run.
+    late: bool,
+    /// Whether it has run on the device.
+    ran: bool,
+    /// Whether its event has completed.
     done: bool,
+}
+
+impl Command {
+    /// Everything it is ordered after.
+    fn after(&self) -> impl Iterator<Item = usize> + '_ {
+        self.wait.iter().copied().chain(self.prev)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -20,23 +35,23 @@ enum Step {
     Enqueue {
         lane: usize,
         write: bool,
+        late: bool,
     },
-    /// Completes every command whose predecessors are complete, each with
-    /// probability `percent` (in [0, 100]).
-    Complete {
-        percent: u8,
-    },
+    /// Runs every command that may start (and completes it, unless it is late), and
+    /// completes every late command that has run, each with probability `percent` (in
+    /// [0, 100]).
+    Complete { percent: u8 },
 }
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        4 => (0usize..4, any::<bool>()).prop_map(|(lane, write)| Step::Enqueue { lane, write }),
+        4 => (0usize..4, any::<bool>(), prop::bool::weighted(0.25))
+            .prop_map(|(lane, write, late)| Step::Enqueue { lane, write, late }),
         1 => (0u8..=100).prop_map(|percent| Step::Complete { percent }),
     ]
 }
 
-/// Whether `target` happens before `from` (is reachable through `after`), or is
-/// complete.
+/// Whether `target` happens before `from` (is reachable through `after`).
 fn covered(cmds: &[Command], from: usize, target: usize) -> bool {
     let mut stack = vec![from];
     let mut seen = vec![false; cmds.len()];
@@ -45,7 +60,26 @@ fn covered(cmds: &[Command], from: usize, target: usize) -> bool {
             return true;
         }
         if !std::mem::replace(&mut seen[c], true) {
-            stack.extend(&cmds[c].after);
+            stack.extend(cmds[c].after());
+        }
+    }
+    false
+}
+
+/// Whether `target` is done once `from` is: a command is done only after its wait list
+/// is done and after the previous command of its queue has run, which is done then too
+/// unless it is late (rule 8).
+fn ends_before(cmds: &[Command], from: usize, target: usize) -> bool {
+    // (command, whether it is known done rather than only run)
+    let mut stack = vec![(from, true)];
+    let mut seen = vec![[false; 2]; cmds.len()];
+    while let Some((c, done)) = stack.pop() {
+        if c == target && done {
+            return true;
+        }
+        if !std::mem::replace(&mut seen[c][usize::from(done)], true) {
+            stack.extend(cmds[c].wait.iter().map(|&w| (w, true)));
+            stack.extend(cmds[c].prev.map(|p| (p, !cmds[p].late)));
         }
     }
     false
@@ -73,13 +107,22 @@ fn run(in_order: [bool; 4], steps: Vec<Step>, seed: u64) -> Result<(), TestCaseE
         match step {
             Step::Complete { percent } => {
                 for c in 0..cmds.len() {
-                    if !cmds[c].done && cmds[c].after.iter().all(|&p| cmds[p].done) && coin(percent)
-                    {
-                        cmds[c].done = true;
+                    let cmd = &cmds[c];
+                    if cmd.ran {
+                        if !cmd.done && coin(percent) {
+                            cmds[c].done = true;
+                        }
+                        continue;
+                    }
+                    let may_start = cmd.wait.iter().all(|&w| cmds[w].done)
+                        && cmd.prev.is_none_or(|p| cmds[p].ran);
+                    if may_start && coin(percent) {
+                        cmds[c].ran = true;
+                        cmds[c].done = !cmds[c].late;
                     }
                 }
             }
-            Step::Enqueue { lane, write } => {
+            Step::Enqueue { lane, write, late } => {
                 let access = if write { Access::Write } else { Access::Read };
                 let l = lanes[lane];
                 let wait: Vec<usize> = set.hazards(l, access).map(|e| e.event).collect();
@@ -99,14 +142,13 @@ fn run(in_order: [bool; 4], steps: Vec<Step>, seed: u64) -> Result<(), TestCaseE
                 }
                 let id = cmds.len();
                 let had_wait_list = !wait.is_empty();
-                let mut after = wait;
-                if l.in_order {
-                    after.extend(last_on_lane[lane]);
-                }
                 cmds.push(Command {
                     lane,
                     access,
-                    after,
+                    wait,
+                    prev: last_on_lane[lane].filter(|_| l.in_order),
+                    late,
+                    ran: false,
                     done: false,
                 });
                 last_on_lane[lane] = Some(id);
@@ -124,31 +166,41 @@ fn run(in_order: [bool; 4], steps: Vec<Step>, seed: u64) -> Result<(), TestCaseE
                     }
                 }
                 let done: Vec<bool> = cmds.iter().map(|c| c.done).collect();
-                set.record(l, access, id, had_wait_list, done_if(|&e: &usize| done[e]));
+                let state = done_if(|&e: &usize| done[e]);
+                if late {
+                    set.record_late(l, access, id, had_wait_list, state);
+                } else {
+                    set.record(l, access, id, had_wait_list, state);
+                }
                 // Rule 7: fold, as the library does, with a marker on this lane.
                 let folded: Vec<usize> = set.reads_to_fold().into_iter().copied().collect();
                 if !folded.is_empty() {
                     let marker = cmds.len();
-                    let mut after = folded.clone();
-                    if l.in_order {
-                        after.extend(last_on_lane[lane]);
-                        last_on_lane[lane] = Some(marker);
-                    }
                     cmds.push(Command {
                         lane,
                         access: Access::Read,
-                        after,
+                        wait: folded.clone(),
+                        prev: last_on_lane[lane].filter(|_| l.in_order),
+                        late: false,
+                        ran: false,
                         done: false,
                     });
+                    if l.in_order {
+                        last_on_lane[lane] = Some(marker);
+                    }
                     set.fold(folded.len(), l, marker);
                 }
                 prop_assert!(set.len() <= FOLD_AT + 1, "record grew to {}", set.len());
             }
         }
-        // Release: every command not complete is covered by a recorded event.
+        // Release: every command not done is done once every event recorded is.
         for p in 0..cmds.len() {
             if !cmds[p].done {
-                let ok = set.entries().iter().any(|e| covered(&cmds, e.event, p));
+                let ok = set
+                    .entries()
+                    .iter()
+                    .chain(set.shadow())
+                    .any(|e| ends_before(&cmds, e.event, p));
                 prop_assert!(ok, "command {p} is no longer covered by the record");
             }
         }
@@ -174,10 +226,12 @@ fn long_out_of_order_read_runs_stay_bounded() {
     let steps: Vec<Step> = std::iter::once(Step::Enqueue {
         lane: 0,
         write: true,
+        late: false,
     })
     .chain((0..600).map(|i| Step::Enqueue {
         lane: i % 2,
         write: false,
+        late: false,
     }))
     .collect();
     run([false, false, true, true], steps, 7).unwrap();

@@ -89,6 +89,38 @@ fn a_write_with_no_wait_list_drops_what_it_covers() {
     assert_eq!(set.shadow_len(), 0);
 }
 
+/// Rule 8: NVIDIA ends a non-blocking read into pageable memory after the next command
+/// of its queue has run, so that command's completion says nothing about the read's.
+#[test]
+fn a_late_read_stays_in_the_shadow_when_its_queue_writes_with_no_wait_list() {
+    let mut set = EventSet::new();
+    set.record_late(IN_ORDER_A, Access::Read, 1, false, pending);
+    set.record(IN_ORDER_A, Access::Write, 2, false, pending);
+    assert_eq!(events(&set), [2]);
+    let shadow: Vec<u32> = set.shadow().map(|e| e.event).collect();
+    assert_eq!(shadow, [1]);
+    // Still ordered by the queue: its own queue does not wait on it.
+    assert!(hazards(&set, IN_ORDER_A, Access::Write).is_empty());
+}
+
+/// Rule 8 against rule 6: a later command of the queue that has completed does not make
+/// a late entry count as ended, nor does bisection.
+#[test]
+fn a_late_entry_is_asked_about_itself_when_the_shadow_is_pruned() {
+    let mut set = EventSet::new();
+    set.record(IN_ORDER_A, Access::Write, 1, false, pending);
+    set.record_late(IN_ORDER_A, Access::Read, 2, false, pending);
+    // Superseded with a wait list, so the write goes to the shadow too.
+    set.record(IN_ORDER_A, Access::Write, 3, true, pending);
+    set.record(IN_ORDER_A, Access::Write, 4, true, pending);
+    // Everything but the late read has completed.
+    set.prune(done_if(|&e| e != 2));
+    let shadow: Vec<u32> = set.shadow().map(|e| e.event).collect();
+    assert_eq!(shadow, [2]);
+    set.prune(done_if(|_| true));
+    assert_eq!(set.shadow_len(), 0);
+}
+
 #[test]
 fn a_write_replaces_the_whole_record() {
     let mut set = EventSet::new();

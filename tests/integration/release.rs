@@ -53,6 +53,58 @@ fn release_waits_for_a_gated_command_on_its_buffer() {
     }
 }
 
+/// NVIDIA ends a non-blocking read into pageable memory after the next command of its
+/// queue has run (design trap "pageable reads complete late"), so the end of a later
+/// command of the read's queue says nothing about the read's. The record dropped such a
+/// read once a command of its queue with no wait list superseded it, so the release
+/// waited only for that command, and the memory could go while the read was pending
+/// (seen on NVIDIA, by the oracle of `pool::long_random_run_ends_with_nothing_live_or_pending`).
+/// The release waits for the read itself.
+#[test]
+fn release_waits_for_a_host_read_itself_not_only_for_a_later_command_of_its_queue() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let queue = ctx.queue().unwrap();
+    let n = 1024;
+    for what in ["owned read", "owned write"] {
+        let buf = ctx.buffer_from(&vec![3u32; n]).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let deps = [gate.event()];
+        let gated = queue.after(&deps);
+        let (host, pending_read) = match what {
+            "owned read" => {
+                let read = gated.read_owned(&buf).unwrap();
+                (read.event().clone(), Some(read))
+            }
+            _ => (gated.write_owned(&buf, vec![4u32; n]).unwrap(), None),
+        };
+        // Same in-order queue: no wait list, so it supersedes the transfer outright.
+        let fill = queue.fill(&buf, 5).unwrap();
+        queue.flush().unwrap();
+        let watch = common::watch(&buf, &[&host, &fill]);
+        // The handles would keep the memory on rusticl (design trap "rusticl's events
+        // keep their buffers"); the read's goes once the gate is open (dropping it waits
+        // for the read).
+        drop((host, fill));
+        let report = common::returns_only_after(
+            &format!("the release of a buffer with a gated {what}"),
+            move || buf.release().unwrap(),
+            || {
+                gate.complete().unwrap();
+                drop(pending_read);
+            },
+        );
+        assert_eq!(
+            report.waited_on, 2,
+            "{what}: the release waits for the transfer and the fill: {report:?}"
+        );
+        assert!(report.freed, "{what}: {report:?}");
+        watch.assert_released_after_events();
+    }
+}
+
 /// The record layer's *drop behind a gate* rule: a Drop that would wait behind an unset user event of its context (the
 /// caller may be about to set it, or unwinding past it) returns at once and leaves the
 /// release to the reaper, which frees the memory only after the command has ended.
