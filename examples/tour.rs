@@ -16,6 +16,10 @@
 //! 4. raw `opencl3` with the usual fix, `clFinish` before the release, on that same kind
 //!    of unrelated buffer: it waits for the whole queue all the same.
 //!
+//! Last, it counts how often a non-blocking read into host memory is still pending once the
+//! next command of its in-order queue has completed (why a record keeps host transfers
+//! until they have ended themselves).
+//!
 //! On PoCL the raw release returns at once and the memory stays allocated until the
 //! kernel ends; on NVIDIA the raw release blocks the host until the kernel ends. With
 //! cl-lifetime the release returns after the buffer's kernel has ended, with the memory
@@ -77,6 +81,7 @@ fn main() -> anyhow::Result<()> {
     print_table(&rows);
     println!();
     summarise(&rows);
+    raw.late_host_reads()?;
     Ok(())
 }
 
@@ -367,6 +372,54 @@ impl Raw {
             waited_for,
             Some(finished),
         ))
+    }
+}
+
+impl Raw {
+    /// How often a non-blocking read into ordinary host memory is still pending once the
+    /// next command of its in-order queue (a 4-byte fill) has completed: where it happens,
+    /// a record cannot infer a host transfer's end from its queue's order (design trap
+    /// "pageable reads complete late"; the tracker's *late ends* rule).
+    fn late_host_reads(&self) -> anyhow::Result<()> {
+        const TRIES: usize = 100;
+        let mut line = Vec::new();
+        for len in [1 << 10, 1 << 18, 1 << 22] {
+            let mut buffer = self.0.buffer(len)?;
+            self.0.fill(&mut buffer, 1.0)?.wait()?;
+            let mut host = vec![0f32; len];
+            let mut late = 0;
+            for _ in 0..TRIES {
+                // SAFETY: `host` is as long as the buffer and is neither read nor moved
+                // until the read's event has ended (waited below).
+                let read = unsafe {
+                    self.0.queue.enqueue_read_buffer(
+                        &buffer,
+                        opencl3::types::CL_NON_BLOCKING,
+                        0,
+                        &mut host,
+                        &[],
+                    )
+                }?;
+                // SAFETY: four bytes inside the buffer; the pattern is copied at once.
+                let next = unsafe {
+                    self.0
+                        .queue
+                        .enqueue_fill_buffer(&mut buffer, &[2f32], 0, 4, &[])
+                }?;
+                next.wait()?;
+                if read.command_execution_status()?.0 != CL_COMPLETE {
+                    late += 1;
+                }
+                read.wait()?;
+            }
+            line.push(format!("{late} of {TRIES} at {} KiB", len * 4 / 1024));
+        }
+        println!(
+            "A non-blocking read into host memory was still pending when the next command \
+             of its queue had completed: {}.",
+            line.join(", ")
+        );
+        Ok(())
     }
 }
 
