@@ -383,7 +383,7 @@ impl Raw {
     fn late_host_reads(&self) -> anyhow::Result<()> {
         const TRIES: usize = 100;
         let mut line = Vec::new();
-        for len in [1 << 10, 1 << 18, 1 << 22] {
+        for len in [1 << 10, 1 << 16, 1 << 20] {
             let mut buffer = self.0.buffer(len)?;
             self.0.fill(&mut buffer, 1.0)?.wait()?;
             let mut host = vec![0f32; len];
