@@ -261,12 +261,17 @@ impl<E> EventSet<E> {
         };
         // Rule 5, and rule 8 for what may end late.
         let keep = |old: &Entry<E>| had_wait_list || old.late;
-        if access == Access::Write {
-            for old in std::mem::take(&mut self.entries) {
+        if access == Access::Write && !had_wait_list && !self.entries.iter().any(|e| e.late) {
+            self.entries.clear();
+        } else if access == Access::Write {
+            // Taken and put back, so that the set keeps its allocation.
+            let mut superseded = std::mem::take(&mut self.entries);
+            for old in superseded.drain(..) {
                 if keep(&old) {
                     self.shadow_entry(old);
                 }
             }
+            self.entries = superseded;
         } else {
             let mut i = 0;
             while i < self.entries.len() {
