@@ -230,24 +230,6 @@ fn a_raw_command_that_reads_a_failed_write_is_refused_before_it_is_called() {
     assert!(!called);
 }
 
-/// A raw command's execution status, read straight from the driver.
-fn raw_status(event: cl_sys::cl_event) -> i32 {
-    let mut status: cl_sys::cl_int = 0;
-    // SAFETY: `event` is live (held by the library for the call that handed it over);
-    // the value written is one `cl_int`.
-    let rc = unsafe {
-        cl_sys::clGetEventInfo(
-            event,
-            cl_sys::CL_EVENT_COMMAND_EXECUTION_STATUS,
-            size_of::<cl_sys::cl_int>(),
-            (&raw mut status).cast(),
-            ptr::null_mut(),
-        )
-    };
-    assert_eq!(rc, 0, "clGetEventInfo");
-    status
-}
-
 /// NVIDIA refuses an enqueue whose wait list holds a command that has failed, with that
 /// command's status, and a gate's failure reaches all its commands there within
 /// microseconds, so several can fail between the gathering and the enqueue. The library
@@ -285,7 +267,7 @@ fn an_enqueue_refused_after_many_hazards_failed_meanwhile_is_gathered_again_unti
                     // Every read fails between the gathering and the enqueue.
                     gate.fail(-1234)?;
                     let start = std::time::Instant::now();
-                    while wait.iter().any(|&e| raw_status(e) >= 0) {
+                    while wait.iter().any(|&e| common::raw_status(e) >= 0) {
                         assert!(
                             start.elapsed() < common::CHILD_LIMIT,
                             "the gate's failure did not reach the reads"
@@ -294,7 +276,7 @@ fn an_enqueue_refused_after_many_hazards_failed_meanwhile_is_gathered_again_unti
                     }
                 }
                 // NVIDIA's check.
-                if let Some(failed) = wait.iter().map(|&e| raw_status(e)).find(|&s| s < 0) {
+                if let Some(failed) = wait.iter().map(|&e| common::raw_status(e)).find(|&s| s < 0) {
                     refused += 1;
                     return Err(cl("clEnqueueFillBuffer", failed));
                 }
