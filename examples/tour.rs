@@ -375,6 +375,10 @@ impl Raw {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Last line: host reads that end after the next command of their queue.
+// ---------------------------------------------------------------------------------------
+
 impl Raw {
     /// How often a non-blocking read into ordinary host memory is still pending once the
     /// next command of its in-order queue (a 4-byte fill) has completed: where it happens,
