@@ -10,6 +10,7 @@ use super::buffer::ClBuffer;
 use super::queue::{After, Queue};
 use super::transfer::check_span;
 use crate::error::{Result, Transfer};
+use crate::event::Event;
 use crate::ffi;
 use crate::pod::Pod;
 use crate::record::block::Block;
@@ -103,6 +104,7 @@ impl After<'_> {
             ptr: mapped.cast(),
             len,
             access,
+            unmapped: false,
             _elements: PhantomData,
         };
         settle(&event, &writers)?;
@@ -110,18 +112,24 @@ impl After<'_> {
     }
 }
 
-/// A live mapping; unmaps on drop (the unmap is recorded like any command).
+/// A live mapping; unmaps on drop, or when asked (the unmap is recorded like any
+/// command).
 struct Mapping<'b, T: Pod> {
     queue: Queue,
     block: &'b Block,
     ptr: *mut T,
     len: usize,
     access: Access,
+    /// Whether the unmap was enqueued (or refused) already.
+    unmapped: bool,
     _elements: PhantomData<&'b mut [T]>,
 }
 
-impl<T: Pod> Drop for Mapping<'_, T> {
-    fn drop(&mut self) {
+impl<T: Pod> Mapping<'_, T> {
+    /// Enqueues the unmap; called once, by the guard's `unmap` or by the drop, whichever
+    /// comes first.
+    fn unmap(&mut self) -> Result<Event> {
+        self.unmapped = true;
         let queue = self.queue.core.raw;
         let (block, mapped) = (self.block, self.ptr);
         let touch = Touch {
@@ -134,16 +142,28 @@ impl<T: Pod> Drop for Mapping<'_, T> {
         };
         let unmapped = self.queue.after(&[]).submit().run(&[touch], |wait| {
             // SAFETY: the queue and the buffer are live (borrowed); `mapped` came from
-            // clEnqueueMapBuffer on this buffer and is unmapped once, here (the guard that
-            // lent it out is gone); the wait list holds live events.
+            // clEnqueueMapBuffer on this buffer and is unmapped once, here (`unmapped`
+            // was false: the drop checks it, and the guard that lent the memory out was
+            // consumed or dropped); the wait list holds live events.
             unsafe { ffi::enqueue_unmap(queue, block.raw(), mapped.cast(), wait) }
         });
-        if let Err(e) = unmapped {
+        if unmapped.is_err() {
             // The driver holds no mapping it would unmap (rusticl refuses the pointer of a
             // map that failed with CL_INVALID_VALUE): the record lets go of it too, or
             // every later command on the buffer would be refused as mapped.
-            log::error!(target: "cl_lifetime::queue", "unmapping a buffer: {e}");
             block.forget_mapping(self.access);
+        }
+        unmapped
+    }
+}
+
+impl<T: Pod> Drop for Mapping<'_, T> {
+    fn drop(&mut self) {
+        if self.unmapped {
+            return;
+        }
+        if let Err(e) = self.unmap() {
+            log::error!(target: "cl_lifetime::queue", "unmapping a buffer: {e}");
         }
     }
 }
@@ -155,6 +175,46 @@ pub struct Mapped<'b, T: Pod>(Mapping<'b, T>);
 /// Part of a buffer mapped for reading and writing on the host ([`Queue::map_mut`]).
 /// Derefs to `[T]` mutably; unmapped on drop, after which device commands see the writes.
 pub struct MappedMut<'b, T: Pod>(Mapping<'b, T>);
+
+impl<T: Pod> Mapped<'_, T> {
+    /// Unmaps now and returns the unmap's event, which later commands on the buffer wait
+    /// for like any other; dropping the guard unmaps the same way but keeps the event.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`](crate::Error::Cl) when the driver refuses the unmap; the buffer
+    /// counts as unmapped all the same.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer_from(&[1u32, 2, 3, 4])?;
+    /// let mapped = queue.map(&buf, 1..3)?;
+    /// assert_eq!(*mapped, [2, 3]);
+    /// let unmapped = mapped.unmap()?;
+    /// unmapped.wait()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn unmap(mut self) -> Result<Event> {
+        self.0.unmap()
+    }
+}
+
+impl<T: Pod> MappedMut<'_, T> {
+    /// Unmaps now and returns the unmap's event, after which device commands see the
+    /// writes; as [`Mapped::unmap`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Mapped::unmap`].
+    pub fn unmap(mut self) -> Result<Event> {
+        self.0.unmap()
+    }
+}
 
 impl<T: Pod> std::ops::Deref for Mapped<'_, T> {
     type Target = [T];

@@ -17,7 +17,7 @@ use std::sync::{Arc, mpsc};
 use std::thread;
 
 use cl_lifetime::tracker::FOLD_AT;
-use cl_lifetime::{Arg, Context, Error, Event, Queue, UserEvent};
+use cl_lifetime::{Access, Arg, Context, Error, Event, Queue, UserEvent};
 
 use crate::common::{self, HANG, WINDOW, contents, ramp};
 
@@ -683,6 +683,45 @@ fn map_mut_writes_are_seen_by_later_commands() {
         .map(|i| if (16..32).contains(&i) { 0 } else { i * 3 + 1 })
         .collect();
     assert_eq!(contents(&b, &buf), expected);
+}
+
+#[test]
+fn an_explicit_unmap_returns_the_event_later_commands_wait_on() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let (a, b) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let buf = ctx.buffer_from(&[0i32; N]).unwrap();
+    let unrelated = ctx.buffer::<u8>(16).unwrap();
+    let gate = closed_gate(&ctx);
+
+    let mut mapped = a.map_mut(&buf, 0..N).unwrap();
+    mapped.fill(7);
+    // The gated fill holds in-order queue A, so the unmap waits behind it.
+    let hold = a.after(&[gate.event()]).fill(&unrelated, 0).unwrap();
+    let unmapped = mapped.unmap().unwrap();
+    assert_blocked("an unmap held back on its queue", &[&unmapped]);
+    let before_a_read: Vec<_> = buf
+        .hazards(Access::Read)
+        .iter()
+        .map(Event::as_raw)
+        .collect();
+    assert_eq!(
+        before_a_read,
+        vec![unmapped.as_raw()],
+        "a read waits on the unmap alone"
+    );
+    let read = b.read_owned(&buf).unwrap();
+    assert_blocked("a read after the held unmap", &[read.event()]);
+    gate.complete().unwrap();
+    hold.wait().unwrap();
+    unmapped.wait().unwrap();
+    assert_eq!(read.wait().unwrap(), vec![7; N]);
+    // Unmapped once: the buffer maps again, and its contents are the host's writes.
+    let again = a.map(&buf, 0..N).unwrap();
+    assert_eq!(*again, [7; N]);
+    again.unmap().unwrap().wait().unwrap();
 }
 
 #[test]
