@@ -112,8 +112,8 @@ pub fn isolated(name: &str, limit: Duration, env: &[(&str, &str)], body: impl Fn
     };
     let output = format!(
         "--- child stdout ---\n{}\n--- child stderr ---\n{}",
-        stdout.join().unwrap_or_default(),
-        stderr.join().unwrap_or_default()
+        last_lines(&stdout.join().unwrap_or_default()),
+        last_lines(&stderr.join().unwrap_or_default())
     );
     // Shown with the test's own output (`--nocapture`, or when it fails).
     println!("{output}");
@@ -127,6 +127,22 @@ pub fn isolated(name: &str, limit: Duration, env: &[(&str, &str)], body: impl Fn
             output.contains(&format!("isolated body finished: {name}")),
             "`{name}`: the child did not run the body\n{output}"
         ),
+    }
+}
+
+/// Lines of a child's output shown at most: a long test prints a progress line per step
+/// (see `schedules::Watchdog`), and the end of it says where it crashed.
+const SHOWN_LINES: usize = 60;
+
+/// `text`, or its last [`SHOWN_LINES`] lines after a line saying how many were left out.
+fn last_lines(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    match lines.len().checked_sub(SHOWN_LINES) {
+        Some(left_out) if left_out > 0 => format!(
+            "[{left_out} earlier lines left out]\n{}",
+            lines[left_out..].join("\n")
+        ),
+        _ => text.to_string(),
     }
 }
 
