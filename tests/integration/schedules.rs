@@ -34,10 +34,17 @@
 //!   pending bytes.
 //!
 //! A gate that will fail never gates a blocking command: like one that will open, it is
-//! set before. And before the host fails a gate it waits for every command that cannot be
-//! waiting on a closed gate: PoCL 3.1 aborts (`pocl_util.c` assertions
-//! `event->status == CL_SUBMITTED`, `cq->command_count > 0`) or crashes now and then when
-//! a command's dependency completes on the device while the host fails another of them.
+//! set before. PoCL (3.1, 5.0, up to 7.1) finishes a command twice, and aborts
+//! (`pocl_util.c` assertions `event->status == CL_SUBMITTED`, `cq->command_count > 0`,
+//! `pocl_refcount > 0`) or crashes now and then, when a dependency of it completes on the
+//! device while the host fails another of them (design trap "PoCL's double finish"); a
+//! dependency's status reads complete a little before PoCL is done with it, so waiting for
+//! it is not enough. So failure-mode plans keep the *failing order*: no gate opens while a
+//! gate that will fail is closed (those are failed or dropped first). And before the host
+//! enqueues a command that may wait on a closed gate that will fail, or fails one, it waits
+//! for every command that cannot be waiting on a closed gate, the unmaps of earlier maps
+//! included (taken with `Mapped::unmap`): PoCL ties a command to no dependency that has
+//! completed, so a failing gate's commands wait on nothing that may end as it fails.
 //!
 //! The threaded test gives each host thread its own queue and buffers, plus buffers all
 //! threads only read; their one write is gated until every thread has enqueued all it can
@@ -550,10 +557,17 @@ struct GateBook {
 }
 
 impl GateBook {
-    /// Sets the closed gates of `mask`, each as its fate says.
-    fn set(&mut self, mask: u32, steps: &mut Vec<Step>) {
+    /// Sets the closed gates of `mask`, each as its fate says. A gate opens only once no
+    /// gate that will fail is closed: those are set first (the *failing order* of the
+    /// module's documentation).
+    fn set(&mut self, mut mask: u32, steps: &mut Vec<Step>) {
         if mask == 0 {
             return;
+        }
+        if gates_in(mask).any(|g| self.fates[g] == Fate::Open) {
+            mask |= gates_in(self.closed)
+                .filter(|&g| self.fates[g] != Fate::Open)
+                .fold(0u32, |m, g| m | (1 << g));
         }
         self.closed &= !mask;
         for m in self
@@ -1526,9 +1540,11 @@ enum Issue {
     Wrote(cl_lifetime::Result<()>),
     /// A host read or map: what it returned, and its event when it has one to show (a
     /// `read_owned`'s; a blocking read or map may also have been refused at enqueue).
+    /// `unmapped`: a map's unmap, which runs on after the map returned.
     Read {
         event: Option<Event>,
         got: cl_lifetime::Result<Vec<i32>>,
+        unmapped: Option<Event>,
     },
 }
 
@@ -1635,6 +1651,7 @@ fn issue(
             Issued::Now(Issue::Read {
                 event: None,
                 got: read.map(|()| out),
+                unmapped: None,
             })
         }
         Kind::ReadOwned { b, range, wait_now } => {
@@ -1648,16 +1665,28 @@ fn issue(
                 Ok(read) if *wait_now => Issued::Now(Issue::Read {
                     event: Some(read.event().clone()),
                     got: read.wait(),
+                    unmapped: None,
                 }),
                 Ok(read) => Issued::Later(read),
             }
         }
-        Kind::Map { b, range } => Issued::Now(Issue::Read {
-            event: None,
-            got: after
-                .map(buffers[*b], range.clone())
-                .map(|mapped| mapped.to_vec()),
-        }),
+        Kind::Map { b, range } => {
+            let (got, unmapped) = match after.map(buffers[*b], range.clone()) {
+                Ok(mapped) => {
+                    let values = mapped.to_vec();
+                    (
+                        Ok(values),
+                        Some(mapped.unmap().expect("the unmap is enqueued")),
+                    )
+                }
+                Err(e) => (Err(e), None),
+            };
+            Issued::Now(Issue::Read {
+                event: None,
+                got,
+                unmapped,
+            })
+        }
     }
 }
 
@@ -1749,25 +1778,41 @@ fn execute_with_failures(
 
     // Gates not set yet.
     let mut unset: u32 = (0..plan.gates).fold(0, |m, g| m | (1 << g));
+    // Gates the plan fails or drops.
+    let failing = plan.steps.iter().fold(0u32, |m, step| match step {
+        Step::Fail(mask) | Step::Drop(mask) => m | mask,
+        _ => m,
+    });
+    // Waits for every command issued so far that cannot be waiting on a closed gate
+    // (the PoCL trap of the module's documentation).
+    let wait_for_free =
+        |issues: &[Option<Issue>], pending: &[(usize, PendingRead<i32>)], unset: u32| {
+            let free = issues
+                .iter()
+                .zip(&plan.waits)
+                .filter(|(_, waits)| **waits & unset == 0);
+            let unmaps = issues.iter().flatten().filter_map(|issue| match issue {
+                Issue::Read { unmapped, .. } => unmapped.as_ref(),
+                _ => None,
+            });
+            let free: Vec<&Event> = free
+                .filter_map(|(issue, _)| issue.as_ref()?.event())
+                .chain(unmaps)
+                .chain(
+                    pending
+                        .iter()
+                        .filter(|(at, _)| plan.waits[*at] & unset == 0)
+                        .map(|(_, read)| read.event()),
+                )
+                .collect();
+            let _ = wait_all(&free);
+        };
     for (i, step) in plan.steps.iter().enumerate() {
         let (queue, gate, kind) = match step {
             Step::Enqueue { queue, gate, kind } => (&queues[*queue], *gate, kind),
             setting => {
                 if let Step::Fail(_) | Step::Drop(_) = setting {
-                    // PoCL 3.1 trap: see the module's documentation.
-                    let free: Vec<&Event> = issues[..i]
-                        .iter()
-                        .zip(&plan.waits)
-                        .filter(|(_, waits)| **waits & unset == 0)
-                        .filter_map(|(issue, _)| issue.as_ref()?.event())
-                        .chain(
-                            pending
-                                .iter()
-                                .filter(|(at, _)| plan.waits[*at] & unset == 0)
-                                .map(|(_, read)| read.event()),
-                        )
-                        .collect();
-                    let _ = wait_all(&free);
+                    wait_for_free(&issues[..i], &pending, unset);
                 }
                 if let Step::Open(mask) | Step::Fail(mask) | Step::Drop(mask) = setting {
                     unset &= !mask;
@@ -1778,6 +1823,11 @@ fn execute_with_failures(
                 continue;
             }
         };
+        if plan.waits[i] & unset & failing != 0 {
+            // Behind a gate that will fail: what it waits on besides closed gates has
+            // ended, so the driver ties it to nothing that may end as the gate fails.
+            wait_for_free(&issues[..i], &pending, unset);
+        }
         let deps: Vec<&Event> = gate.iter().map(|&g| &gates.events[g]).collect();
         match issue(env, queue.after(&deps), buffers, kind, len) {
             Issued::Now(done) => issues[i] = Some(done),
@@ -1791,6 +1841,7 @@ fn execute_with_failures(
         issues[i] = Some(Issue::Read {
             event,
             got: read.wait(),
+            unmapped: None,
         });
     }
     let finals: Vec<Issue> = plan
@@ -1804,6 +1855,7 @@ fn execute_with_failures(
             Ok(read) => Issue::Read {
                 event: Some(read.event().clone()),
                 got: read.wait(),
+                unmapped: None,
             },
             Err(e) => Issue::Refused(e),
         })
@@ -1971,7 +2023,9 @@ fn check_outcome(
         let refused = match issue {
             Issue::Refused(_) => true,
             // A blocking read or map may have been refused: it says so by its error.
-            Issue::Read { event: None, got } => matches!(got, Err(DependencyFailed { .. })),
+            Issue::Read {
+                event: None, got, ..
+            } => matches!(got, Err(DependencyFailed { .. })),
             _ => false,
         };
         if !refused {
@@ -2032,7 +2086,7 @@ fn check_outcome(
                 }
             }
         }
-        Issue::Read { event, got } => {
+        Issue::Read { event, got, .. } => {
             let ran = event.as_ref().and_then(|e| ended(e, failures));
             match ran {
                 Some(true) => tally.completed += 1,
@@ -2112,8 +2166,15 @@ impl Watchdog {
         Watchdog(tx)
     }
 
-    /// Starts watching: `what` says what runs.
+    /// Starts watching: `what` says what runs, and its first line goes to stderr first, so
+    /// that a crash of the process (which no watchdog sees) names the schedule it was in.
     fn watch(&self, what: String) {
+        let first = what
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches(':');
+        let _ = writeln!(std::io::stderr().lock(), "running {first}");
         let _ = self.0.send(Some(what));
     }
 
