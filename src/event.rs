@@ -38,6 +38,9 @@ pub(crate) struct EventInner {
     /// The [`snapshot`] in which the driver last reported the command pending, and that
     /// status: `id << 2 | status` (0: none).
     pending_in: AtomicU64,
+    /// Its queue's finish count when it was made ([`QueueCore::finish_count`]), for the
+    /// *finished queue* rule.
+    finish_count: u64,
 }
 
 /// [`EventInner::seen`] before a terminal status has been read.
@@ -115,6 +118,7 @@ impl EventInner {
         seq: u64,
     ) -> Self {
         census::event_taken();
+        let finish_count = queue.as_ref().map_or(0, |q| q.finish_count());
         EventInner {
             raw,
             context,
@@ -123,6 +127,7 @@ impl EventInner {
             seen: AtomicI32::new(UNKNOWN),
             seq,
             pending_in: AtomicU64::new(0),
+            finish_count,
         }
     }
 }
@@ -461,6 +466,9 @@ impl Event {
                 return Ok(Status::from_raw((pending & 3) as cl_int));
             }
         }
+        if self.finished_by_its_queue() {
+            return Ok(Status::from_raw(self.finish(ffi::CL_COMPLETE)));
+        }
         let raw =
             ffi::execution_status(self.inner.raw).map_err(|s| Error::cl("clGetEventInfo", s))?;
         let raw = match raw {
@@ -480,6 +488,18 @@ impl Event {
             running => self.note_pending(snapshot, running),
         };
         Ok(Status::from_raw(raw))
+    }
+
+    /// The *finished queue* rule: a command that a successful [`Queue::finish`] waited
+    /// for, while no failure was possible, has completed; no driver call is needed to
+    /// know it (after 10^5 commands, PoCL's first status read of one costs 1.4-2.5 µs).
+    ///
+    /// [`Queue::finish`]: crate::Queue::finish
+    fn finished_by_its_queue(&self) -> bool {
+        self.inner
+            .queue
+            .as_ref()
+            .is_some_and(|q| q.finished(self.inner.finish_count))
     }
 
     /// Whether the *doomed command* rule applies to this command's queue.

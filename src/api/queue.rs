@@ -120,12 +120,18 @@ impl Queue {
     /// other code, has ended (`clFinish`). The library's own waits never need it: each
     /// waits on exactly the commands it depends on.
     ///
+    /// In a process where no failure is possible yet (no user event made, no raw event
+    /// adopted), a successful finish also vouches that the library's commands it waited
+    /// for completed: their status is then known without asking the driver (the
+    /// *finished queue* rule), which makes releasing the buffers they used cheaper (after
+    /// 10^5 commands, PoCL's first status read of one costs microseconds). A finish made
+    /// through the raw handle (`clFinish(queue.as_raw())`) vouches for nothing.
+    ///
     /// # Errors
     ///
     /// [`Error::Cl`](crate::Error::Cl) from `clFinish`.
     pub fn finish(&self) -> Result<()> {
-        self.core.flush_if_dirty()?;
-        crate::ffi::finish(self.core.raw)
+        self.core.finish()
     }
 
     /// Whether the queue records its commands' times ([`QueueOptions::profiling`]).

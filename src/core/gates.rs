@@ -36,6 +36,12 @@ pub(crate) fn failures_possible() -> bool {
     FAILURES_POSSIBLE.load(Ordering::Acquire)
 }
 
+/// [`failures_possible`], ordered with every `SeqCst` access: the *finished queue* rule
+/// (`QueueCore::finish`) reads it after taking its ticket.
+pub(crate) fn failures_possible_now() -> bool {
+    FAILURES_POSSIBLE.load(Ordering::SeqCst)
+}
+
 /// The number of failures seen so far.
 pub(crate) fn failure_epoch() -> u64 {
     FAILURE_EPOCH.load(Ordering::Acquire)
@@ -51,12 +57,13 @@ pub(crate) fn any_failure_seen() -> bool {
 /// Notes that a command may fail without the library seeing it (an event adopted from
 /// outside).
 pub(crate) fn note_failure_possible() {
-    FAILURES_POSSIBLE.store(true, Ordering::Release);
+    // SeqCst for the *finished queue* rule (`QueueCore::finish`).
+    FAILURES_POSSIBLE.store(true, Ordering::SeqCst);
 }
 
 /// Notes that a command failed.
 pub(crate) fn note_failure() {
-    FAILURES_POSSIBLE.store(true, Ordering::Release);
+    FAILURES_POSSIBLE.store(true, Ordering::SeqCst);
     FAILURE_EPOCH.fetch_add(1, Ordering::AcqRel);
 }
 

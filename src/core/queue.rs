@@ -46,6 +46,40 @@ pub(crate) struct QueueCore {
     /// Whether a pending command whose dependency failed counts as failed at once
     /// ([`Device::never_runs_doomed_commands`]).
     pub(crate) doomed_fail: bool,
+    /// The *finished queue* rule.
+    finishes: Finishes,
+}
+
+/// The *finished queue* rule's counts: how many [`QueueCore::finish`] calls have begun
+/// (each takes the next ticket), and the highest ticket of one that succeeded while no
+/// failure was possible. A command whose event read a lower count than that ticket when
+/// it was made has ended, and did not fail.
+#[derive(Default)]
+pub(crate) struct Finishes {
+    begun: AtomicU64,
+    clean: AtomicU64,
+}
+
+impl Finishes {
+    /// Takes the next ticket, before `clFinish` is called.
+    fn begin(&self) -> u64 {
+        self.begun.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Notes that the finish of `ticket` succeeded while no failure was possible.
+    fn ended_clean(&self, ticket: u64) {
+        self.clean.fetch_max(ticket, Ordering::Release);
+    }
+
+    /// The count an event stores, read once its command's enqueue has returned.
+    fn count(&self) -> u64 {
+        self.begun.load(Ordering::SeqCst)
+    }
+
+    /// Whether an event that read `count` was covered by a clean finish.
+    fn covers(&self, count: u64) -> bool {
+        count < self.clean.load(Ordering::Acquire)
+    }
 }
 
 // SAFETY: a cl_command_queue may be used from any thread (OpenCL 3.0 appendix A.2: every
@@ -114,6 +148,7 @@ impl QueueCore {
             drop_ended_hazards: device.chains_events(),
             flush_before_foreign_waits: device.ends_batches_together(),
             doomed_fail: device.never_runs_doomed_commands(),
+            finishes: Finishes::default(),
         }
     }
 
@@ -245,6 +280,38 @@ impl QueueCore {
         self.dirty.store(false, Ordering::Release);
         ffi::flush(self.raw)
     }
+
+    /// `clFinish`, noting for the *finished queue* rule what it covered.
+    ///
+    /// The ticket is taken before `clFinish` is called, and an event reads the count after
+    /// its enqueue returned: an event that read a count below the ticket was enqueued
+    /// before this call, so `clFinish` waited for its command. Whether a failure is
+    /// possible is read after the ticket is taken; every access here and in
+    /// [`QueueCore::finish_count`] and `note_failure_possible` is `SeqCst`, so a command
+    /// enqueued after a failure became possible (its gate made before it) is seen as such.
+    pub(crate) fn finish(&self) -> Result<()> {
+        self.flush_if_dirty()?;
+        let ticket = self.finishes.begin();
+        let clean = !crate::core::gates::failures_possible_now();
+        ffi::finish(self.raw)?;
+        if clean {
+            self.finishes.ended_clean(ticket);
+        }
+        Ok(())
+    }
+
+    /// The count an event made now stores for [`QueueCore::finished`]: read once its
+    /// command's enqueue has returned.
+    pub(crate) fn finish_count(&self) -> u64 {
+        self.finishes.count()
+    }
+
+    /// The *finished queue* rule: whether the command of an event that read
+    /// `count` ([`QueueCore::finish_count`]) has ended without failing, known because a
+    /// later `clFinish` succeeded while no failure was possible.
+    pub(crate) fn finished(&self, count: u64) -> bool {
+        self.finishes.covers(count)
+    }
 }
 
 impl Drop for QueueCore {
@@ -272,7 +339,7 @@ pub(crate) fn opencl_major(version: &str) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::opencl_major;
+    use super::{Finishes, opencl_major};
 
     #[test]
     fn the_queue_entry_point_follows_the_device_version() {
@@ -282,5 +349,43 @@ mod tests {
         assert_eq!(opencl_major("OpenCL 2.1 AMD-APP"), 2);
         assert_eq!(opencl_major("garbage"), 1);
         assert_eq!(opencl_major(""), 1);
+    }
+
+    #[test]
+    fn a_clean_finish_covers_the_events_made_before_its_ticket() {
+        let finishes = Finishes::default();
+        let before = finishes.count();
+        assert!(!finishes.covers(before), "no finish has ended yet");
+        let ticket = finishes.begin();
+        let during = finishes.count();
+        finishes.ended_clean(ticket);
+        assert!(finishes.covers(before));
+        assert!(
+            !finishes.covers(during),
+            "an event made once the finish had begun may have been enqueued after clFinish"
+        );
+    }
+
+    #[test]
+    fn a_finish_that_was_not_clean_covers_nothing() {
+        let finishes = Finishes::default();
+        let before = finishes.count();
+        let _unclean = finishes.begin();
+        assert!(!finishes.covers(before));
+        let clean = finishes.begin();
+        let between = finishes.count();
+        finishes.ended_clean(clean);
+        assert!(finishes.covers(before) && !finishes.covers(between));
+    }
+
+    #[test]
+    fn finishes_ending_out_of_order_keep_the_highest_clean_ticket() {
+        let finishes = Finishes::default();
+        let first = finishes.begin();
+        let made = finishes.count();
+        let second = finishes.begin();
+        finishes.ended_clean(second);
+        finishes.ended_clean(first);
+        assert!(finishes.covers(made), "the later ticket still covers it");
     }
 }

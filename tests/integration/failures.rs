@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use cl_lifetime::{CommandKind, Context, Error, Queue};
+use cl_lifetime::{CommandKind, Context, Error, Queue, Status};
 
 use crate::common::{self, CHILD_LIMIT, eventually};
 
@@ -689,5 +689,38 @@ isolated_test! {
             }
         }
         assert!(wrong.is_empty(), "{} wrong reads:\n{}", wrong.len(), wrong.join("\n"));
+    }
+}
+
+isolated_test! {
+    // Its own process: no failure is possible there until its gate is made.
+    fn a_finished_queue_vouches_only_for_commands_it_waited_for_while_no_failure_was_possible() {
+        let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
+        let queue = ctx.queue().unwrap();
+        let buf = ctx.buffer::<u32>(64).unwrap();
+        let before = queue.fill(&buf, 1).unwrap();
+        queue.finish().unwrap();
+        assert_eq!(before.status().unwrap(), Status::Complete);
+
+        let gate = ctx.user_event().unwrap();
+        let gated = queue.after(&[gate.event()]).fill(&buf, 2).unwrap();
+        assert!(
+            !gated.status().unwrap().is_terminal(),
+            "a command enqueued after the finish, behind a closed gate, has not ended"
+        );
+        gate.fail(CANCELLED).unwrap();
+        // A finish once a failure is possible vouches for nothing (whether the driver's
+        // clFinish reports the failure or not).
+        let _ = queue.finish();
+        assert!(
+            matches!(gated.status().unwrap(), Status::Failed(_)),
+            "{:?}",
+            gated.status()
+        );
+        let report = buf.release().unwrap();
+        assert_eq!(report.failed.len(), 1, "{report:?}");
     }
 }
