@@ -750,8 +750,10 @@ struct Lib {
     spin: Kernel,
 }
 
+/// The library's `clFinish`, as its users call it: [`Queue::finish`], which also lets
+/// the queue's events be known ended without a status read (the *finished queue* rule).
 fn lib_finish(queue: &Queue) -> anyhow::Result<()> {
-    clq::finish(queue.as_raw()).map_err(cl_err("clFinish"))
+    Ok(queue.finish()?)
 }
 
 // ---------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@
 use anyhow::{Context as _, bail};
 use cl_lifetime::{Arg, Context, Queue};
 
-use harness::{cl_err, print_device};
+use harness::print_device;
 
 /// Launches between two drains, as in `compare`.
 const BATCH: usize = 1_000;
@@ -101,5 +101,5 @@ fn main() -> anyhow::Result<()> {
 
 /// `clFinish`, outside the library as a user's own code would call it.
 fn drain(queue: &Queue) -> anyhow::Result<()> {
-    opencl3::command_queue::finish(queue.as_raw()).map_err(cl_err("clFinish"))
+    Ok(queue.finish()?)
 }
