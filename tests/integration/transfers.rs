@@ -522,6 +522,73 @@ fn staged_blocking_reads_return_what_was_written_from_several_threads() {
     assert_eq!(out, data[5..21]);
 }
 
+/// A blocking read, write and map on a queue whose blocking calls poll before they sleep
+/// (`QueueOptions::spin_waits`, on by default on GPUs) return only once their command has
+/// ended, with its data: when it ends while they poll, and when it ends behind a gate long
+/// after the polling gave up. Behind a gate that fails, they return the error.
+#[test]
+fn spinning_blocking_calls_return_only_once_their_command_has_ended() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let queue = ctx
+        .queue_with(cl_lifetime::QueueOptions::default().spin_waits(true))
+        .unwrap();
+    let buf = ctx.buffer_from(&[1u32; 64]).unwrap();
+    // Nothing in front: it ends while the call polls.
+    queue.fill(&buf, 2).unwrap();
+    let mut out = vec![0u32; 64];
+    queue.read(&buf, &mut out).unwrap();
+    assert_eq!(out, vec![2; 64]);
+    queue.write(&buf, &[4u32; 64]).unwrap();
+    assert_eq!(queue.map(&buf, 0..64).unwrap().to_vec(), vec![4; 64]);
+
+    // Behind a gate, opened once the call has waited longer than it polls.
+    let gate = ctx.user_event().unwrap();
+    queue.after(&[gate.event()]).fill(&buf, 3).unwrap();
+    let reader = queue.clone();
+    let (buf, read) = common::returns_only_after(
+        "a polling read behind a gate",
+        move || {
+            let mut out = vec![0u32; 64];
+            let read = reader.read(&buf, &mut out).map(|()| out);
+            (buf, read)
+        },
+        || gate.complete().unwrap(),
+    );
+    assert_eq!(read.unwrap(), vec![3; 64]);
+    let gate = ctx.user_event().unwrap();
+    queue.after(&[gate.event()]).fill(&buf, 5).unwrap();
+    let mapper = queue.clone();
+    let (buf, map) = common::returns_only_after(
+        "a polling map behind a gate",
+        move || {
+            let map = mapper.map(&buf, 0..64).map(|m| m.to_vec());
+            (buf, map)
+        },
+        || gate.complete().unwrap(),
+    );
+    assert_eq!(map.unwrap(), vec![5; 64]);
+
+    // Behind a gate that fails: the error, and the buffer works on.
+    let gate = ctx.user_event().unwrap();
+    queue.after(&[gate.event()]).fill(&buf, 6).unwrap();
+    let reader = queue.clone();
+    let (buf, read) = common::returns_only_after(
+        "a polling read behind a gate that fails",
+        move || {
+            let mut out = vec![0u32; 64];
+            let read = reader.read(&buf, &mut out);
+            (buf, read)
+        },
+        || gate.fail(-5).unwrap(),
+    );
+    assert!(read.is_err(), "a read of data whose fill failed: {read:?}");
+    queue.fill(&buf, 7).unwrap();
+    assert_eq!(common::contents(&queue, &buf), vec![7u32; 64]);
+}
+
 /// A blocking map whose command failed (the buffer's fill waited on a gate that then
 /// failed) leaves the buffer unmapped: later commands are not refused as mapped. rusticl
 /// refuses to unmap the pointer of a map that failed (`CL_INVALID_VALUE`), and the buffer
