@@ -419,23 +419,6 @@ impl Event {
     /// [`Error::CommandFailed`] when it ended with an error status.
     pub fn wait(&self) -> Result<()> {
         ffi::wait_terminal(&[self.inner.raw]);
-        self.wait_result()
-    }
-
-    /// [`Event::wait`] for a blocking host call (read, write, map): on a queue that spins
-    /// ([`crate::QueueOptions::spin_waits`]) the queue is flushed and the status polled
-    /// for a while before the host sleeps.
-    pub(crate) fn wait_for_host(&self) -> Result<()> {
-        match &self.inner.queue {
-            Some(queue) if queue.spin_waits && queue.flush_if_dirty().is_ok() => {
-                ffi::wait_spinning(self.inner.raw, ffi::SPIN_FOR);
-            }
-            _ => ffi::wait_terminal(&[self.inner.raw]),
-        }
-        self.wait_result()
-    }
-
-    fn wait_result(&self) -> Result<()> {
         match self.status()? {
             Status::Failed(status) => Err(Error::CommandFailed { status }),
             _ => Ok(()),

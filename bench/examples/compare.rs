@@ -39,9 +39,7 @@
 //!    (`block(false)`, [`DEPTH`] in flight per queue), run in the same interleaving as
 //!    comparison 4.
 //! 7. **Blocking host calls**: a `tiny` launch, then a blocking read, write, or map and
-//!    unmap of its 4 KiB buffer, against raw opencl3's blocking (`CL_BLOCKING`) calls; the
-//!    library with its default queue, and with a queue that never polls
-//!    (`QueueOptions::spin_waits(false)`, the default on CPU devices).
+//!    unmap of its 4 KiB buffer, against raw opencl3's blocking (`CL_BLOCKING`) calls.
 //! 8. **BabelStream**: copy, mul, add, triad and dot (with the read-back of its partial
 //!    sums), written from BabelStream's published definitions and run on `ClBuffer`s
 //!    against the same kernels on raw opencl3 (2^25 doubles and 100 iterations, 2^22 and 20
@@ -67,9 +65,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
-use cl_lifetime::{
-    Arg, ClBuffer, Context, Kernel, PendingRead, Pool, PoolOptions, Queue, QueueOptions,
-};
+use cl_lifetime::{Arg, ClBuffer, Context, Kernel, PendingRead, Pool, PoolOptions, Queue};
 use opencl3::command_queue::{self as clq, CL_QUEUE_PROPERTIES, CommandQueue};
 use opencl3::event as cle;
 use opencl3::kernel::Kernel as RawKernel;
@@ -2019,13 +2015,8 @@ fn blocking_raw(raw: &Raw, mem: cl_mem, call: HostCall, n: usize) -> anyhow::Res
 }
 
 /// µs per iteration of the library: a `tiny` launch on `buf`, then the blocking call.
-fn blocking_lib(
-    lib: &Lib,
-    queue: &Queue,
-    buf: &ClBuffer<i32>,
-    call: HostCall,
-    n: usize,
-) -> anyhow::Result<f64> {
+fn blocking_lib(lib: &Lib, buf: &ClBuffer<i32>, call: HostCall, n: usize) -> anyhow::Result<f64> {
+    let queue = &lib.queues[0];
     let mut host = vec![0i32; HOST_ITEMS];
     let start = Instant::now();
     for _ in 0..n {
@@ -2049,21 +2040,13 @@ fn blocking(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::R
     let buf = lib.ctx.buffer_from(&[0i32; HOST_ITEMS])?;
     let n = if plan.quick { 500 } else { 2_000 };
     let result = (|| -> anyhow::Result<()> {
-        // The library's default, and a queue whose blocking calls sleep in
-        // `clWaitForEvents` at once (the default on CPU devices).
-        let queue = &lib.queues[0];
-        let sleeper = lib
-            .ctx
-            .queue_with(QueueOptions::default().spin_waits(false))?;
         for call in [HostCall::Read, HostCall::Write, HostCall::Map] {
             // Warm-up: first launches, first maps.
             blocking_raw(raw, mem, call, 50)?;
-            blocking_lib(lib, queue, &buf, call, 50)?;
-            blocking_lib(lib, &sleeper, &buf, call, 50)?;
+            blocking_lib(lib, &buf, call, 50)?;
             let mut variants: Vec<Variant<'_>> = vec![
                 Box::new(|| blocking_raw(raw, mem, call, n)),
-                Box::new(|| blocking_lib(lib, queue, &buf, call, n)),
-                Box::new(|| blocking_lib(lib, &sleeper, &buf, call, n)),
+                Box::new(|| blocking_lib(lib, &buf, call, n)),
             ];
             let samples = interleave(plan.reps, &mut variants)?;
             report.cost(
@@ -2073,18 +2056,6 @@ fn blocking(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::R
                 "host time per iteration",
                 "µs",
                 &samples[1],
-                &samples[0],
-            );
-            report.cost(
-                "7 blocking host calls",
-                &format!(
-                    "cl-lifetime, spin_waits(false): a launch, then {}",
-                    call.label()
-                ),
-                &format!("raw opencl3: a launch, then {}", call.label()),
-                "host time per iteration",
-                "µs",
-                &samples[2],
                 &samples[0],
             );
         }

@@ -13,7 +13,7 @@ use super::buffer::ClBuffer;
 use super::queue::{Queue, QueueOptions};
 use crate::core::context::ContextCore;
 use crate::core::device::Device;
-use crate::core::queue::{HostCalls, QueueCore};
+use crate::core::queue::QueueCore;
 use crate::core::stats::{HazardStats, LiveBuffers, MemoryStats};
 use crate::error::{Error, Result};
 use crate::event::{UserEvent, graveyard};
@@ -223,7 +223,7 @@ impl Context {
             device,
             options.out_of_order,
             options.profiling,
-            options.host_calls(device),
+            options.stage_reads.unwrap_or_else(|| device.is_gpu()),
         )?;
         Ok(Queue::from_core(Arc::new(core)))
     }
@@ -470,7 +470,7 @@ impl Context {
             device,
             info.out_of_order,
             info.profiling,
-            HostCalls::default_for(device),
+            device.is_gpu(),
         ))))
     }
 }

@@ -16,8 +16,7 @@ use std::sync::Arc;
 
 use super::buffer::{ClBuffer, PendingRead};
 use super::map::{Mapped, MappedMut};
-use crate::core::device::Device;
-use crate::core::queue::{HostCalls, QueueCore};
+use crate::core::queue::QueueCore;
 use crate::error::Result;
 use crate::event::Event;
 use crate::ffi::cl_command_queue;
@@ -52,12 +51,6 @@ pub struct QueueOptions {
     /// completes 13-14 µs later than a raw blocking read returns, one into pinned memory
     /// does not. `None` (the default): on GPUs, not on CPU devices.
     pub stage_reads: Option<bool>,
-    /// Whether a blocking read, write or map polls its command's status for up to 100 µs
-    /// before it sleeps in `clWaitForEvents`: on NVIDIA a thread woken from
-    /// `clWaitForEvents` returns microseconds later than the driver's own blocking calls
-    /// do. It keeps one core busy while it polls, which a CPU device's threads need.
-    /// `None` (the default): on GPUs, not on CPU devices.
-    pub spin_waits: Option<bool>,
 }
 
 impl QueueOptions {
@@ -80,22 +73,6 @@ impl QueueOptions {
     pub fn stage_reads(mut self, yes: bool) -> Self {
         self.stage_reads = Some(yes);
         self
-    }
-
-    /// With [`QueueOptions::spin_waits`] set to `Some(yes)`.
-    #[must_use]
-    pub fn spin_waits(mut self, yes: bool) -> Self {
-        self.spin_waits = Some(yes);
-        self
-    }
-
-    /// The host-call settings for a queue on `device`, defaults filled in.
-    pub(crate) fn host_calls(&self, device: &Device) -> HostCalls {
-        let default = HostCalls::default_for(device);
-        HostCalls {
-            stage_reads: self.stage_reads.unwrap_or(default.stage_reads),
-            spin: self.spin_waits.unwrap_or(default.spin),
-        }
     }
 }
 

@@ -29,9 +29,6 @@ pub(crate) struct QueueCore {
     pub(crate) profiling: bool,
     /// Pinned blocks that small blocking reads go through (see [`super::staging`]).
     pub(crate) staging: Option<Staging>,
-    /// Whether the host's blocking calls poll their command's status for a while before
-    /// sleeping in `clWaitForEvents` (see [`HostCalls::spin`]).
-    pub(crate) spin_waits: bool,
     /// On a driver whose failures echo on their queue (NVIDIA): the commands that may
     /// have been skipped (see [`super::echo`]).
     echo: Option<Mutex<Echo<RawEvent>>>,
@@ -51,30 +48,6 @@ pub(crate) struct QueueCore {
     pub(crate) doomed_fail: bool,
     /// The *finished queue* rule.
     finishes: Finishes,
-}
-
-/// How a queue serves the host's blocking calls (read, write, map).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct HostCalls {
-    /// Small blocking reads go through pinned blocks of the queue's.
-    pub(crate) stage_reads: bool,
-    /// The call polls its command's status for up to [`crate::ffi::SPIN_FOR`] before it
-    /// sleeps in `clWaitForEvents`: on NVIDIA a thread woken from `clWaitForEvents`
-    /// returns microseconds after the command ended, where the driver's own blocking
-    /// calls return at once. It keeps a core busy while it polls, which a CPU device's
-    /// own threads need.
-    pub(crate) spin: bool,
-}
-
-impl HostCalls {
-    /// What a queue on a device does unless told otherwise: both on GPUs, neither on CPU
-    /// devices.
-    pub(crate) fn default_for(device: &Device) -> HostCalls {
-        HostCalls {
-            stage_reads: device.is_gpu(),
-            spin: device.is_gpu(),
-        }
-    }
 }
 
 /// The *finished queue* rule's counts: how many [`QueueCore::finish`] calls have begun
@@ -123,7 +96,7 @@ impl QueueCore {
         device: &Device,
         out_of_order: bool,
         profiling: bool,
-        host: HostCalls,
+        stage_reads: bool,
     ) -> Result<QueueCore> {
         let raw = ffi::create_queue(
             ctx.raw,
@@ -138,19 +111,19 @@ impl QueueCore {
             device,
             out_of_order,
             profiling,
-            host,
+            stage_reads,
         ))
     }
 
     /// Takes over one reference to `raw`, a queue of `ctx` on `device` made with the
-    /// properties given, serving the host's blocking calls as `host` says.
+    /// properties given; small blocking reads go through pinned blocks when `stage_reads`.
     pub(crate) fn adopt(
         ctx: &Arc<ContextCore>,
         raw: cl_command_queue,
         device: &Device,
         out_of_order: bool,
         profiling: bool,
-        host: HostCalls,
+        stage_reads: bool,
     ) -> QueueCore {
         let id = next_id();
         if crate::trace::on() {
@@ -166,8 +139,7 @@ impl QueueCore {
             limits: device.limits,
             dirty: AtomicBool::new(false),
             profiling,
-            staging: host.stage_reads.then(Staging::default),
-            spin_waits: host.spin,
+            staging: stage_reads.then(Staging::default),
             echo: device
                 .echoes_failures()
                 .then(|| Mutex::new(Echo::default())),

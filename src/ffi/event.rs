@@ -1,5 +1,5 @@
 use std::ptr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use opencl3::event as cl;
 
@@ -96,31 +96,6 @@ pub(crate) fn wait_terminal(raws: &[cl_event]) {
             pause = (pause * 2).min(Duration::from_millis(10));
         }
     }
-}
-
-/// How long a blocking host call on a queue that spins ([`wait_spinning`]) polls before
-/// it sleeps.
-pub(crate) const SPIN_FOR: Duration = Duration::from_micros(100);
-
-/// Polls `raw`'s status until it is terminal or `budget` has passed, then waits as
-/// [`wait_terminal`] does. The command's queue must have been flushed: a status read
-/// submits nothing.
-pub(crate) fn wait_spinning(raw: cl_event, budget: Duration) {
-    let start = Instant::now();
-    loop {
-        match execution_status(raw) {
-            // Complete, or failed (a negative status).
-            Ok(status) if status <= CL_COMPLETE => return,
-            Ok(_) => {}
-            // Unreadable: `wait_terminal` sorts it out.
-            Err(_) => break,
-        }
-        if start.elapsed() >= budget {
-            break;
-        }
-        std::hint::spin_loop();
-    }
-    wait_terminal(&[raw]);
 }
 
 /// `CL_PROFILING_COMMAND_QUEUED`, `_SUBMIT`, `_START` and `_END` of `raw`, in

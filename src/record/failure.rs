@@ -59,7 +59,7 @@ impl From<FailedCommand> for Error {
 /// contents came from when the command was enqueued, failed, the data is not what was
 /// asked for.
 pub(crate) fn settle(event: &Event, writers: &Writes) -> Result<()> {
-    let ended = event.wait_for_host();
+    let ended = event.wait();
     if failures_possible() {
         if let Some(failed) = writers.iter().find_map(failure_of) {
             return Err(failed.into());
