@@ -11,10 +11,16 @@
 //! `--live L` keeps L other buffers alive throughout, each used once (the live-buffer axis
 //! of comparison 5).
 //!
+//! `--warm` reads, before each release, what the release will touch that a read-only call
+//! can reach (the buffer's record, the context's ledger and its list of live buffers):
+//! the difference from a run without it is what the release pays for finding those cold
+//! after the launches.
+//!
 //! ```text
 //! cargo run --release --example release_stages
 //! cargo run --release --example release_stages -- --commands 1,100000 --reps 5
 //! cargo run --release --example release_stages -- --commands 1 --live 100000
+//! cargo run --release --example release_stages -- --commands 100000 --warm
 //! ```
 //!
 //! `CL_LIFETIME_DEVICE` picks the device; `CL_LIFETIME_KERNELS` names the folder(s) holding
@@ -33,6 +39,7 @@ fn main() -> anyhow::Result<()> {
     let mut commands = vec![1, 1_000, 100_000];
     let mut reps = 3;
     let mut live = 0;
+    let mut warm = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
@@ -49,9 +56,10 @@ fn main() -> anyhow::Result<()> {
             }
             "--reps" => reps = value()?.parse().context("--reps: not a number")?,
             "--live" => live = value()?.parse().context("--live: not a number")?,
+            "--warm" => warm = true,
             "--bench" => {}
             other => bail!(
-                "unknown argument {other:?} (expected --commands N,N,..., --reps R or --live L)"
+                "unknown argument {other:?} (expected --commands N,N,..., --reps R, --live L or --warm)"
             ),
         }
     }
@@ -89,7 +97,13 @@ fn main() -> anyhow::Result<()> {
             }
             drain(&queue)?;
             println!("{n} commands, repetition {rep}: the unused buffer, then the used one");
+            if warm {
+                touch(&ctx, &unused);
+            }
             unused.release()?;
+            if warm {
+                touch(&ctx, &used);
+            }
             used.release()?;
         }
     }
@@ -97,6 +111,14 @@ fn main() -> anyhow::Result<()> {
     log::set_max_level(log::LevelFilter::Off);
     drop(others);
     Ok(())
+}
+
+/// `--warm`: reads what a release of `buf` touches that read-only calls reach.
+fn touch(ctx: &Context, buf: &cl_lifetime::ClBuffer<i32>) {
+    std::hint::black_box(buf.record_len());
+    std::hint::black_box(ctx.live_buffers());
+    std::hint::black_box(ctx.memory_stats());
+    std::hint::black_box(ctx.free_grace());
 }
 
 /// `clFinish`, outside the library as a user's own code would call it.
