@@ -27,7 +27,7 @@
 //! `tiny.cl` when the binary runs away from its source tree.
 
 use anyhow::{Context as _, bail};
-use cl_lifetime::{Arg, Context, Queue};
+use cl_lifetime::{Arg, Context};
 
 use harness::print_device;
 
@@ -83,7 +83,7 @@ fn main() -> anyhow::Result<()> {
             Ok(buf)
         })
         .collect::<cl_lifetime::Result<Vec<_>>>()?;
-    drain(&queue)?;
+    queue.finish()?;
     println!("{} other live buffers", others.len());
     for &n in &commands {
         for rep in 0..reps {
@@ -92,10 +92,10 @@ fn main() -> anyhow::Result<()> {
             for i in 0..n {
                 queue.launch(&tiny, &[ITEMS], &[Arg::read_write(&used)])?;
                 if i % BATCH == BATCH - 1 {
-                    drain(&queue)?;
+                    queue.finish()?;
                 }
             }
-            drain(&queue)?;
+            queue.finish()?;
             println!("{n} commands, repetition {rep}: the unused buffer, then the used one");
             if warm {
                 touch(&ctx, &unused);
@@ -119,9 +119,4 @@ fn touch(ctx: &Context, buf: &cl_lifetime::ClBuffer<i32>) {
     std::hint::black_box(ctx.live_buffers());
     std::hint::black_box(ctx.memory_stats());
     std::hint::black_box(ctx.free_grace());
-}
-
-/// `clFinish`, outside the library as a user's own code would call it.
-fn drain(queue: &Queue) -> anyhow::Result<()> {
-    Ok(queue.finish()?)
 }
