@@ -1,4 +1,5 @@
-//! Pinned staging for blocking reads: host memory the driver transfers into directly.
+//! Pinned staging for blocking reads and read mappings: host memory the driver transfers
+//! into directly.
 //!
 //! A blocking read enqueues without blocking (so that no record stays locked while the
 //! host waits) and then waits for its command. Into ordinary (pageable) host memory,
@@ -14,6 +15,14 @@
 //!   to the caller's memory, where the transfer dwarfs the delay.
 //! - **One reader per block.** A block is taken for one read and given back once that
 //!   read has ended; at most [`KEEP`] blocks are kept per queue.
+//! - **Staged read mappings.** A read mapping ([`Queue::map`](crate::Queue::map)) of up
+//!   to [`STAGE_MAX`] bytes of a buffer the library made is a read into a pinned block,
+//!   which the mapping keeps until it is unmapped: NVIDIA's non-blocking map, waited for,
+//!   costs about 2 µs more than its blocking one, where the staged read costs less. It is
+//!   recorded as a map, so the *mapped* rule of [`crate::record`] holds as for a driver's
+//!   mapping, and its unmap is no command: the record lets go of the mapping and the block
+//!   goes back. Writable mappings, and buffers adopted from other code (which may expect
+//!   their own host memory back, as with `CL_MEM_USE_HOST_PTR`), map through the driver.
 //! - **Mapped for life.** A block is mapped once when made and unmapped when let go; only
 //!   its host address is used, never the buffer in a command.
 

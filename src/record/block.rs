@@ -298,8 +298,14 @@ impl Block {
         self.record.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether other code holds its own reference to the memory (an adopted buffer).
+    pub(crate) fn is_shared(&self) -> bool {
+        self.shared
+    }
+
     /// Ends a mapping of kind `access` in the record without an unmap command: the
-    /// driver refused the unmap, so it holds no such mapping.
+    /// driver refused the unmap, so it holds no such mapping, or the mapping was a staged
+    /// read (the *staged read mappings* rule of [`crate::core::staging`]).
     pub(crate) fn forget_mapping(&self, access: Access) {
         self.lock_record().apply_map(MapStep::Unmap(access));
     }

@@ -522,6 +522,162 @@ fn staged_blocking_reads_return_what_was_written_from_several_threads() {
     assert_eq!(out, data[5..21]);
 }
 
+/// A queue that stages its reads ([`cl_lifetime::QueueOptions::stage_reads`], on by
+/// default on GPUs).
+fn staging_queue(ctx: &cl_lifetime::Context) -> cl_lifetime::Queue {
+    ctx.queue_with(cl_lifetime::QueueOptions::default().stage_reads(true))
+        .expect("a queue that stages its reads")
+}
+
+/// On a queue that stages its reads, a small read mapping is a read into pinned memory:
+/// it shows the buffer's contents, keeps the mapping rules while alive (device writes and
+/// writable mappings refused, device reads and other read mappings allowed), and its
+/// unmap enqueues nothing (the event handed back is the read's, already ended). A mapping
+/// past the staged size goes to the driver, and its unmap is a command.
+#[test]
+fn a_staged_read_mapping_shows_the_contents_and_keeps_the_mapping_rules() {
+    let ctx = device!();
+    let queue = staging_queue(&ctx);
+    let other = ctx.queue().unwrap();
+    let data = pattern(4096, 11);
+    let buf = ctx.buffer_from(&data).unwrap();
+    let mut out = vec![0u32; 16];
+    {
+        let mapped = queue.map(&buf, 100..1100).unwrap();
+        assert_eq!(&mapped[..], &data[100..1100]);
+        let second = queue.map(&buf, 0..8).unwrap();
+        assert_eq!(&second[..], &data[..8]);
+        for q in [&queue, &other] {
+            assert!(matches!(q.fill(&buf, 1), Err(Error::Mapped)));
+            assert!(matches!(q.write(&buf, &[1; 4]), Err(Error::Mapped)));
+            assert!(matches!(q.map_mut(&buf, 0..4), Err(Error::Mapped)));
+            q.read(&buf, &mut out).unwrap();
+            assert_eq!(out, data[..16]);
+        }
+        let unmapped = second.unmap().unwrap();
+        assert!(unmapped.is_terminal(), "a staged unmap waits on nothing");
+        assert_eq!(unmapped.command_kind().unwrap(), CommandKind::Read);
+        // One read mapping is still alive.
+        assert!(matches!(queue.fill(&buf, 1), Err(Error::Mapped)));
+        assert_eq!(&mapped[..3], &data[100..103]);
+    }
+    // Unmapped: writes are allowed again, and a new mapping sees them.
+    queue.fill(&buf, 9).unwrap();
+    assert_eq!(*queue.map(&buf, 4000..4096).unwrap(), [9; 96]);
+
+    // Past the staged size (1 MiB), the driver maps.
+    let big = ctx.buffer_from(&pattern((1 << 20) / 4 + 1, 3)).unwrap();
+    let mapped = queue.map(&big, 0..big.len()).unwrap();
+    assert_eq!(
+        mapped[big.len() - 1],
+        pattern((1 << 20) / 4 + 1, 3)[big.len() - 1]
+    );
+    let unmapped = mapped.unmap().unwrap();
+    assert_eq!(unmapped.command_kind().unwrap(), CommandKind::Unmap);
+    unmapped.wait().unwrap();
+}
+
+/// A staged read mapping waits for the writes before it, as a driver's map does: behind a
+/// gated write on another queue it returns only once the gate opens, with the written
+/// data.
+#[test]
+fn a_staged_read_mapping_waits_for_the_write_before_it() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let queue = staging_queue(&ctx);
+    let writer = ctx.queue().unwrap();
+    let buf = ctx.buffer_from(&[0u32; 256]).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let written = pattern(256, 5);
+    writer
+        .after(&[gate.event()])
+        .write_owned(&buf, written.clone())
+        .unwrap();
+    writer.flush().unwrap();
+    let (buf, seen) = common::returns_only_after(
+        "a staged map behind a gated write",
+        move || {
+            let seen = queue.map(&buf, 0..256).map(|m| m.to_vec());
+            (buf, seen)
+        },
+        || gate.complete().unwrap(),
+    );
+    assert_eq!(seen.unwrap(), written);
+    writer.fill(&buf, 1).unwrap();
+    assert_eq!(common::contents(&writer, &buf), vec![1; 256]);
+}
+
+/// A staged read mapping of data whose write failed is an error, and leaves the buffer
+/// unmapped: later commands are not refused as mapped.
+#[test]
+fn a_failed_staged_read_mapping_leaves_the_buffer_unmapped() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let queue = staging_queue(&ctx);
+    let buf = ctx.buffer_from(&[1u32; 64]).unwrap();
+    let gate = ctx.user_event().unwrap();
+    queue.after(&[gate.event()]).fill(&buf, 2).unwrap();
+    queue.flush().unwrap();
+    let mapper = queue.clone();
+    let (buf, map) = common::returns_only_after(
+        "a staged map behind a gate that fails",
+        move || {
+            let map = mapper.map(&buf, 0..64).map(|m| m.to_vec());
+            (buf, map)
+        },
+        || gate.fail(-5).unwrap(),
+    );
+    assert!(map.is_err(), "a map of data whose fill failed: {map:?}");
+    queue.fill(&buf, 3).unwrap();
+    assert_eq!(*queue.map(&buf, 0..64).unwrap(), [3; 64]);
+}
+
+/// A read mapping of a buffer adopted from other code goes to the driver even on a queue
+/// that stages its reads: made with `CL_MEM_USE_HOST_PTR`, its mapping is the owner's
+/// host memory, as OpenCL promises, not a copy.
+#[test]
+fn a_read_mapping_of_an_adopted_host_memory_buffer_is_its_own_memory() {
+    let ctx = device!();
+    let queue = staging_queue(&ctx);
+    let mut host = pattern(1024, 13);
+    let mut status = 0;
+    // SAFETY: `host` outlives the buffer (released below, before `host` drops) and is
+    // not touched by the test while the buffer lives.
+    let raw = unsafe {
+        cl_sys::clCreateBuffer(
+            ctx.as_raw() as _,
+            cl_sys::CL_MEM_READ_WRITE | cl_sys::CL_MEM_USE_HOST_PTR,
+            4096,
+            host.as_mut_ptr().cast(),
+            &mut status,
+        )
+    };
+    assert_eq!(status, 0);
+    // SAFETY: `raw` is a valid memory object of the context.
+    let buf = unsafe { cl_lifetime::ClBuffer::<u32>::from_raw(&ctx, raw as _) }.unwrap();
+    // SAFETY: the library holds its own reference now.
+    assert_eq!(unsafe { cl_sys::clReleaseMemObject(raw) }, 0);
+    let expected = pattern(1024, 13);
+    {
+        let mapped = queue.map(&buf, 10..20).unwrap();
+        assert_eq!(&mapped[..], &expected[10..20]);
+        assert_eq!(
+            mapped.as_ptr(),
+            host[10..].as_ptr(),
+            "not the owner's memory"
+        );
+        let unmapped = mapped.unmap().unwrap();
+        assert_eq!(unmapped.command_kind().unwrap(), CommandKind::Unmap);
+        unmapped.wait().unwrap();
+    }
+    buf.release().unwrap();
+    drop(host);
+}
+
 /// A blocking map whose command failed (the buffer's fill waited on a gate that then
 /// failed) leaves the buffer unmapped: later commands are not refused as mapped. rusticl
 /// refuses to unmap the pointer of a map that failed (`CL_INVALID_VALUE`), and the buffer
