@@ -210,6 +210,19 @@ impl Record {
         self.events.is_empty() && self.events.shadow_len() == 0 && self.host.is_empty()
     }
 
+    /// Whether some command recorded here, or some use of lent host memory, has not ended:
+    /// asks the newest first and stops at the first one pending, so a busy record costs
+    /// one status query (a terminal status is kept, so [`Record::all_ended`] after it asks
+    /// the driver nothing again).
+    pub(crate) fn some_pending(&self) -> bool {
+        let entries = self.events.entries().iter().rev();
+        let mut events = entries
+            .chain(self.events.shadow())
+            .map(|e| &e.event)
+            .chain(self.host.iter().rev().map(|(e, _)| e));
+        events.any(|e| !e.is_terminal())
+    }
+
     /// The pins' *swept at release* rule for this record: lets go of the events that have
     /// ended, and of the newest write once it has completed (only a failed one matters to
     /// the *failed write* rule). Returns whether it still holds an event.

@@ -267,7 +267,8 @@ impl Block {
                     .record
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner);
-                record.all_ended() && !record.saw_failures()
+                // A candidate still running costs one status query, not one per event.
+                !record.some_pending() && record.all_ended() && !record.saw_failures()
             };
             if !taken_over {
                 return None;
