@@ -617,23 +617,7 @@ fn a_failed_staged_read_mapping_leaves_the_buffer_unmapped() {
     if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
         return;
     }
-    let queue = staging_queue(&ctx);
-    let buf = ctx.buffer_from(&[1u32; 64]).unwrap();
-    let gate = ctx.user_event().unwrap();
-    queue.after(&[gate.event()]).fill(&buf, 2).unwrap();
-    queue.flush().unwrap();
-    let mapper = queue.clone();
-    let (buf, map) = common::returns_only_after(
-        "a staged map behind a gate that fails",
-        move || {
-            let map = mapper.map(&buf, 0..64).map(|m| m.to_vec());
-            (buf, map)
-        },
-        || gate.fail(-5).unwrap(),
-    );
-    assert!(map.is_err(), "a map of data whose fill failed: {map:?}");
-    queue.fill(&buf, 3).unwrap();
-    assert_eq!(*queue.map(&buf, 0..64).unwrap(), [3; 64]);
+    map_behind_a_failed_fill(&ctx, staging_queue(&ctx), "a staged map");
 }
 
 /// A read mapping of a buffer adopted from other code goes to the driver even on a queue
@@ -688,21 +672,32 @@ fn a_failed_blocking_map_leaves_the_buffer_unmapped() {
     if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
         return;
     }
-    let queue = ctx.queue().unwrap();
-    let buf = ctx.buffer_from(&[1u32; 64]).unwrap();
-    let gate = ctx.user_event().unwrap();
-    queue.after(&[gate.event()]).fill(&buf, 2).unwrap();
-    queue.flush().unwrap();
+    map_behind_a_failed_fill(&ctx, ctx.queue().unwrap(), "a blocking map");
+}
+
+/// Maps a buffer on `queue` behind its fill, gated by a user event that then fails:
+/// asserts that the map returns only after the gate fails, with an error, and that the
+/// buffer is not left mapped (a fill after it works, and a new mapping sees it).
+fn map_behind_a_failed_fill(ctx: &cl_lifetime::Context, queue: cl_lifetime::Queue, what: &str) {
+    let buf = ctx.buffer_from(&[1u32; 64]).expect("a buffer");
+    let gate = ctx.user_event().expect("a gate");
+    queue
+        .after(&[gate.event()])
+        .fill(&buf, 2)
+        .expect("a fill behind the gate");
+    queue.flush().expect("a flush");
     let mapper = queue.clone();
     let (buf, map) = common::returns_only_after(
-        "a blocking map behind a gate that fails",
+        &format!("{what} behind a gate that fails"),
         move || {
             let map = mapper.map(&buf, 0..64).map(|m| m.to_vec());
             (buf, map)
         },
-        || gate.fail(-5).unwrap(),
+        || gate.fail(-5).expect("the gate fails"),
     );
-    assert!(map.is_err(), "a map of data whose fill failed: {map:?}");
-    queue.fill(&buf, 3).unwrap();
+    assert!(map.is_err(), "{what} of data whose fill failed: {map:?}");
+    queue.fill(&buf, 3).expect("a fill after the failed map");
     assert_eq!(common::contents(&queue, &buf), vec![3u32; 64]);
+    let again = queue.map(&buf, 0..64).expect("a map after the failed one");
+    assert_eq!(*again, [3; 64]);
 }
