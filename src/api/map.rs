@@ -9,7 +9,7 @@ use std::ptr;
 use super::buffer::ClBuffer;
 use super::queue::{After, Queue};
 use super::transfer::check_span;
-use crate::core::staging::{Pinned, STAGE_MAX};
+use crate::core::staging::{Pinned, Staging};
 use crate::error::{Result, Transfer};
 use crate::event::Event;
 use crate::ffi;
@@ -73,6 +73,16 @@ impl After<'_> {
         };
         let len = check_span(transfer, &range, buffer.len())?;
         let block = buffer.block();
+        let bytes = len * size_of::<T>();
+        let core = &self.queue.core;
+        // The *staged read mappings* rule of [`crate::core::staging`]: a small read
+        // mapping of the library's own buffer, on a queue that stages its reads, is a
+        // read into a pinned block the mapping keeps until it is unmapped.
+        if access == Access::Read && !block.is_shared() {
+            if let Some((staging, pinned)) = core.stage(bytes) {
+                return self.map_staged(buffer, range.start, len, staging, pinned);
+            }
+        }
         let touch = Touch {
             block,
             access,
@@ -81,24 +91,6 @@ impl After<'_> {
             covers: false,
             host: true,
         };
-        let bytes = len * size_of::<T>();
-        let core = &self.queue.core;
-        // The *staged read mappings* rule of [`crate::core::staging`]: a small read
-        // mapping of the library's own buffer, on a queue that stages its reads, is a
-        // read into a pinned block the mapping keeps until it is unmapped.
-        let staging = core
-            .staging
-            .as_ref()
-            .filter(|_| access == Access::Read && bytes <= STAGE_MAX && !block.is_shared());
-        if let Some(staging) = staging {
-            // A block that cannot be made only means this map goes to the driver.
-            match staging.take(core.ctx.raw, core.raw, bytes) {
-                Ok(pinned) => return self.map_staged(block, touch, range.start, len, pinned),
-                Err(e) => {
-                    log::debug!(target: "cl_lifetime::queue", "mapping without staging: {e}");
-                }
-            }
-        }
         let queue = core.raw;
         let mut writers = Writes::default();
         let mut mapped = ptr::null_mut();
@@ -137,57 +129,35 @@ impl After<'_> {
         Ok(mapping)
     }
 
-    /// A read mapping that reads elements `start..start + len` into `pinned`, a staging
-    /// block of the queue's (the *staged read mappings* rule): recorded as a map, so that
-    /// the *mapped* rule holds as for a driver's mapping, with no command to unmap it.
+    /// A read mapping that reads elements `start..start + len` of `buffer` into `pinned`,
+    /// a block of the queue's `staging` (the *staged read mappings* rule): recorded as a
+    /// map, so that the *mapped* rule holds as for a driver's mapping, with no command to
+    /// unmap it.
     fn map_staged<'b, T: Pod>(
         &self,
-        block: &'b Block,
-        touch: Touch<'_>,
+        buffer: &'b ClBuffer<T>,
         start: usize,
         len: usize,
+        staging: &Staging,
         pinned: Pinned,
     ) -> Result<Mapping<'b, T>> {
-        let core = &self.queue.core;
-        let (queue, at) = (core.raw, pinned.ptr());
+        let (block, at) = (buffer.block(), pinned.ptr());
         let mut writers = Writes::default();
-        let read = self.submit().run_reading(
-            &[touch],
-            |wait| {
-                // SAFETY: the queue and the buffer are live (borrowed); the range was
-                // checked; `at` holds at least `len` elements (the block was taken for
-                // that many bytes) and is used by this read alone until the mapping is
-                // unmapped; the wait list holds live events.
-                unsafe {
-                    ffi::enqueue_read(
-                        queue,
-                        block.raw(),
-                        start * size_of::<T>(),
-                        len * size_of::<T>(),
-                        at,
-                        wait,
-                    )
-                }
-            },
-            Some(&mut writers),
-        );
-        let give_back = |pinned| {
-            if let Some(staging) = &core.staging {
-                staging.give_back(pinned, queue);
-            }
-        };
-        let read = match read {
+        let map = MapStep::Map(Access::Read);
+        // `at` holds at least `len` elements (the block was taken for that many bytes)
+        // and is used by this read alone until the mapping is unmapped.
+        let read = match self.enqueue_read(buffer, start, at.cast(), len, &mut writers, map) {
             Ok(read) => read,
             Err(e) => {
                 // Refused before it was enqueued: nothing reads into the block.
-                give_back(pinned);
+                staging.give_back(pinned, self.queue.core.raw);
                 return Err(e);
             }
         };
         if let Err(e) = settle(&read, &writers) {
             // The read has ended (`settle` returns only after): the buffer is not mapped.
             block.forget_mapping(Access::Read);
-            give_back(pinned);
+            staging.give_back(pinned, self.queue.core.raw);
             return Err(e);
         }
         Ok(Mapping {

@@ -5,13 +5,12 @@ use std::ptr;
 
 use super::buffer::{ClBuffer, PendingRead};
 use super::queue::After;
-use crate::core::staging::STAGE_MAX;
 use crate::error::{Error, Result, Transfer};
 use crate::event::Event;
 use crate::ffi;
 use crate::pod::Pod;
 use crate::record::failure::settle;
-use crate::record::history::Writes;
+use crate::record::history::{MapStep, Writes};
 use crate::record::submit::Touch;
 use crate::tracker::Access;
 
@@ -86,18 +85,25 @@ impl After<'_> {
 
     /// Enqueues a read of `len` elements into `out`, which must stay valid and unaliased
     /// until the command ends.
-    fn enqueue_read<T: Pod>(
+    /// Enqueues a non-blocking read of `len` elements at `offset` of `buffer` into `out`;
+    /// `map` is [`MapStep::Map`] for a staged read mapping (the *staged read mappings*
+    /// rule of [`crate::core::staging`]), recorded as a map.
+    pub(super) fn enqueue_read<T: Pod>(
         &self,
         buffer: &ClBuffer<T>,
         offset: usize,
         out: *mut T,
         len: usize,
         writers: &mut Writes,
+        map: MapStep,
     ) -> Result<Event> {
         check_range(Transfer::Read, offset, len, buffer.len())?;
         let block = buffer.block();
         let queue = self.queue.core.raw;
-        let touch = [Touch::host(block, Access::Read, false)];
+        let touch = [Touch {
+            map,
+            ..Touch::host(block, Access::Read, false)
+        }];
         self.submit().run_reading(
             &touch,
             |wait| {
@@ -190,28 +196,19 @@ impl After<'_> {
     ) -> Result<()> {
         let core = &self.queue.core;
         let bytes = size_of_val(out);
-        let staged = core
-            .staging
-            .as_ref()
-            .filter(|_| bytes <= STAGE_MAX)
-            .and_then(|staging| {
-                // A block that cannot be made (its map failed: on NVIDIA, behind a failed
-                // command of the queue) only means this read goes straight to `out`.
-                match staging.take(core.ctx.raw, core.raw, bytes) {
-                    Ok(block) => Some((staging, block)),
-                    Err(e) => {
-                        log::debug!(target: "cl_lifetime::queue", "reading without staging: {e}");
-                        None
-                    }
-                }
-            });
-        if let Some((staging, block)) = staged {
+        if let Some((staging, block)) = core.stage(bytes) {
             // The read goes into a pinned block of the queue's, copied out once it has
             // ended ([`crate::core::staging`]).
             let read = (|| {
                 let mut writers = Writes::default();
-                let event =
-                    self.enqueue_read(buffer, offset, block.ptr().cast(), out.len(), &mut writers)?;
+                let event = self.enqueue_read(
+                    buffer,
+                    offset,
+                    block.ptr().cast(),
+                    out.len(),
+                    &mut writers,
+                    MapStep::None,
+                )?;
                 settle(&event, &writers)
             })();
             if read.is_ok() {
@@ -232,7 +229,14 @@ impl After<'_> {
             return read;
         }
         let mut writers = Writes::default();
-        let event = self.enqueue_read(buffer, offset, out.as_mut_ptr(), out.len(), &mut writers)?;
+        let event = self.enqueue_read(
+            buffer,
+            offset,
+            out.as_mut_ptr(),
+            out.len(),
+            &mut writers,
+            MapStep::None,
+        )?;
         // `out` is borrowed (the *lent host memory* rule), so this returns only when the command has ended.
         settle(&event, &writers)
     }
@@ -262,7 +266,14 @@ impl After<'_> {
         // The device fills the spare capacity; `PendingRead` sets the length only after
         // the read has completed, and owns the allocation until then (the *lent host memory* rule).
         let mut writers = Writes::default();
-        let event = self.enqueue_read(buffer, range.start, data.as_mut_ptr(), len, &mut writers)?;
+        let event = self.enqueue_read(
+            buffer,
+            range.start,
+            data.as_mut_ptr(),
+            len,
+            &mut writers,
+            MapStep::None,
+        )?;
         Ok(PendingRead::new(event, writers, data, len))
     }
 }

@@ -8,7 +8,7 @@ use super::context::ContextCore;
 use super::device::Device;
 use super::echo::{Echo, RawEvent};
 use super::gates::{failure_epoch, failures_possible};
-use super::staging::Staging;
+use super::staging::{Pinned, STAGE_MAX, Staging};
 use crate::error::Result;
 use crate::ffi::{self, cl_command_queue, cl_event};
 use crate::launch::Limits;
@@ -279,6 +279,22 @@ impl QueueCore {
     pub(crate) fn flush(&self) -> Result<()> {
         self.dirty.store(false, Ordering::Release);
         ffi::flush(self.raw)
+    }
+
+    /// A pinned block for a read of `bytes` through this queue's staging (the *small only*
+    /// rule of [`super::staging`]), with the staging it goes back to; `None` when the
+    /// queue does not stage, the read is too large, or no block can be made (its map
+    /// failed: on NVIDIA, behind a failed command of the queue), which only means the
+    /// read goes straight to its destination.
+    pub(crate) fn stage(&self, bytes: usize) -> Option<(&Staging, Pinned)> {
+        let staging = self.staging.as_ref().filter(|_| bytes <= STAGE_MAX)?;
+        match staging.take(self.ctx.raw, self.raw, bytes) {
+            Ok(block) => Some((staging, block)),
+            Err(e) => {
+                log::debug!(target: "cl_lifetime::queue", "reading without staging: {e}");
+                None
+            }
+        }
     }
 
     /// `clFinish`, noting for the *finished queue* rule what it covered.
