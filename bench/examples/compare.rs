@@ -1605,6 +1605,14 @@ fn pipeline(
         }
         // Deferred release against blocking release, both the library's.
         let (deferred, blocking) = (LibPipe::Deferred, LibPipe::Blocking);
+        let m = ctxs[1].ctx.memory_stats();
+        report.notes.push(format!(
+            "4 pipeline, {}: {} of {} allocations took over a deferred release, {} asked the driver",
+            label(deferred),
+            m.reclaimed,
+            m.allocations,
+            m.driver_allocations
+        ));
         report.push(
             "4 pipeline",
             &label(deferred),

@@ -24,17 +24,26 @@
 //!    context takes it over once its commands have ended without failing, instead of
 //!    asking the driver for more memory while this memory waits its turn (the stream-ordered
 //!    reuse of `cudaFreeAsync` and `cudaMallocAsync`). The reaper then finds nothing to do.
+//! 7. **Held for reuse.** A parked release whose commands the reaper has found ended stays
+//!    parked for [`RECLAIM_HOLD`] before the reaper frees it, marked as ended: an allocation
+//!    of its size takes such a block first, without asking the driver anything, and the
+//!    reaper does not race the program for memory the program is about to ask for again.
+//!    A caller waiting for the deferred releases ([`Reaper::wait_idle`], and the context's
+//!    drop) is not held up: while one waits, or once the context is gone, ended releases
+//!    are freed at once.
 
 use std::any::Any;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::thread::{self, JoinHandle, ThreadId};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A deferred release, advanced step by step without blocking (the *finished first* rule).
 pub(crate) trait Deferred: Send {
-    /// Advances the release as far as it can without blocking.
-    fn poll(&mut self) -> Step;
+    /// Advances the release as far as it can without blocking. `hurry`: someone waits for
+    /// the releases, or the context is gone, so nothing is held for reuse (the *held for
+    /// reuse* rule).
+    fn poll(&mut self, hurry: bool) -> Step;
 }
 
 /// Where a [`Deferred::poll`] left its job.
@@ -51,6 +60,10 @@ pub(crate) enum Step {
 const FIRST_PAUSE: Duration = Duration::from_micros(20);
 /// The longest pause between rounds that finished nothing (the *finished first* rule).
 const LONGEST_PAUSE: Duration = Duration::from_millis(1);
+/// How long a parked release whose commands have ended waits for a new buffer to take it
+/// over before the reaper frees it (the *held for reuse* rule): one of the reaper's
+/// longest pauses, so such memory is freed within two of them.
+const RECLAIM_HOLD: Duration = LONGEST_PAUSE;
 
 #[derive(Default)]
 struct State {
@@ -65,6 +78,9 @@ struct State {
     /// A job that should not wait for the thread's next round was submitted, or a
     /// caller waits for the jobs.
     urgent: bool,
+    /// How many callers wait for the jobs (the *held for reuse* rule: nothing is held
+    /// while one does).
+    waiters: usize,
 }
 
 #[derive(Default)]
@@ -104,7 +120,7 @@ impl Reaper {
                 Err(e) => {
                     drop(thread);
                     log::error!(target: "cl_lifetime::reaper", "no reaper thread ({e}); releasing on the caller's thread");
-                    while job.poll() == Step::Pending {
+                    while job.poll(true) == Step::Pending {
                         thread::sleep(LONGEST_PAUSE);
                     }
                     return;
@@ -136,14 +152,16 @@ impl Reaper {
     pub(crate) fn wait_idle(&self) {
         let mut state = self.shared.lock();
         let target = state.submitted;
-        // Jobs submitted to run soon are waited for now.
+        // Jobs submitted to run soon are waited for now, and none is held for reuse.
         state.urgent = true;
+        state.waiters += 1;
         self.shared.wake.notify_one();
-        let _done = self
+        let mut state = self
             .shared
             .progress
             .wait_while(state, |s| s.done < target)
             .unwrap_or_else(PoisonError::into_inner);
+        state.waiters -= 1;
     }
 }
 
@@ -171,11 +189,14 @@ impl Parked {
         self.listed.store(slots.len(), Ordering::Relaxed);
     }
 
-    /// Offers `take` the oldest slots of `bytes` (at most [`RECLAIM_CANDIDATES`] of them
-    /// still alive) until it takes something from one, which then leaves the list.
+    /// Offers `take` the slots of `bytes` until it takes something from one, which then
+    /// leaves the list: first every slot `ready` says the reaper found ended (the *held
+    /// for reuse* rule: no driver query), oldest first, then the oldest others, at most
+    /// [`RECLAIM_CANDIDATES`] of them.
     pub(crate) fn take<T: Any + Send + Sync, R>(
         &self,
         bytes: usize,
+        ready: impl Fn(&T) -> bool,
         mut take: impl FnMut(&T) -> Option<R>,
     ) -> Option<R> {
         if self.listed.load(Ordering::Relaxed) == 0 {
@@ -183,19 +204,18 @@ impl Parked {
         }
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         slots.retain(|(_, s)| s.strong_count() > 0);
-        let mut taken = None;
-        let candidates = slots
-            .iter()
-            .enumerate()
-            .filter(|(_, (b, _))| *b == bytes)
-            .filter_map(|(i, (_, s))| Some((i, s.upgrade()?.downcast::<T>().ok()?)))
-            .take(RECLAIM_CANDIDATES);
-        for (i, slot) in candidates {
-            if let Some(r) = take(&slot) {
-                taken = Some((i, r));
-                break;
-            }
-        }
+        let ready = &ready;
+        let candidates = |want_ready: bool| {
+            slots
+                .iter()
+                .enumerate()
+                .filter(|(_, (b, _))| *b == bytes)
+                .filter_map(|(i, (_, s))| Some((i, s.upgrade()?.downcast::<T>().ok()?)))
+                .filter(move |(_, slot)| ready(slot) == want_ready)
+        };
+        let taken = candidates(true)
+            .chain(candidates(false).take(RECLAIM_CANDIDATES))
+            .find_map(|(i, slot)| Some((i, take(&slot)?)));
         let taken = taken.map(|(i, r)| {
             slots.remove(i);
             r
@@ -205,12 +225,20 @@ impl Parked {
     }
 }
 
+/// The *held for reuse* rule for a parked release whose commands have ended: whether it
+/// stays parked at `now`. `ended_at` is when they were first found ended, noted here on
+/// the first call.
+pub(crate) fn held_for_reuse(ended_at: &mut Option<Instant>, now: Instant, hurry: bool) -> bool {
+    let since = *ended_at.get_or_insert(now);
+    !hurry && now.duration_since(since) < RECLAIM_HOLD
+}
+
 /// The reaper thread (the *finished first* rule).
 fn run(shared: &Shared) {
     let mut pending: Vec<Box<dyn Deferred>> = Vec::new();
     let mut pause = FIRST_PAUSE;
     loop {
-        {
+        let hurry = {
             let mut state = shared.lock();
             if pending.is_empty() && state.new.is_empty() {
                 if state.closed {
@@ -225,11 +253,12 @@ fn run(shared: &Shared) {
             }
             pending.append(&mut state.new);
             state.urgent = false;
-        }
+            state.waiters > 0 || state.closed
+        };
         let (mut ended, mut released) = (0, false);
         // A finished job drops here, outside the lock: its drop may drop the context,
         // and with it this reaper.
-        pending.retain_mut(|job| match job.poll() {
+        pending.retain_mut(|job| match job.poll(hurry) {
             Step::Pending => true,
             Step::Done => {
                 ended += 1;
@@ -291,7 +320,7 @@ mod tests {
     }
 
     impl Deferred for Countdown {
-        fn poll(&mut self) -> Step {
+        fn poll(&mut self, _hurry: bool) -> Step {
             self.seen.fetch_add(1, Ordering::Relaxed);
             if self.polls == 0 {
                 self.done_order.lock().unwrap().push(self.name);
@@ -330,13 +359,122 @@ mod tests {
     struct Blocked(Arc<(Mutex<bool>, Condvar)>);
 
     impl Deferred for Blocked {
-        fn poll(&mut self) -> Step {
+        fn poll(&mut self, _hurry: bool) -> Step {
             if *self.0.0.lock().unwrap() {
                 Step::Done
             } else {
                 Step::Pending
             }
         }
+    }
+
+    /// A job that is done only when hurried: a parked release held for reuse.
+    struct HeldUntilHurried;
+
+    impl Deferred for HeldUntilHurried {
+        fn poll(&mut self, hurry: bool) -> Step {
+            if hurry { Step::Done } else { Step::Pending }
+        }
+    }
+
+    #[test]
+    fn nothing_is_held_for_reuse_while_a_caller_waits() {
+        let reaper = Reaper::default();
+        reaper.submit(Box::new(HeldUntilHurried), true);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                reaper.wait_idle();
+                let _ = tx.send(());
+            });
+            let waited = rx.recv_timeout(Duration::from_secs(20));
+            // Closing hurries the job too, so the waiter ends even when this failed.
+            reaper.shared.lock().closed = true;
+            reaper.shared.wake.notify_all();
+            assert!(
+                waited.is_ok(),
+                "wait_idle waited for a release held for reuse"
+            );
+        });
+        assert_eq!(reaper.shared.lock().waiters, 0);
+    }
+
+    #[test]
+    fn an_ended_parked_release_is_held_for_reuse_until_the_hold_passes_or_someone_waits() {
+        let start = Instant::now();
+        let mut ended_at = None;
+        assert!(held_for_reuse(&mut ended_at, start, false));
+        assert_eq!(ended_at, Some(start), "the first finding is noted");
+        let later = start + RECLAIM_HOLD / 2;
+        assert!(held_for_reuse(&mut ended_at, later, false));
+        assert!(
+            !held_for_reuse(&mut ended_at, later, true),
+            "a waiter is not held up"
+        );
+        assert!(!held_for_reuse(&mut ended_at, start + RECLAIM_HOLD, false));
+        assert_eq!(
+            ended_at,
+            Some(start),
+            "the hold counts from the first finding"
+        );
+    }
+
+    /// A parked entry: whether the reaper found it ended.
+    struct Entry {
+        name: usize,
+        ended: bool,
+    }
+
+    #[test]
+    fn an_allocation_takes_a_release_the_reaper_found_ended_before_asking_older_ones() {
+        let parked = Parked::default();
+        // The oldest entries still run; the newest was found ended. Another size is never
+        // offered.
+        let entries: Vec<Arc<dyn Any + Send + Sync>> = (0..RECLAIM_CANDIDATES + 2)
+            .map(|name| {
+                let ended = name == RECLAIM_CANDIDATES + 1;
+                Arc::new(Entry { name, ended }) as Arc<dyn Any + Send + Sync>
+            })
+            .collect();
+        let other: Arc<dyn Any + Send + Sync> = Arc::new(Entry {
+            name: 99,
+            ended: true,
+        });
+        parked.park(8, Arc::downgrade(&other));
+        for entry in &entries {
+            parked.park(4, Arc::downgrade(entry));
+        }
+        let mut asked = Vec::new();
+        let taken = parked.take(
+            4,
+            |e: &Entry| e.ended,
+            |e: &Entry| {
+                asked.push(e.name);
+                e.ended.then_some(e.name)
+            },
+        );
+        assert_eq!(taken, Some(RECLAIM_CANDIDATES + 1));
+        assert_eq!(
+            asked,
+            [RECLAIM_CANDIDATES + 1],
+            "a running entry was asked first"
+        );
+        // With none found ended, the oldest are asked, at most RECLAIM_CANDIDATES of them.
+        asked.clear();
+        let taken = parked.take(
+            4,
+            |_: &Entry| false,
+            |e: &Entry| {
+                asked.push(e.name);
+                None::<()>
+            },
+        );
+        assert_eq!(taken, None);
+        assert_eq!(asked, (0..RECLAIM_CANDIDATES).collect::<Vec<_>>());
+        assert_eq!(
+            parked.listed.load(Ordering::Relaxed),
+            RECLAIM_CANDIDATES + 2
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use std::any::Any;
 use std::panic::Location;
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,7 @@ use super::block::{Block, Home};
 use super::failure::{self, FailedCommand};
 use crate::core::context::ContextCore;
 use crate::core::gates::OpenGates;
-use crate::core::reaper::{Deferred, Step};
+use crate::core::reaper::{Deferred, Step, held_for_reuse};
 use crate::core::stats::{Bucket, Source};
 use crate::error::Result;
 use crate::event::{Event, graveyard};
@@ -225,7 +226,10 @@ impl Block {
         let parked = done.is_none() && self.reclaimable();
         let held = if parked {
             let bytes = self.bytes;
-            let slot: Arc<Slot> = Arc::new(Mutex::new(Some(self)));
+            let slot = Arc::new(Slot {
+                block: Mutex::new(Some(self)),
+                ended: AtomicBool::new(false),
+            });
             let listed: Arc<dyn Any + Send + Sync> = slot.clone();
             ctx.parked.park(bytes, Arc::downgrade(&listed));
             Held::Parked(slot)
@@ -235,6 +239,7 @@ impl Block {
         ctx.reaper.submit(
             Box::new(DeferredRelease {
                 held,
+                ended_at: None,
                 freeing: None,
                 done,
             }),
@@ -258,16 +263,18 @@ impl Block {
         bytes: usize,
         site: &'static Location<'static>,
     ) -> Option<Block> {
-        let mut block = ctx.parked.take(bytes, |slot: &Slot| {
+        let ready = |slot: &Slot| slot.ended.load(Ordering::Relaxed);
+        let mut block = ctx.parked.take(bytes, ready, |slot: &Slot| {
             // The reaper holds the slot while it looks at it: that block is not taken.
-            let mut held = slot.try_lock().ok()?;
+            let mut held = slot.block.try_lock().ok()?;
             let taken_over = {
                 let mut record = held
                     .as_mut()?
                     .record
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner);
-                // A candidate still running costs one status query, not one per event.
+                // A candidate still running costs one status query, not one per event;
+                // one the reaper found ended, none.
                 !record.some_pending() && record.all_ended() && !record.saw_failures()
             };
             if !taken_over {
@@ -359,6 +366,9 @@ fn wait_reporting_stalls(raws: &[cl_event], gates: &OpenGates, allocated_at: &Lo
 /// grace passes).
 struct DeferredRelease {
     held: Held,
+    /// When the reaper first found the parked block's commands ended (the reaper's *held
+    /// for reuse* rule).
+    ended_at: Option<Instant>,
     /// Released; waiting for the destructor callback until the deadline (the grace
     /// after the release), with the allocation site for the log.
     freeing: Option<(Arc<Freed>, Instant, &'static Location<'static>, Duration)>,
@@ -368,7 +378,12 @@ struct DeferredRelease {
 
 /// A parked block's slot (the reaper's *reclaim* rule): emptied by the allocation that
 /// takes the block over, or by the reaper when it begins the release.
-type Slot = Mutex<Option<Block>>;
+struct Slot {
+    block: Mutex<Option<Block>>,
+    /// The reaper found the block's commands ended (its *held for reuse* rule): an
+    /// allocation takes this one first, and finds its events' statuses already read.
+    ended: AtomicBool,
+}
 
 /// The block a deferred release frees.
 // The job that holds it is boxed already; boxing the block too would cost an allocation
@@ -389,7 +404,7 @@ impl Drop for DeferredRelease {
 }
 
 impl Deferred for DeferredRelease {
-    fn poll(&mut self) -> Step {
+    fn poll(&mut self, hurry: bool) -> Step {
         // Failed events kept for their dependencies go as those end, also while the
         // program enqueues nothing more.
         graveyard::sweep();
@@ -416,12 +431,17 @@ impl Deferred for DeferredRelease {
             return Step::Done;
         }
         if let Held::Parked(slot) = &self.held {
-            let mut parked = slot.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut parked = slot.block.lock().unwrap_or_else(PoisonError::into_inner);
             let Some(block) = parked.as_mut() else {
                 // A new buffer took it over: nothing to release.
                 return Step::Moot;
             };
             if !block.ended() {
+                return Step::Pending;
+            }
+            // A new buffer of its size may still take it over.
+            slot.ended.store(true, Ordering::Relaxed);
+            if held_for_reuse(&mut self.ended_at, Instant::now(), hurry) {
                 return Step::Pending;
             }
             // Its commands have ended: from here on the release is the reaper's alone.
