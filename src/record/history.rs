@@ -204,17 +204,21 @@ impl Record {
     }
 
     /// Whether every command recorded here, and every use of lent host memory, has ended
-    /// (asks the driver; never blocks).
+    /// (asks the driver; never blocks). A busy record costs one status query, not one
+    /// per event: see [`Record::some_pending`].
     pub(crate) fn all_ended(&mut self) -> bool {
+        if self.some_pending() {
+            return false;
+        }
         self.prune_ended();
         self.events.is_empty() && self.events.shadow_len() == 0 && self.host.is_empty()
     }
 
     /// Whether some command recorded here, or some use of lent host memory, has not ended:
     /// asks the newest first and stops at the first one pending, so a busy record costs
-    /// one status query (a terminal status is kept, so [`Record::all_ended`] after it asks
-    /// the driver nothing again).
-    pub(crate) fn some_pending(&self) -> bool {
+    /// one status query (a terminal status is kept, so the pruning after it asks the
+    /// driver nothing again).
+    fn some_pending(&self) -> bool {
         let entries = self.events.entries().iter().rev();
         let mut events = entries
             .chain(self.events.shadow())

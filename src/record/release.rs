@@ -273,9 +273,8 @@ impl Block {
                     .record
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner);
-                // A candidate still running costs one status query, not one per event;
-                // one the reaper found ended, none.
-                !record.some_pending() && record.all_ended() && !record.saw_failures()
+                // One the reaper found ended costs no status query.
+                record.all_ended() && !record.saw_failures()
             };
             if !taken_over {
                 return None;
