@@ -83,11 +83,10 @@ impl After<'_> {
             })
     }
 
-    /// Enqueues a read of `len` elements into `out`, which must stay valid and unaliased
-    /// until the command ends.
-    /// Enqueues a non-blocking read of `len` elements at `offset` of `buffer` into `out`;
-    /// `map` is [`MapStep::Map`] for a staged read mapping (the *staged read mappings*
-    /// rule of [`crate::core::staging`]), recorded as a map.
+    /// Enqueues a non-blocking read of `len` elements at `offset` of `buffer` into `out`,
+    /// which must stay valid and unaliased until the command ends. `map` is
+    /// [`MapStep::Map`] for a staged read mapping (the *staged read mappings* rule of
+    /// [`crate::core::staging`]), recorded as a map; [`MapStep::None`] otherwise.
     pub(super) fn enqueue_read<T: Pod>(
         &self,
         buffer: &ClBuffer<T>,
