@@ -106,6 +106,9 @@ if [ -n "${OCL_ICD_VENDORS:-}" ] && ! vendors_has_icd; then
   say "warning: searches only there, so no platform may be found (unset it to use /etc/OpenCL/vendors)."
 fi
 
+# --- Intel's OpenCL CPU runtime, into .opencl/intel of this checkout (for make test-all) ---
+bash "$(dirname "$0")/setup-intel.sh"
+
 # --- One-line summary ---
 if command -v clinfo >/dev/null 2>&1; then
   found=$(clinfo -l 2>/dev/null | awk '

@@ -88,6 +88,7 @@ pub use api::raw::BufferUse;
 pub use census::{buffers_not_freed, events_held, longest_record};
 pub use core::context::FREE_GRACE;
 pub use core::device::{DEVICE_VAR, Device};
+pub use core::driver::{Behaviour as DriverBehaviour, DRIVER_VAR};
 pub use core::stats::{HazardStats, LiveBuffer, LiveBuffers, MemoryStats};
 pub use error::{ClStatus, Error, Result, Transfer};
 pub use event::{Event, Profile, UserEvent, wait_all};

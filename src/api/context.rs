@@ -145,6 +145,19 @@ impl Context {
         &self.core().device
     }
 
+    /// What the driver of the context's first device does, as the library measured it at
+    /// the device's first context (or the careful behaviour under
+    /// `CL_LIFETIME_DRIVER=unknown`); [`Context::driver_of`] for another device.
+    pub fn driver(&self) -> crate::DriverBehaviour {
+        self.core().behaviour(&self.core().device)
+    }
+
+    /// [`Context::driver`] for `device`, one of the context's (the careful behaviour for
+    /// another).
+    pub fn driver_of(&self, device: &Device) -> crate::DriverBehaviour {
+        self.core().behaviour(device)
+    }
+
     /// Every device of the context.
     pub fn devices(&self) -> &[Device] {
         &self.core().devices

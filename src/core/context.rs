@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::device::Device;
+use super::driver::{self, Behaviour};
 use super::gates::OpenGates;
 use super::pins::Pins;
 use super::reaper::{Parked, Reaper};
@@ -37,6 +38,9 @@ pub(crate) struct ContextCore {
     pub(crate) gates: Arc<OpenGates>,
     /// How long a release waits for the driver to free the memory, in nanoseconds.
     free_grace: AtomicU64,
+    /// What each device's driver does, measured at its first context ([`super::driver`]),
+    /// in the order of `devices`.
+    pub(crate) behaviours: Vec<Behaviour>,
     /// On a driver whose events keep their commands' buffers: the records sharing a
     /// command with other records ([`super::pins`]).
     pub(crate) pins: Option<Pins>,
@@ -66,6 +70,10 @@ impl ContextCore {
 
     /// Takes over one reference to `raw`, a context over `devices` (`first` among them).
     pub(crate) fn adopt(raw: cl_context, first: &Device, devices: &[Device]) -> ContextCore {
+        let behaviours: Vec<Behaviour> = devices
+            .iter()
+            .map(|device| driver::behaviour(device, raw))
+            .collect();
         ContextCore {
             raw,
             id: next_id(),
@@ -82,11 +90,22 @@ impl ContextCore {
             parked: Parked::default(),
             gates: Arc::default(),
             free_grace: AtomicU64::new(FREE_GRACE.as_nanos() as u64),
-            pins: devices
+            pins: behaviours
                 .iter()
-                .any(Device::events_keep_buffers)
+                .any(Behaviour::events_keep_buffers)
                 .then(Pins::default),
+            behaviours,
         }
+    }
+
+    /// What the driver of `device` (one of the context's) does; the careful behaviour for
+    /// a device the context does not list.
+    pub(crate) fn behaviour(&self, device: &Device) -> Behaviour {
+        self.devices
+            .iter()
+            .zip(&self.behaviours)
+            .find(|(d, _)| d.id == device.id)
+            .map_or(Behaviour::CAREFUL, |(_, b)| *b)
     }
 
     /// How long a release waits for the driver to free the memory.

@@ -225,55 +225,6 @@ impl Device {
         self.platform
     }
 
-    /// Whether the device's driver skips the commands that follow a failed one on its
-    /// queue, reporting some complete (NVIDIA's; design trap "a failure echoes on its
-    /// queue"): its queues keep an [`echo`](super::echo).
-    pub(crate) fn echoes_failures(&self) -> bool {
-        [&self.platform_name, &self.platform_vendor]
-            .iter()
-            .any(|name| name.to_ascii_lowercase().contains("nvidia"))
-    }
-
-    /// Whether the driver keeps each command's wait list alive for as long as the command's
-    /// event lives, so that a long chain of dependent commands is freed recursively and
-    /// overflows the stack (rusticl's; design trap "rusticl chains events"): its queues
-    /// leave commands that have ended out of wait lists, so a chain lasts only as long as
-    /// its commands are pending.
-    pub(crate) fn chains_events(&self) -> bool {
-        [&self.platform_name, &self.platform_vendor]
-            .iter()
-            .any(|name| name.to_ascii_lowercase().contains("rusticl"))
-    }
-
-    /// Whether the driver reports the commands of a flushed batch complete only once the
-    /// whole batch has run, so that a command ahead of one waiting on other work (another
-    /// queue's command, a user event) ends only when that work has (Mesa 22.3's rusticl;
-    /// design trap "rusticl ends a batch together"): its queues are flushed before such a
-    /// command.
-    pub(crate) fn ends_batches_together(&self) -> bool {
-        self.chains_events()
-    }
-
-    /// Whether a command's event keeps every buffer the command used until the event is
-    /// released (rusticl's; design trap "rusticl's events keep their buffers"): the
-    /// context's records sharing a command are listed in its [`pins`](super::pins).
-    pub(crate) fn events_keep_buffers(&self) -> bool {
-        self.chains_events()
-    }
-
-    /// Whether the driver never runs a command one of whose dependencies failed (rusticl
-    /// fails it a moment later, PoCL at once): the *doomed command* rule may count such a
-    /// command failed before the driver says so. Not NVIDIA's, which runs some of them
-    /// (design trap "a failure echoes on its queue"), nor a driver not known.
-    pub(crate) fn never_runs_doomed_commands(&self) -> bool {
-        [&self.platform_name, &self.platform_vendor]
-            .iter()
-            .any(|name| {
-                let name = name.to_ascii_lowercase();
-                name.contains("rusticl") || name.contains("portable computing language")
-            })
-    }
-
     /// The raw device ID (not reference counted: root devices live as long as the
     /// platform).
     pub fn as_raw(&self) -> cl_device_id {

@@ -21,12 +21,19 @@
 //!   watched command before it had ended has itself ended: the queue drained once, and a
 //!   command enqueued from then on runs. The window ends at the first command enqueued
 //!   after the marker was seen ended. The next command on the queue waits for the marker
-//!   (before it locks any record) when no user event of the context is still closed, so
-//!   the commands after a failure run as soon as the queue has drained; while one is
-//!   closed the marker is not waited for, and the window stays open longer.
+//!   (for at most two seconds: it waits only for commands that end by themselves), so the
+//!   commands after a failure run as soon as the queue has drained, and no command is tied
+//!   through the queue's order to a marker still pending (PoCL would finish it twice if
+//!   its gate failed as the marker ended: design trap "PoCL's double finish").
 //! - **Skipped.** A command that the driver reports complete and whose sequence number
 //!   lies in a window is reported failed (`CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`):
 //!   its effect is unknown, as a failed command's is.
+//! - **Held behind a marker.** While a settling marker has not ended, the echo lets go of
+//!   no event, the marker's included: a command enqueued behind the marker depends on it
+//!   through the queue's order, and if that command fails and its last reference goes
+//!   before the marker ends, PoCL notifies the freed event (design trap "PoCL's
+//!   failed-event notify list"; the record knows only a command's wait list, not its queue
+//!   order). The echo runs on every queue of every driver, so it must hold there too.
 
 use crate::census;
 use crate::ffi::{self, CL_COMPLETE, cl_event, cl_int};
@@ -53,6 +60,10 @@ pub(crate) struct Echo<W: Watched> {
     polled_epoch: u64,
     /// The enqueue path reads them again, with no new failure, once this many are watched.
     poll_at: usize,
+    /// Settling markers superseded before they ended, and events let go of while a
+    /// marker had not ended (the *held behind a marker* rule).
+    superseded: Vec<W>,
+    held: Vec<W>,
 }
 
 /// The fewest watched commands at which the enqueue path reads their statuses with no
@@ -71,6 +82,8 @@ impl<W: Watched> Default for Echo<W> {
             settle: None,
             polled_epoch: 0,
             poll_at: POLL_AT,
+            superseded: Vec::new(),
+            held: Vec::new(),
         }
     }
 }
@@ -104,17 +117,43 @@ impl<W: Watched> Echo<W> {
             }
             ended += 1;
         }
-        self.watched.drain(..ended);
+        let gone: Vec<W> = self.watched.drain(..ended).map(|(_, w)| w).collect();
+        self.let_go(gone);
         if let Some(seq) = failed_at {
             self.open_after(seq);
         }
         if let Some((_, marker)) = &self.settle {
             if marker.status() <= CL_COMPLETE {
-                self.settle = None;
+                if let Some((_, marker)) = self.settle.take() {
+                    self.let_go([marker]);
+                }
                 if let Some(last) = self.windows.last_mut() {
                     last.1 = self.next;
                 }
             }
+        }
+        self.release_held();
+    }
+
+    /// Lets go of `events`, or holds them while a settling marker has not ended (the
+    /// *held behind a marker* rule).
+    fn let_go(&mut self, events: impl IntoIterator<Item = W>) {
+        if self.settle.is_some() || !self.superseded.is_empty() {
+            self.held.extend(events);
+        }
+    }
+
+    /// Releases what the *held behind a marker* rule held, once every marker has ended.
+    fn release_held(&mut self) {
+        if !self.superseded.is_empty() {
+            let (ended, pending): (Vec<W>, Vec<W>) = std::mem::take(&mut self.superseded)
+                .into_iter()
+                .partition(|m| m.status() <= CL_COMPLETE);
+            self.superseded = pending;
+            self.held.extend(ended);
+        }
+        if self.settle.is_none() && self.superseded.is_empty() {
+            self.held.clear();
         }
     }
 
@@ -136,8 +175,11 @@ impl<W: Watched> Echo<W> {
                 self.windows.push((from, u64::MAX));
             }
         }
-        // A marker enqueued before this failure says nothing of its echo.
-        self.settle = None;
+        // A marker enqueued before this failure says nothing of its echo; it is let go of
+        // once it has ended.
+        if let Some((_, marker)) = self.settle.take() {
+            self.superseded.push(marker);
+        }
     }
 
     /// Before a command is enqueued: updates the state, and says whether a settling
@@ -216,6 +258,19 @@ impl RawEvent {
     pub(crate) unsafe fn own(raw: cl_event) -> RawEvent {
         census::event_taken();
         RawEvent(raw)
+    }
+}
+
+impl Echo<RawEvent> {
+    /// Blocks until every settling marker has ended, then lets go of what the *held
+    /// behind a marker* rule held. A marker waits for nothing but the commands before it
+    /// on its queue, which were seen ended or wait for no gate when it was enqueued, so
+    /// this ends without anyone's help. For the queue's release.
+    pub(crate) fn wait_for_markers(&mut self) {
+        for marker in self.settle.iter().map(|(_, m)| m).chain(&self.superseded) {
+            marker.wait();
+        }
+        self.release_held();
     }
 }
 

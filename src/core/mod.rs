@@ -2,6 +2,7 @@
 //! no protocol in it.
 //!
 //! - [`device`]: platforms, devices and the selection rule;
+//! - [`driver`]: what a device's driver does, measured at its first context;
 //! - [`context::ContextCore`]: one context's handle, devices, counters, ledger, reaper
 //!   and open gates;
 //! - [`queue::QueueCore`]: one queue's handle, lane, unflushed-work flag and echo;
@@ -15,6 +16,7 @@
 
 pub(crate) mod context;
 pub(crate) mod device;
+pub(crate) mod driver;
 pub(crate) mod echo;
 pub(crate) mod gates;
 pub(crate) mod pins;

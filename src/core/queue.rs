@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::context::ContextCore;
 use super::device::Device;
-use super::echo::{Echo, RawEvent};
+use super::echo::{self, Echo, RawEvent};
 use super::gates::{failure_epoch, failures_possible};
 use super::staging::{Pinned, STAGE_MAX, Staging};
 use crate::error::Result;
@@ -29,8 +29,9 @@ pub(crate) struct QueueCore {
     pub(crate) profiling: bool,
     /// Pinned blocks that small blocking reads go through (see [`super::staging`]).
     pub(crate) staging: Option<Staging>,
-    /// On a driver whose failures echo on their queue (NVIDIA): the commands that may
-    /// have been skipped (see [`super::echo`]).
+    /// The commands that the driver may have skipped after a failure (see
+    /// [`super::echo`]): kept on every queue, since no probe can show that a driver never
+    /// does it.
     echo: Option<Mutex<Echo<RawEvent>>>,
     /// Whether the echo's window is open, as last seen under its lock, and the failure
     /// epoch at which [`QueueCore::settle`] last found nothing to do: with no window open
@@ -38,10 +39,11 @@ pub(crate) struct QueueCore {
     echo_open: AtomicBool,
     settled_epoch: AtomicU64,
     /// Whether hazards that have ended are left out of wait lists even while no failure
-    /// is possible ([`Device::chains_events`]).
+    /// is possible ([`Behaviour::chains_events`](super::driver::Behaviour::chains_events)).
     pub(crate) drop_ended_hazards: bool,
     /// Whether the queue is flushed before a command that waits on another queue's command
-    /// or a user event ([`Device::ends_batches_together`]).
+    /// or a user event
+    /// ([`Behaviour::ends_batches_together`](super::driver::Behaviour::ends_batches_together)).
     pub(crate) flush_before_foreign_waits: bool,
     /// Whether a pending command whose dependency failed counts as failed at once
     /// ([`Device::never_runs_doomed_commands`]).
@@ -126,6 +128,7 @@ impl QueueCore {
         stage_reads: bool,
     ) -> QueueCore {
         let id = next_id();
+        let behaviour = ctx.behaviour(device);
         if crate::trace::on() {
             crate::trace::queue(id, ctx.id, device.name(), !out_of_order, profiling);
         }
@@ -140,22 +143,19 @@ impl QueueCore {
             dirty: AtomicBool::new(false),
             profiling,
             staging: stage_reads.then(Staging::default),
-            echo: device
-                .echoes_failures()
-                .then(|| Mutex::new(Echo::default())),
+            echo: Some(Mutex::new(Echo::default())),
             echo_open: AtomicBool::new(false),
             settled_epoch: AtomicU64::new(u64::MAX),
-            drop_ended_hazards: device.chains_events(),
-            flush_before_foreign_waits: device.ends_batches_together(),
-            doomed_fail: device.never_runs_doomed_commands(),
+            drop_ended_hazards: behaviour.chains_events(),
+            flush_before_foreign_waits: behaviour.ends_batches_together(),
+            doomed_fail: false,
             finishes: Finishes::default(),
         }
     }
 
     /// The echo's *settle* rule, before a command's records are locked: when a window of
     /// suspect commands is open and every command that may have opened it has ended,
-    /// enqueues a marker, and waits for it when no user event of the context is closed
-    /// (so the wait only lasts until the device has run what is queued), so that the
+    /// enqueues a marker and waits for it ([`QueueCore::await_marker`]), so that the
     /// command about to be enqueued runs.
     pub(crate) fn settle(&self) {
         let Some(echo) = self.echo.as_ref().filter(|_| failures_possible()) else {
@@ -195,16 +195,43 @@ impl QueueCore {
             ours
         };
         let Some(marker) = marker else { return };
-        if let Err(e) = self.flush() {
-            log::warn!(target: "cl_lifetime::queue", "settling a queue after a failure: {e}");
-            return;
-        }
-        if self.ctx.gates.count() == 0 {
-            marker.wait();
+        if self.await_marker(&marker) {
             // Sees the marker ended and closes the window.
             let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
             echo.before_enqueue(failure_epoch());
             self.echo_open.store(echo.open(), Ordering::Release);
+        }
+    }
+
+    /// Flushes the queue and waits for a settling marker to end, for at most
+    /// [`MARKER_LIMIT`]; returns whether it ended. The marker waits only for commands
+    /// before it on the queue, which were all seen ended or wait on nothing the host must
+    /// do (it is enqueued only then), so it ends by itself; the limit is for a command
+    /// enqueued on the queue behind the library's back. Waited for, so that the command
+    /// after it is not tied to a pending marker: PoCL finishes a command twice when one of
+    /// its dependencies fails while another completes (design trap "PoCL's double
+    /// finish"), and the queue's order makes the marker one of them.
+    fn await_marker(&self, marker: &RawEvent) -> bool {
+        if let Err(e) = self.flush() {
+            log::warn!(target: "cl_lifetime::queue", "settling a queue after a failure: {e}");
+            return false;
+        }
+        let deadline = std::time::Instant::now() + MARKER_LIMIT;
+        let mut pause = std::time::Duration::from_micros(20);
+        loop {
+            if echo::Watched::status(marker) <= ffi::CL_COMPLETE {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                log::warn!(
+                    target: "cl_lifetime::queue",
+                    "settling a queue after a failure: its marker has not ended after {MARKER_LIMIT:?}; \
+                     a command enqueued on it outside the library may wait on something not set"
+                );
+                return false;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(5));
         }
     }
 
@@ -228,8 +255,19 @@ impl QueueCore {
             // SAFETY: `raw` is live (held by `self`); an empty wait list waits for every
             // command enqueued before.
             match unsafe { ffi::enqueue_marker(self.raw, &[]) } {
-                // SAFETY: the marker's one reference is ours, handed to the echo.
-                Ok(marker) => echo.settling(unsafe { RawEvent::own(marker) }),
+                Ok(marker) => {
+                    // SAFETY: the marker was just returned by the enqueue, so it is valid;
+                    // this second reference is this function's.
+                    let ours = unsafe { RawEvent::retain(marker) };
+                    // SAFETY: the enqueue's reference, which nothing else releases, goes
+                    // to the echo.
+                    echo.settling(unsafe { RawEvent::own(marker) });
+                    if let Some(ours) = ours {
+                        if self.await_marker(&ours) {
+                            echo.before_enqueue(failure_epoch());
+                        }
+                    }
+                }
                 Err(e) => {
                     log::warn!(target: "cl_lifetime::queue", "settling a queue after a failure: {e}")
                 }
@@ -335,6 +373,13 @@ impl Drop for QueueCore {
         if let Some(staging) = &mut self.staging {
             staging.release_all(self.raw);
         }
+        if let Some(echo) = &self.echo {
+            // Flushed first: a marker not yet submitted would never end.
+            let _ = ffi::flush(self.raw);
+            echo.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .wait_for_markers();
+        }
         // SAFETY: `raw` came from clCreateCommandQueue* and is released once, here. The
         // release flushes the queue; its commands still complete.
         if let Err(e) = unsafe { ffi::release_queue(self.raw) } {
@@ -342,6 +387,9 @@ impl Drop for QueueCore {
         }
     }
 }
+
+/// How long [`QueueCore::await_marker`] waits for a settling marker.
+const MARKER_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The major version in a `CL_DEVICE_VERSION` string (`OpenCL <major>.<minor> <vendor>`);
 /// 1 when it cannot be read, the version whose entry points every platform has.

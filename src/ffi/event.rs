@@ -13,6 +13,14 @@ pub(crate) fn execution_status(raw: cl_event) -> std::result::Result<cl_int, cl_
     cl::get_event_info(raw, cl::CL_EVENT_COMMAND_EXECUTION_STATUS).map(|s| s.to_int())
 }
 
+/// `CL_EVENT_REFERENCE_COUNT`: stale as soon as read, and meant for finding leaks; the
+/// driver probes read it to see whether a command holds its dependencies.
+pub(crate) fn event_reference_count(raw: cl_event) -> Result<cl_uint> {
+    cl::get_event_info(raw, cl::CL_EVENT_REFERENCE_COUNT)
+        .map(|s| s.to_uint())
+        .map_err(|s| Error::cl("clGetEventInfo", s))
+}
+
 /// `CL_EVENT_COMMAND_TYPE`.
 pub(crate) fn command_type(raw: cl_event) -> Result<cl_uint> {
     cl::get_event_info(raw, cl::CL_EVENT_COMMAND_TYPE)

@@ -30,6 +30,14 @@ pub(crate) fn mem_size_and_context(raw: cl_mem) -> Result<(usize, cl_context)> {
     Ok((size, context))
 }
 
+/// `CL_MEM_REFERENCE_COUNT`: stale as soon as read, and meant for finding leaks; the
+/// driver probes read it to see whether a command's event holds its buffer.
+pub(crate) fn mem_reference_count(raw: cl_mem) -> Result<u32> {
+    cl::get_mem_object_info(raw, cl::CL_MEM_REFERENCE_COUNT)
+        .map(|s| s.to_uint())
+        .map_err(|s| Error::cl("clGetMemObjectInfo", s))
+}
+
 /// `clCreateBuffer` of `bytes` read-write bytes that the driver allocates in host memory
 /// it can transfer to and from directly (`CL_MEM_ALLOC_HOST_PTR`: pinned memory on GPUs).
 pub(crate) fn create_pinned_buffer(context: cl_context, bytes: usize) -> Result<cl_mem> {

@@ -1,0 +1,336 @@
+//! What a device's driver does that the library adapts to: measured once per device, at its
+//! first context, never guessed from the platform's name.
+//!
+//! OpenCL leaves much to the implementation: whether an event keeps the buffers of its
+//! command, whether a command keeps its wait list, when a flushed command really runs.
+//! Drivers differ on each (design traps "rusticl's events keep their buffers", "rusticl
+//! chains events", "rusticl ends a batch together"; Intel's CPU runtime keeps buffers as
+//! rusticl does). A library tuned to a list of names gives every driver not on the list
+//! the least careful path; this module measures instead.
+//!
+//! # Rules
+//!
+//! 1. **Measured, not named.** Each behaviour below is read by a probe of raw OpenCL calls
+//!    on a queue and a 4 KiB buffer of the library's own (no library state is touched, no
+//!    command fails): see [`probe`].
+//! 2. **Careful when unsure.** A probe that cannot run, times out, or reads what it does
+//!    not expect leaves its behaviour at the careful value ([`Behaviour::CAREFUL`]), the one
+//!    that is correct on every driver at some cost. `CL_LIFETIME_DRIVER=unknown` skips the
+//!    probes and takes every careful value: that is the path a driver never seen gets when
+//!    a probe cannot tell, and the test suite runs under it too.
+//! 3. **Once per device.** The first context over a device probes it (a few hundred
+//!    microseconds on PoCL, NVIDIA and Intel's CPU runtime; longer only where a behaviour
+//!    is present and the probe waits out its limit); every later context of the process
+//!    reuses the result.
+//! 4. **The rest is correct everywhere.** What no probe can settle cheaply is handled by a
+//!    path that holds on every driver: the echo after a failure (`super::echo`) on every
+//!    queue, a command counted failed only once its driver ends it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::time::{Duration, Instant};
+
+use super::device::Device;
+use crate::ffi::{self, CL_COMPLETE, cl_context, cl_event};
+
+/// The environment variable that makes the library treat every device as unknown:
+/// `CL_LIFETIME_DRIVER=unknown` (rule *careful when unsure*).
+pub const DRIVER_VAR: &str = "CL_LIFETIME_DRIVER";
+
+/// What the library knows of a device's driver, measured at the device's first context
+/// (see [`Context::driver`](crate::Context::driver)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Behaviour {
+    events_keep_buffers: bool,
+    chains_events: bool,
+    ends_batches_together: bool,
+    measured: bool,
+    probe_time: Duration,
+}
+
+impl Behaviour {
+    /// The value of every behaviour that is correct on every driver: what a device gets
+    /// under `CL_LIFETIME_DRIVER=unknown`.
+    pub const CAREFUL: Behaviour = Behaviour {
+        events_keep_buffers: true,
+        chains_events: true,
+        ends_batches_together: true,
+        measured: false,
+        probe_time: Duration::ZERO,
+    };
+
+    /// Whether a command's event keeps every buffer the command used until the event is
+    /// released, so that a buffer whose commands have ended is not freed while anyone holds
+    /// one of their events (rusticl, Intel's CPU runtime). The library then has the other
+    /// records that hold a shared command let go of it before a release (`super::pins`).
+    pub fn events_keep_buffers(&self) -> bool {
+        self.events_keep_buffers
+    }
+
+    /// Whether a command's event keeps its wait list alive for as long as the event lives,
+    /// so that a long chain of dependent commands is freed recursively and can overflow the
+    /// stack (rusticl). The library then leaves commands that have ended out of wait lists.
+    pub fn chains_events(&self) -> bool {
+        self.chains_events
+    }
+
+    /// Whether a command flushed ahead of one that waits on other work (a user event,
+    /// another queue's command) is reported ended only once that work has (rusticl 22.3).
+    /// The library then flushes a queue before it enqueues a command waiting on such work.
+    pub fn ends_batches_together(&self) -> bool {
+        self.ends_batches_together
+    }
+
+    /// Whether the values were measured (`false`: every one is careful, under
+    /// `CL_LIFETIME_DRIVER=unknown`).
+    pub fn measured(&self) -> bool {
+        self.measured
+    }
+
+    /// How long the probe took at the device's first context (zero when not measured).
+    pub fn probe_time(&self) -> Duration {
+        self.probe_time
+    }
+}
+
+/// Whether `CL_LIFETIME_DRIVER=unknown` is set (read once per process).
+pub(crate) fn treat_all_as_unknown() -> bool {
+    static UNKNOWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *UNKNOWN.get_or_init(|| match std::env::var(DRIVER_VAR) {
+        Ok(v) if v.trim().eq_ignore_ascii_case("unknown") => true,
+        Ok(v) if v.trim().is_empty() || v.trim().eq_ignore_ascii_case("measure") => false,
+        Ok(v) => {
+            log::warn!(
+                target: "cl_lifetime::driver",
+                "{DRIVER_VAR}={v:?} is neither \"unknown\" nor \"measure\": drivers are measured"
+            );
+            false
+        }
+        Err(_) => false,
+    })
+}
+
+/// The behaviour of `device`'s driver, probed on `context` (a context over it) the first
+/// time the process asks (rule *once per device*).
+pub(crate) fn behaviour(device: &Device, context: cl_context) -> Behaviour {
+    if treat_all_as_unknown() {
+        return Behaviour::CAREFUL;
+    }
+    // Probes one device at a time: two threads creating the first contexts of one device
+    // would otherwise both probe it.
+    static PROBED: Mutex<Vec<(usize, Behaviour)>> = Mutex::new(Vec::new());
+    let mut probed = PROBED.lock().unwrap_or_else(PoisonError::into_inner);
+    let key = device.id as usize;
+    if let Some((_, known)) = probed.iter().find(|(id, _)| *id == key) {
+        return *known;
+    }
+    let measured = probe(device, context);
+    log::debug!(target: "cl_lifetime::driver", "{device}: {measured:?}");
+    probed.push((key, measured));
+    measured
+}
+
+/// How long a probe waits for something a driver without the behaviour does at once.
+const PROBE_LIMIT: Duration = Duration::from_millis(100);
+
+/// The probes of rule *measured, not named*, on a queue of their own.
+fn probe(device: &Device, context: cl_context) -> Behaviour {
+    let start = Instant::now();
+    let major = super::queue::opencl_major(device.version());
+    let Ok(queue) = ffi::create_queue(context, device.id, false, false, major) else {
+        return Behaviour::CAREFUL;
+    };
+    let queue = Owned::Queue(queue);
+    let careful = Behaviour::CAREFUL;
+    let mut found = Behaviour {
+        events_keep_buffers: keeps_buffers(context, queue.raw())
+            .unwrap_or(careful.events_keep_buffers),
+        chains_events: chains_events(context, queue.raw()).unwrap_or(careful.chains_events),
+        ends_batches_together: ends_batches_together(context, queue.raw())
+            .unwrap_or(careful.ends_batches_together),
+        measured: true,
+        probe_time: Duration::ZERO,
+    };
+    drop(queue);
+    found.probe_time = start.elapsed();
+    found
+}
+
+/// A raw handle the probe owns, released on drop (so every early return releases it).
+enum Owned {
+    Queue(ffi::cl_command_queue),
+    Mem(ffi::cl_mem),
+    Event(cl_event),
+}
+
+impl Owned {
+    fn raw(&self) -> ffi::cl_command_queue {
+        match self {
+            Owned::Queue(q) => *q,
+            Owned::Mem(_) | Owned::Event(_) => std::ptr::null_mut(),
+        }
+    }
+
+    fn event(&self) -> cl_event {
+        match self {
+            Owned::Event(e) => *e,
+            Owned::Queue(_) | Owned::Mem(_) => std::ptr::null_mut(),
+        }
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        // SAFETY: each variant holds the one reference the probe took when it made the
+        // object, given up here, once.
+        let released = unsafe {
+            match *self {
+                Owned::Queue(q) => ffi::release_queue(q),
+                Owned::Mem(m) => ffi::release_mem(m),
+                Owned::Event(e) => ffi::release_event(e),
+            }
+        };
+        if let Err(e) = released {
+            log::debug!(target: "cl_lifetime::driver", "probe: {e}");
+        }
+    }
+}
+
+/// A fill of `mem`'s first 4 KiB on `queue` behind `wait`.
+fn fill(queue: ffi::cl_command_queue, mem: ffi::cl_mem, wait: &[cl_event]) -> Option<Owned> {
+    let pattern = 0u32;
+    // SAFETY: `queue` and `mem` are live (the probe owns them), 4 KiB lie inside `mem`, the
+    // pattern is 4 readable bytes, and every event of `wait` is live.
+    unsafe { ffi::enqueue_fill(queue, mem, (&raw const pattern).cast(), 4, 0, 4096, wait) }
+        .ok()
+        .map(Owned::Event)
+}
+
+fn buffer(context: cl_context) -> Option<Owned> {
+    // SAFETY: no host pointer.
+    unsafe { ffi::create_buffer(context, 4096, std::ptr::null()) }
+        .ok()
+        .map(Owned::Mem)
+}
+
+fn mem(owned: &Owned) -> ffi::cl_mem {
+    match owned {
+        Owned::Mem(m) => *m,
+        Owned::Queue(_) | Owned::Event(_) => std::ptr::null_mut(),
+    }
+}
+
+/// Whether a completed command's event keeps its buffer: the buffer's reference count
+/// stays above the probe's own one while the event lives, or the buffer, released, is not
+/// freed until the event goes.
+fn keeps_buffers(context: cl_context, queue: ffi::cl_command_queue) -> Option<bool> {
+    let owned = buffer(context)?;
+    let raw = mem(&owned);
+    let event = fill(queue, raw, &[])?;
+    ffi::wait_terminal(&[event.event()]);
+    if ffi::execution_status(event.event()).ok()? != CL_COMPLETE {
+        return None;
+    }
+    if ffi::mem_reference_count(raw).ok()? > 1 {
+        return Some(true);
+    }
+    // SAFETY: `raw` is live (the probe owns it).
+    let freed = unsafe { ffi::watch_free(raw) }?;
+    drop(owned);
+    let keeps = !freed.wait(PROBE_LIMIT);
+    drop(event);
+    if keeps {
+        // Let the memory go before the context's first buffer, where the driver allows.
+        freed.wait(PROBE_LIMIT);
+    }
+    Some(keeps)
+}
+
+/// Whether a completed command keeps its wait list: a user event it waited on keeps a
+/// reference more than the probe's own while the command's event lives.
+fn chains_events(context: cl_context, queue: ffi::cl_command_queue) -> Option<bool> {
+    let owned = buffer(context)?;
+    let gate = Owned::Event(ffi::create_user_event(context).ok()?);
+    let event = fill(queue, mem(&owned), &[gate.event()])?;
+    // Opened before any flush: a driver that runs commands at their flush (Oclgrind)
+    // would wait there for the gate.
+    ffi::set_user_event_status(gate.event(), CL_COMPLETE).ok()?;
+    ffi::wait_terminal(&[event.event()]);
+    if ffi::execution_status(event.event()).ok()? != CL_COMPLETE {
+        return None;
+    }
+    // A driver lets go of a command's dependencies on a thread of its own, a moment after
+    // the command's status reads complete.
+    let deadline = Instant::now() + PROBE_LIMIT;
+    loop {
+        if ffi::event_reference_count(gate.event()).ok()? <= 1 {
+            return Some(false);
+        }
+        if Instant::now() >= deadline {
+            return Some(true);
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Whether a command flushed ahead of a gated one ends only with it: a fill, then a fill
+/// behind a user event, flushed; the first fill has not ended within [`PROBE_LIMIT`]
+/// while the gate is closed. A helper thread opens the gate at the limit whatever happens,
+/// so a driver whose flush waits for the gate (Oclgrind) cannot hang the probe; such a
+/// flush counts as the behaviour.
+fn ends_batches_together(context: cl_context, queue: ffi::cl_command_queue) -> Option<bool> {
+    let owned = buffer(context)?;
+    let gate = Owned::Event(ffi::create_user_event(context).ok()?);
+    let first = fill(queue, mem(&owned), &[])?;
+    let gated = fill(queue, mem(&owned), &[gate.event()])?;
+    let opened = Arc::new(AtomicBool::new(false));
+    let (open_now, wait_for_it) = mpsc::channel::<()>();
+    let raw_gate = SendEvent(gate.event());
+    let helper = {
+        let opened = opened.clone();
+        std::thread::Builder::new()
+            .name("cl-lifetime-probe".into())
+            .spawn(move || {
+                let raw_gate = raw_gate;
+                let _ = wait_for_it.recv_timeout(PROBE_LIMIT * 2);
+                opened.store(true, Ordering::SeqCst);
+                let _ = ffi::set_user_event_status(raw_gate.0, CL_COMPLETE);
+            })
+            .ok()?
+    };
+    let flushed = ffi::flush(queue).is_ok();
+    let deadline = Instant::now() + PROBE_LIMIT;
+    let ended_alone = loop {
+        match ffi::execution_status(first.event()) {
+            Ok(CL_COMPLETE) => break !opened.load(Ordering::SeqCst),
+            Ok(s) if s < 0 => break false,
+            Err(_) => break false,
+            Ok(_) if Instant::now() >= deadline => break false,
+            Ok(_) => std::thread::sleep(Duration::from_micros(100)),
+        }
+    };
+    let _ = open_now.send(());
+    let _ = helper.join();
+    ffi::wait_terminal(&[first.event(), gated.event()]);
+    flushed.then_some(!ended_alone)
+}
+
+/// A raw user event handed to the probe's helper thread.
+struct SendEvent(cl_event);
+// SAFETY: OpenCL event handles may be used from any thread (OpenCL 3.0 appendix A.2); the
+// probe keeps the event alive until the helper has been joined.
+unsafe impl Send for SendEvent {}
+
+#[cfg(test)]
+mod tests {
+    use super::Behaviour;
+
+    #[test]
+    fn the_careful_behaviour_takes_every_costly_path() {
+        let careful = Behaviour::CAREFUL;
+        assert!(careful.events_keep_buffers());
+        assert!(careful.chains_events());
+        assert!(careful.ends_batches_together());
+        assert!(!careful.measured());
+    }
+}
