@@ -29,11 +29,13 @@ fn main() -> anyhow::Result<()> {
             b.probe_time()
         );
         println!(
-            "  measured: {}  events keep buffers: {}  chains events: {}  ends batches together: {}",
+            "  measured: {}  events keep buffers: {}  chains events: {}  ends batches together: {}  \
+             reports failed commands complete: {}",
             b.measured(),
             b.events_keep_buffers(),
             b.chains_events(),
-            b.ends_batches_together()
+            b.ends_batches_together(),
+            b.reports_failed_complete()
         );
         assert_eq!(second.driver(), b, "a second context reuses the probe");
     }

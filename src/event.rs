@@ -10,9 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::census;
 use crate::core::context::ContextCore;
-use crate::core::gates::{
-    OpenGates, any_failure_seen, failures_possible, note_failure, note_failure_possible,
-};
+use crate::core::gates::{OpenGates, failures_possible, note_failure, note_failure_possible};
 use crate::core::queue::QueueCore;
 use crate::error::{Error, Result};
 use crate::ffi::{self, cl_context, cl_event, cl_int};
@@ -474,17 +472,6 @@ impl Event {
         let raw = match raw {
             ffi::CL_COMPLETE if failures_possible() => self.resolve_complete(),
             terminal if terminal <= ffi::CL_COMPLETE => self.finish(terminal),
-            // The *doomed command* rule: on a driver that never runs a command of whose
-            // wait list one failed, such a command counts as failed at once. rusticl says
-            // so only a moment later: until then it would pass its failure on to whatever
-            // waits on it, the next owner of a pool block included. (NVIDIA runs some of
-            // them, so there it stays pending until the driver ends it.) A failed gate is
-            // noted before the driver hears of it, so until a failure has been seen no
-            // pending status read looks at the wait list.
-            running if any_failure_seen() && self.doomed_fail() => match self.failed_dependency() {
-                Some(failed) => self.finish(failed),
-                None => self.note_pending(snapshot, running),
-            },
             running => self.note_pending(snapshot, running),
         };
         Ok(Status::from_raw(raw))
@@ -500,11 +487,6 @@ impl Event {
             .queue
             .as_ref()
             .is_some_and(|q| q.finished(self.inner.finish_count))
-    }
-
-    /// Whether the *doomed command* rule applies to this command's queue.
-    fn doomed_fail(&self) -> bool {
-        self.inner.queue.as_ref().is_some_and(|q| q.doomed_fail)
     }
 
     /// Keeps a pending status for the rest of the enqueue that read it (`snapshot`).

@@ -11,8 +11,9 @@
 //! # Rules
 //!
 //! 1. **Measured, not named.** Each behaviour below is read by a probe of raw OpenCL calls
-//!    on a queue and a 4 KiB buffer of the library's own (no library state is touched, no
-//!    command fails): see [`probe`].
+//!    on a queue and a 4 KiB buffer of the library's own (no library state is touched; one
+//!    fill behind a user event fails, on the probe's own queue, released afterwards): see
+//!    [`probe`].
 //! 2. **Careful when unsure.** A probe that cannot run, times out, or reads what it does
 //!    not expect leaves its behaviour at the careful value ([`Behaviour::CAREFUL`]), the one
 //!    that is correct on every driver at some cost. `CL_LIFETIME_DRIVER=unknown` skips the
@@ -44,6 +45,7 @@ pub struct Behaviour {
     events_keep_buffers: bool,
     chains_events: bool,
     ends_batches_together: bool,
+    reports_failed_complete: bool,
     measured: bool,
     probe_time: Duration,
 }
@@ -55,6 +57,7 @@ impl Behaviour {
         events_keep_buffers: true,
         chains_events: true,
         ends_batches_together: true,
+        reports_failed_complete: true,
         measured: false,
         probe_time: Duration::ZERO,
     };
@@ -79,6 +82,17 @@ impl Behaviour {
     /// The library then flushes a queue before it enqueues a command waiting on such work.
     pub fn ends_batches_together(&self) -> bool {
         self.ends_batches_together
+    }
+
+    /// Whether a command that did not run because a dependency failed can read
+    /// `CL_COMPLETE` (Intel's CPU runtime: `clWaitForEvents` on it says
+    /// `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`, its status says complete, and it
+    /// wrote nothing). The library reads a failure from its own record of the wait list
+    /// on every driver; on such a driver it also gives out-of-order queues in order, since
+    /// Intel's CPU runtime crashes in `clReleaseCommandQueue` of an out-of-order queue one
+    /// of whose commands had a failed dependency (`examples/intel_cpu.rs`).
+    pub fn reports_failed_complete(&self) -> bool {
+        self.reports_failed_complete
     }
 
     /// Whether the values were measured (`false`: every one is careful, under
@@ -148,6 +162,8 @@ fn probe(device: &Device, context: cl_context) -> Behaviour {
         chains_events: chains_events(context, queue.raw()).unwrap_or(careful.chains_events),
         ends_batches_together: ends_batches_together(context, queue.raw())
             .unwrap_or(careful.ends_batches_together),
+        reports_failed_complete: reports_failed_complete(context, queue.raw())
+            .unwrap_or(careful.reports_failed_complete),
         measured: true,
         probe_time: Duration::ZERO,
     };
@@ -315,6 +331,24 @@ fn ends_batches_together(context: cl_context, queue: ffi::cl_command_queue) -> O
     flushed.then_some(!ended_alone)
 }
 
+/// Whether a command behind a failed user event reads `CL_COMPLETE`. The gate fails before
+/// the queue is flushed (a driver that runs commands at their flush would wait there for
+/// it), and the probe's queue is released afterwards, so a driver whose queue keeps a
+/// failure for ever (current Mesa) keeps it only there.
+fn reports_failed_complete(context: cl_context, queue: ffi::cl_command_queue) -> Option<bool> {
+    let owned = buffer(context)?;
+    let gate = Owned::Event(ffi::create_user_event(context).ok()?);
+    let gated = fill(queue, mem(&owned), &[gate.event()])?;
+    ffi::set_user_event_status(gate.event(), -1).ok()?;
+    ffi::flush(queue).ok()?;
+    ffi::wait_terminal(&[gated.event()]);
+    match ffi::execution_status(gated.event()).ok()? {
+        CL_COMPLETE => Some(true),
+        status if status < 0 => Some(false),
+        _ => None,
+    }
+}
+
 /// A raw user event handed to the probe's helper thread.
 struct SendEvent(cl_event);
 // SAFETY: OpenCL event handles may be used from any thread (OpenCL 3.0 appendix A.2); the
@@ -331,6 +365,7 @@ mod tests {
         assert!(careful.events_keep_buffers());
         assert!(careful.chains_events());
         assert!(careful.ends_batches_together());
+        assert!(careful.reports_failed_complete());
         assert!(!careful.measured());
     }
 }

@@ -135,6 +135,21 @@ impl<W: Watched> Echo<W> {
         self.release_held();
     }
 
+    /// Lets go of the watched commands that have ended (and of what the *held behind a
+    /// marker* rule held, once no marker is pending), for the pins' *swept at release*
+    /// rule: where events keep their buffers, a watched event would keep its buffer.
+    pub(crate) fn let_go_of_ended(&mut self) {
+        self.update(self.next);
+    }
+
+    /// Whether it still holds any event.
+    pub(crate) fn holds_events(&self) -> bool {
+        !self.watched.is_empty()
+            || !self.held.is_empty()
+            || self.settle.is_some()
+            || !self.superseded.is_empty()
+    }
+
     /// Lets go of `events`, or holds them while a settling marker has not ended (the
     /// *held behind a marker* rule).
     fn let_go(&mut self, events: impl IntoIterator<Item = W>) {

@@ -48,8 +48,7 @@ pub(crate) fn failure_epoch() -> u64 {
 }
 
 /// Whether any command has been seen to fail (a gate failed, a failed status read):
-/// until then no command can be doomed (see the *doomed command* rule in
-/// [`crate::event`]).
+/// until then no command can be doomed ([`Event::is_doomed`](crate::Event)).
 pub(crate) fn any_failure_seen() -> bool {
     failure_epoch() != 0
 }

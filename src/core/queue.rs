@@ -8,6 +8,7 @@ use super::context::ContextCore;
 use super::device::Device;
 use super::echo::{self, Echo, RawEvent};
 use super::gates::{failure_epoch, failures_possible};
+use super::pins::LetGo;
 use super::staging::{Pinned, STAGE_MAX, Staging};
 use crate::error::Result;
 use crate::ffi::{self, cl_command_queue, cl_event};
@@ -32,7 +33,7 @@ pub(crate) struct QueueCore {
     /// The commands that the driver may have skipped after a failure (see
     /// [`super::echo`]): kept on every queue, since no probe can show that a driver never
     /// does it.
-    echo: Option<Mutex<Echo<RawEvent>>>,
+    echo: Arc<EchoCell>,
     /// Whether the echo's window is open, as last seen under its lock, and the failure
     /// epoch at which [`QueueCore::settle`] last found nothing to do: with no window open
     /// and no failure since, `settle` takes no lock.
@@ -45,9 +46,6 @@ pub(crate) struct QueueCore {
     /// or a user event
     /// ([`Behaviour::ends_batches_together`](super::driver::Behaviour::ends_batches_together)).
     pub(crate) flush_before_foreign_waits: bool,
-    /// Whether a pending command whose dependency failed counts as failed at once
-    /// ([`Device::never_runs_doomed_commands`]).
-    pub(crate) doomed_fail: bool,
     /// The *finished queue* rule.
     finishes: Finishes,
 }
@@ -100,6 +98,16 @@ impl QueueCore {
         profiling: bool,
         stage_reads: bool,
     ) -> Result<QueueCore> {
+        // On a driver that reports failed commands complete, out of order only in name:
+        // in order (see `Behaviour::reports_failed_complete`).
+        let asked = out_of_order;
+        let out_of_order = asked && !ctx.behaviour(device).reports_failed_complete();
+        if asked && !out_of_order {
+            log::debug!(
+                target: "cl_lifetime::queue",
+                "{device}: an out-of-order queue is made in order (its driver reports failed commands complete, or is not known)"
+            );
+        }
         let raw = ffi::create_queue(
             ctx.raw,
             device.id,
@@ -107,6 +115,12 @@ impl QueueCore {
             profiling,
             opencl_major(device.version()),
         )?;
+        // A driver may drop the flag silently (AMD's masks it): its properties, read back,
+        // say what the queue is, and every rule of the library follows them.
+        let out_of_order = match ffi::queue_info(raw) {
+            Ok(info) => out_of_order && info.out_of_order,
+            Err(_) => out_of_order,
+        };
         Ok(QueueCore::adopt(
             ctx,
             raw,
@@ -143,12 +157,11 @@ impl QueueCore {
             dirty: AtomicBool::new(false),
             profiling,
             staging: stage_reads.then(Staging::default),
-            echo: Some(Mutex::new(Echo::default())),
+            echo: Arc::default(),
             echo_open: AtomicBool::new(false),
             settled_epoch: AtomicU64::new(u64::MAX),
             drop_ended_hazards: behaviour.chains_events(),
             flush_before_foreign_waits: behaviour.ends_batches_together(),
-            doomed_fail: false,
             finishes: Finishes::default(),
         }
     }
@@ -158,7 +171,7 @@ impl QueueCore {
     /// enqueues a marker and waits for it ([`QueueCore::await_marker`]), so that the
     /// command about to be enqueued runs.
     pub(crate) fn settle(&self) {
-        let Some(echo) = self.echo.as_ref().filter(|_| failures_possible()) else {
+        let Some(echo) = Some(&self.echo.echo).filter(|_| failures_possible()) else {
             return;
         };
         let epoch = failure_epoch();
@@ -247,7 +260,7 @@ impl QueueCore {
         may_fail: bool,
         enqueue: impl FnOnce() -> Result<cl_event>,
     ) -> Result<(cl_event, u64)> {
-        let Some(echo) = self.echo.as_ref().filter(|_| failures_possible()) else {
+        let Some(echo) = Some(&self.echo.echo).filter(|_| failures_possible()) else {
             return Ok((enqueue()?, 0));
         };
         let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
@@ -282,13 +295,23 @@ impl QueueCore {
         } else {
             None
         };
+        // Where events keep their buffers, a release has the echo let go of the events
+        // that have ended, as it has the records (the pins' *swept at release* rule).
+        if watched.is_some() {
+            if let Some(pins) = &self.ctx.pins {
+                if !self.echo.listed.swap(true, Ordering::AcqRel) {
+                    let cell: std::sync::Weak<dyn LetGo> = Arc::downgrade(&self.echo) as _;
+                    pins.list(cell);
+                }
+            }
+        }
         Ok((raw, echo.enqueued(watched)))
     }
 
     /// Whether the command numbered `seq` on this queue, which the driver reports
     /// complete, may have been skipped after a failure (the echo's *skipped* rule).
     pub(crate) fn skipped(&self, seq: u64) -> bool {
-        match (&self.echo, seq) {
+        match (Some(&self.echo.echo), seq) {
             (Some(echo), 1..) => {
                 let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
                 let skipped = echo.skipped(seq);
@@ -373,18 +396,43 @@ impl Drop for QueueCore {
         if let Some(staging) = &mut self.staging {
             staging.release_all(self.raw);
         }
-        if let Some(echo) = &self.echo {
-            // Flushed first: a marker not yet submitted would never end.
-            let _ = ffi::flush(self.raw);
-            echo.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .wait_for_markers();
-        }
+        // Flushed first: a marker not yet submitted would never end.
+        let _ = ffi::flush(self.raw);
+        self.echo
+            .echo
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .wait_for_markers();
         // SAFETY: `raw` came from clCreateCommandQueue* and is released once, here. The
         // release flushes the queue; its commands still complete.
         if let Err(e) = unsafe { ffi::release_queue(self.raw) } {
             log::error!(target: "cl_lifetime::queue", "{e}");
         }
+    }
+}
+
+/// A queue's echo, shared with the context's pins where events keep their buffers.
+#[derive(Default)]
+pub(crate) struct EchoCell {
+    echo: Mutex<Echo<RawEvent>>,
+    /// Whether it is listed in the context's pins.
+    listed: AtomicBool,
+}
+
+impl LetGo for EchoCell {
+    fn let_go_of_ended(&self) -> bool {
+        let mut echo = match self.echo.try_lock() {
+            Ok(echo) => echo,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            // In the middle of an enqueue: asked again at the next sweep.
+            Err(std::sync::TryLockError::WouldBlock) => return true,
+        };
+        echo.let_go_of_ended();
+        let holds = echo.holds_events();
+        if !holds {
+            self.listed.store(false, Ordering::Release);
+        }
+        holds
     }
 }
 

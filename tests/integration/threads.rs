@@ -242,7 +242,7 @@ fn releasing_a_buffer_while_other_threads_use_the_same_queue_completes() {
     // Where events keep their buffers, a release while the test holds a pending read of
     // the buffer frees only once the read is dropped: it waits a short grace, not the
     // default.
-    let pins = common::on_platform(&ctx, &["rusticl"]);
+    let pins = ctx.driver().events_keep_buffers();
     if pins {
         ctx.set_free_grace(std::time::Duration::from_millis(5));
     }

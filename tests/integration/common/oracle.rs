@@ -115,56 +115,9 @@ impl Watch {
     }
 }
 
-/// The name of the platform `mem` belongs to, through cl-sys.
-fn platform_name(mem: cl_sys::cl_mem) -> String {
-    let mut context: cl_sys::cl_context = std::ptr::null_mut();
-    let mut devices: [cl_sys::cl_device_id; 16] = [std::ptr::null_mut(); 16];
-    let mut platform: cl_sys::cl_platform_id = std::ptr::null_mut();
-    let mut name = [0u8; 256];
-    let mut len = 0usize;
-    // SAFETY: `mem` is live; each output buffer is as large as the size passed (a context
-    // of more than 16 devices fails the query, and the name is then empty).
-    let ok = unsafe {
-        cl_sys::clGetMemObjectInfo(
-            mem,
-            cl_sys::CL_MEM_CONTEXT,
-            size_of_val(&context),
-            (&raw mut context).cast(),
-            std::ptr::null_mut(),
-        ) == 0
-            && cl_sys::clGetContextInfo(
-                context,
-                cl_sys::CL_CONTEXT_DEVICES,
-                size_of_val(&devices),
-                devices.as_mut_ptr().cast(),
-                std::ptr::null_mut(),
-            ) == 0
-            && cl_sys::clGetDeviceInfo(
-                devices[0],
-                cl_sys::CL_DEVICE_PLATFORM,
-                size_of_val(&platform),
-                (&raw mut platform).cast(),
-                std::ptr::null_mut(),
-            ) == 0
-            && cl_sys::clGetPlatformInfo(
-                platform,
-                cl_sys::CL_PLATFORM_NAME,
-                name.len(),
-                name.as_mut_ptr().cast(),
-                &mut len,
-            ) == 0
-    };
-    if !ok {
-        return String::new();
-    }
-    String::from_utf8_lossy(&name[..len.min(name.len())])
-        .trim_end_matches('\0')
-        .to_string()
-}
-
-/// Registers a destructor callback on `buffer` through cl-sys. On rusticl, whose events
-/// keep their commands' buffers, also a thread that lets go of each of `events` once it
-/// has ended ([`let_go_when_ended`]); elsewhere the events are kept until the watch goes.
+/// Registers a destructor callback on `buffer` through cl-sys, and a thread that lets go
+/// of each of `events` once it has ended ([`let_go_when_ended`]): some drivers' events keep
+/// their commands' buffers, and the oracle must not keep the memory itself.
 pub fn watch<T: Pod>(buffer: &ClBuffer<T>, events: &[&Event]) -> Watch {
     let raws: Vec<cl_sys::cl_event> = events
         .iter()
@@ -194,10 +147,9 @@ pub fn watch<T: Pod>(buffer: &ClBuffer<T>, events: &[&Event]) -> Watch {
         )
     };
     assert_eq!(rc, 0, "clSetMemObjectDestructorCallback");
-    let pins = platform_name(buffer.as_raw() as cl_sys::cl_mem)
-        .to_ascii_lowercase()
-        .contains("rusticl");
-    if pins {
+    // On every implementation: some drivers' events keep their buffers (rusticl's, Intel's
+    // CPU runtime's), and the oracle must not be what keeps the memory.
+    {
         let state = state.clone();
         std::thread::spawn(move || let_go_when_ended(state));
     }
