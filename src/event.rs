@@ -369,8 +369,10 @@ impl Event {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`] with `CL_PROFILING_INFO_NOT_AVAILABLE` when the queue does not
-    /// profile, the command has not completed, or it is a user event.
+    /// [`Error::CommandFailed`] when the command failed (it has no times: some drivers
+    /// answer with times never written); [`Error::Cl`] with
+    /// `CL_PROFILING_INFO_NOT_AVAILABLE` when the queue does not profile, the command has
+    /// not ended, it is a user event, or the driver's times are out of order.
     pub fn profile(&self) -> Result<Profile> {
         // Asked of the library's own queue first: some drivers (rusticl) answer for a queue
         // that does not profile, with made-up times.
@@ -380,7 +382,25 @@ impl Event {
                 ffi::codes::CL_PROFILING_INFO_NOT_AVAILABLE,
             ));
         }
+        // Only for a command the library knows completed: drivers answer for failed or
+        // skipped commands with times never written (Intel's CPU runtime: a start of 0).
+        match self.status()? {
+            Status::Complete => {}
+            Status::Failed(status) => return Err(Error::CommandFailed { status }),
+            _ => {
+                return Err(Error::cl(
+                    "clGetEventProfilingInfo",
+                    ffi::codes::CL_PROFILING_INFO_NOT_AVAILABLE,
+                ));
+            }
+        }
         let [queued, submitted, started, ended] = ffi::profiling_times(self.inner.raw)?;
+        if started == 0 || !(queued <= submitted && submitted <= started && started <= ended) {
+            return Err(Error::cl(
+                "clGetEventProfilingInfo",
+                ffi::codes::CL_PROFILING_INFO_NOT_AVAILABLE,
+            ));
+        }
         Ok(Profile {
             queued,
             submitted,

@@ -88,9 +88,11 @@ impl Behaviour {
     /// `CL_COMPLETE` (Intel's CPU runtime: `clWaitForEvents` on it says
     /// `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`, its status says complete, and it
     /// wrote nothing). The library reads a failure from its own record of the wait list
-    /// on every driver; on such a driver it also gives out-of-order queues in order, since
-    /// Intel's CPU runtime crashes in `clReleaseCommandQueue` of an out-of-order queue one
-    /// of whose commands had a failed dependency (`examples/intel_cpu.rs`).
+    /// on every driver; on a driver measured to do this it also gives out-of-order queues
+    /// in order, since Intel's CPU runtime crashes in `clReleaseCommandQueue` of an
+    /// out-of-order queue one of whose commands had a failed dependency
+    /// (`examples/intel_cpu.rs`). Not where it was not measured: an out-of-order queue
+    /// stays out of order there, as asked.
     pub fn reports_failed_complete(&self) -> bool {
         self.reports_failed_complete
     }

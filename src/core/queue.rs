@@ -98,14 +98,15 @@ impl QueueCore {
         profiling: bool,
         stage_reads: bool,
     ) -> Result<QueueCore> {
-        // On a driver that reports failed commands complete, out of order only in name:
-        // in order (see `Behaviour::reports_failed_complete`).
+        // On a driver measured to report failed commands complete, out of order only in
+        // name: in order (see `Behaviour::reports_failed_complete`).
+        let behaviour = ctx.behaviour(device);
         let asked = out_of_order;
-        let out_of_order = asked && !ctx.behaviour(device).reports_failed_complete();
+        let out_of_order = asked && !(behaviour.measured() && behaviour.reports_failed_complete());
         if asked && !out_of_order {
             log::debug!(
                 target: "cl_lifetime::queue",
-                "{device}: an out-of-order queue is made in order (its driver reports failed commands complete, or is not known)"
+                "{device}: an out-of-order queue is made in order (its driver reports failed commands complete)"
             );
         }
         let raw = ffi::create_queue(
@@ -295,17 +296,20 @@ impl QueueCore {
         } else {
             None
         };
+        let list = watched.is_some() && self.ctx.pins.is_some();
+        let seq = echo.enqueued(watched);
+        // The echo's lock goes first: a sweep holds the pins' lock and reads statuses,
+        // which takes the echo's (lock order: pins, then echo).
+        drop(echo);
         // Where events keep their buffers, a release has the echo let go of the events
         // that have ended, as it has the records (the pins' *swept at release* rule).
-        if watched.is_some() {
-            if let Some(pins) = &self.ctx.pins {
-                if !self.echo.listed.swap(true, Ordering::AcqRel) {
-                    let cell: std::sync::Weak<dyn LetGo> = Arc::downgrade(&self.echo) as _;
-                    pins.list(cell);
-                }
+        if let Some(pins) = self.ctx.pins.as_ref().filter(|_| list) {
+            if !self.echo.listed.swap(true, Ordering::AcqRel) {
+                let cell: std::sync::Weak<dyn LetGo> = Arc::downgrade(&self.echo) as _;
+                pins.list(cell);
             }
         }
-        Ok((raw, echo.enqueued(watched)))
+        Ok((raw, seq))
     }
 
     /// Whether the command numbered `seq` on this queue, which the driver reports

@@ -472,6 +472,49 @@ fn a_profiling_queue_times_its_commands_and_another_says_it_cannot() {
     timed.finish().unwrap();
 }
 
+/// Intel's CPU runtime answers `clGetEventProfilingInfo` of a command that never ran
+/// (its gate failed) with success and a start of 0, so `Profile::duration()` came out
+/// near 14,000 s. A command that did not complete has no profile.
+#[test]
+fn a_command_that_did_not_complete_has_no_profile() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let timed = ctx
+        .queue_with(QueueOptions::default().profiling(true))
+        .unwrap();
+    let buf = ctx.buffer::<u32>(1024).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let gated = timed.after(&[gate.event()]).fill(&buf, 1).unwrap();
+    let kernel_after = timed.fill(&buf, 2).unwrap();
+    timed.flush().unwrap();
+    match gated.profile() {
+        Err(Error::Cl { status, .. }) => {
+            assert_eq!(status.name(), "CL_PROFILING_INFO_NOT_AVAILABLE")
+        }
+        other => {
+            panic!("a pending command: expected CL_PROFILING_INFO_NOT_AVAILABLE, got {other:?}")
+        }
+    }
+    gate.fail(-77).unwrap();
+    assert!(gated.wait().is_err());
+    for (what, event) in [
+        ("the gated fill", &gated),
+        ("the fill after it", &kernel_after),
+    ] {
+        let _ = event.wait();
+        if event.wait().is_err() {
+            let profile = event.profile();
+            assert!(
+                profile.is_err(),
+                "{what} failed, yet has a profile: {profile:?}"
+            );
+        }
+    }
+    drop(buf);
+}
+
 // A library no one here wrote: CLBlast.
 
 unsafe extern "C" {
