@@ -71,7 +71,9 @@ clean:
 	$(CARGO) clean
 
 # The whole suite on every OpenCL implementation installed: PoCL with one device and with
-# two, Mesa rusticl (llvmpipe) and Oclgrind with its checks on (scripts/test-all.sh);
+# two, Mesa rusticl (llvmpipe), Oclgrind with its checks on, Intel's CPU runtime (which
+# `make setup` installs into .opencl/intel), and PoCL with CL_LIFETIME_DRIVER=unknown
+# (scripts/test-all.sh);
 # ONLY="pocl-1 rusticl" picks some. Logs and the summary go to target/test-all/.
 test-all: setup
 	bash scripts/test-all.sh

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make test-all`: the whole test suite on every OpenCL implementation installed here:
-# PoCL with one CPU device and with two, Mesa rusticl (llvmpipe) and Oclgrind (with its
-# API, bounds and uninitialized-value checks; any error it reports fails the run).
+# PoCL with one CPU device and with two, Mesa rusticl (llvmpipe), Oclgrind (with its API,
+# bounds and uninitialized-value checks; any error it reports fails the run), Intel's
+# OpenCL CPU runtime (from .opencl/intel), and PoCL with every driver treated as unknown.
 # ONLY="pocl-1 rusticl" runs a subset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -80,6 +81,21 @@ if [ -e "$icd" ]; then
 else
   echo "=== oclgrind: not installed (apt-get install oclgrind); not run" | tee -a "$out/summary.tsv"
 fi
+
+# Intel's OpenCL CPU runtime, a closed vendor driver, from the folder `make setup` fills
+# (scripts/setup-intel.sh): registered only for this run, never system-wide.
+intel=$PWD/.opencl/intel
+if [ -e "$intel/lib/libintelocl.so" ]; then
+  run intel OCL_ICD_VENDORS="$intel/vendors" LD_LIBRARY_PATH="$intel/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    CL_LIFETIME_DEVICE=intel
+else
+  echo "=== intel: not installed (make setup installs it from PyPI; needs python3 with pip); not run" |
+    tee -a "$out/summary.tsv"
+fi
+# PoCL again, with every device treated as unknown (CL_LIFETIME_DRIVER=unknown): the careful
+# path that a driver the library cannot measure gets.
+run pocl-unknown POCL_DEVICES="pthread pthread" CL_LIFETIME_DEVICE=pocl CL_LIFETIME_DRIVER=unknown \
+  CL_LIFETIME_REQUIRE_TWO_DEVICES=1
 
 echo
 echo "Tests that did not run, with the reason they give (passed counts them as passed):"
