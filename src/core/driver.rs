@@ -294,8 +294,8 @@ fn chains_events(context: cl_context, queue: ffi::cl_command_queue) -> Option<bo
 /// Whether a command flushed ahead of a gated one ends only with it: a fill, then a fill
 /// behind a user event, flushed; the first fill has not ended within [`PROBE_LIMIT`]
 /// while the gate is closed. A helper thread opens the gate at the limit whatever happens,
-/// so a driver whose flush waits for the gate (Oclgrind) cannot hang the probe; such a
-/// flush counts as the behaviour.
+/// so a driver whose flush waits for the gate (Oclgrind) cannot hang the probe; there the
+/// behaviour is not taken, since a flush before a gated command would block the host.
 fn ends_batches_together(context: cl_context, queue: ffi::cl_command_queue) -> Option<bool> {
     let owned = buffer(context)?;
     let gate = Owned::Event(ffi::create_user_event(context).ok()?);
@@ -317,6 +317,10 @@ fn ends_batches_together(context: cl_context, queue: ffi::cl_command_queue) -> O
             .ok()?
     };
     let flushed = ffi::flush(queue).is_ok();
+    // A flush that returned only once the helper opened the gate runs the queue's commands
+    // itself, gate included (Oclgrind): flushing before such a command would block the
+    // host there, so the behaviour is not taken (it is that driver's as it always was).
+    let flush_waited = opened.load(Ordering::SeqCst);
     let deadline = Instant::now() + PROBE_LIMIT;
     let ended_alone = loop {
         match ffi::execution_status(first.event()) {
@@ -330,6 +334,9 @@ fn ends_batches_together(context: cl_context, queue: ffi::cl_command_queue) -> O
     let _ = open_now.send(());
     let _ = helper.join();
     ffi::wait_terminal(&[first.event(), gated.event()]);
+    if flush_waited {
+        return flushed.then_some(false);
+    }
     flushed.then_some(!ended_alone)
 }
 
