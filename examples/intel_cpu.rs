@@ -32,14 +32,13 @@ use std::time::{Duration, Instant};
 use cl_lifetime::Context;
 use opencl3::command_queue::{
     self as clq, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, CL_QUEUE_PROFILING_ENABLE,
-    CL_QUEUE_PROPERTIES,
 };
 use opencl3::event::{self as cle, CL_COMPLETE};
 use opencl3::memory::{self as clm, CL_MEM_READ_WRITE};
 use opencl3::types::{cl_command_queue, cl_event, cl_mem};
 
 mod common;
-use common::{cl_err, print_device, release_event};
+use common::{cl_err, print_device, raw_queue, release_event};
 
 fn main() -> anyhow::Result<()> {
     let crash = std::env::args().nth(1).as_deref() == Some("crash");
@@ -47,7 +46,7 @@ fn main() -> anyhow::Result<()> {
     print_device(&ctx);
 
     // 1 and 2.
-    let queue = new_queue(&ctx, CL_QUEUE_PROFILING_ENABLE)?;
+    let queue = raw_queue(&ctx, CL_QUEUE_PROFILING_ENABLE)?;
     let buffer = new_buffer(&ctx)?;
     fill(queue, buffer, 0, &[])?.wait_and_release()?;
     let gate = cle::create_user_event(ctx.as_raw()).map_err(cl_err("clCreateUserEvent"))?;
@@ -139,7 +138,7 @@ fn main() -> anyhow::Result<()> {
         } else {
             0
         };
-        let queue = new_queue(&ctx, flags)?;
+        let queue = raw_queue(&ctx, flags)?;
         let buffer = new_buffer(&ctx)?;
         let gate = cle::create_user_event(ctx.as_raw()).map_err(cl_err("clCreateUserEvent"))?;
         let gated = fill(queue, buffer, 2, &[gate])?;
@@ -177,20 +176,6 @@ impl Drop for Owned {
     fn drop(&mut self) {
         let _ = release_event(self.0);
     }
-}
-
-fn new_queue(ctx: &Context, flags: u64) -> anyhow::Result<cl_command_queue> {
-    let properties = [u64::from(CL_QUEUE_PROPERTIES), flags, 0];
-    // SAFETY: context and device are live handles of `ctx`; `properties` is a
-    // zero-terminated list that outlives the call.
-    unsafe {
-        clq::create_command_queue_with_properties(
-            ctx.as_raw(),
-            ctx.device().as_raw(),
-            properties.as_ptr(),
-        )
-    }
-    .map_err(cl_err("clCreateCommandQueueWithProperties"))
 }
 
 fn new_buffer(ctx: &Context) -> anyhow::Result<cl_mem> {

@@ -24,12 +24,12 @@ use std::ptr;
 
 use anyhow::Context as _;
 use cl_lifetime::Context;
-use opencl3::command_queue::{self as clq, CL_QUEUE_PROPERTIES};
+use opencl3::command_queue as clq;
 use opencl3::memory::{self as clm, CL_MEM_READ_WRITE};
-use opencl3::types::{cl_command_queue, cl_event, cl_mem};
+use opencl3::types::{cl_event, cl_mem};
 
 mod common;
-use common::{ProgramHandle, cl_err, print_device, release_event, set_arg};
+use common::{ProgramHandle, cl_err, print_device, raw_queue, release_event, set_arg};
 
 /// Work items per work group, the same for every launch.
 const LOCAL: usize = 64;
@@ -47,7 +47,7 @@ fn main() -> anyhow::Result<()> {
     let source = std::fs::read_to_string(ctx.program("busy.cl", "")?.file())?;
     let program = ProgramHandle::build(ctx.as_raw(), device, &source)?;
     let spin = program.kernel("spin")?;
-    let queues = [new_queue(&ctx)?, new_queue(&ctx)?];
+    let queues = [raw_queue(&ctx, 0)?, raw_queue(&ctx, 0)?];
     for round in 1..=rounds {
         let mut events: Vec<cl_event> = Vec::new();
         let mut buffers: Vec<cl_mem> = Vec::new();
@@ -111,19 +111,4 @@ fn main() -> anyhow::Result<()> {
     }
     println!("ok: {rounds} rounds of one kernel on two queues at rising sizes");
     Ok(())
-}
-
-/// A raw in-order queue on the context's device.
-fn new_queue(ctx: &Context) -> anyhow::Result<cl_command_queue> {
-    let properties = [u64::from(CL_QUEUE_PROPERTIES), 0, 0];
-    // SAFETY: context and device are live handles of `ctx`; `properties` is a zero-terminated
-    // list that outlives the call.
-    unsafe {
-        clq::create_command_queue_with_properties(
-            ctx.as_raw(),
-            ctx.device().as_raw(),
-            properties.as_ptr(),
-        )
-    }
-    .map_err(cl_err("clCreateCommandQueueWithProperties"))
 }

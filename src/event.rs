@@ -374,32 +374,27 @@ impl Event {
     /// `CL_PROFILING_INFO_NOT_AVAILABLE` when the queue does not profile, the command has
     /// not ended, it is a user event, or the driver's times are out of order.
     pub fn profile(&self) -> Result<Profile> {
+        let not_available = || {
+            Err(Error::cl(
+                "clGetEventProfilingInfo",
+                ffi::codes::CL_PROFILING_INFO_NOT_AVAILABLE,
+            ))
+        };
         // Asked of the library's own queue first: some drivers (rusticl) answer for a queue
         // that does not profile, with made-up times.
         if self.inner.queue.as_ref().is_some_and(|q| !q.profiling) {
-            return Err(Error::cl(
-                "clGetEventProfilingInfo",
-                ffi::codes::CL_PROFILING_INFO_NOT_AVAILABLE,
-            ));
+            return not_available();
         }
         // Only for a command the library knows completed: drivers answer for failed or
         // skipped commands with times never written (Intel's CPU runtime: a start of 0).
         match self.status()? {
             Status::Complete => {}
             Status::Failed(status) => return Err(Error::CommandFailed { status }),
-            _ => {
-                return Err(Error::cl(
-                    "clGetEventProfilingInfo",
-                    ffi::codes::CL_PROFILING_INFO_NOT_AVAILABLE,
-                ));
-            }
+            _ => return not_available(),
         }
         let [queued, submitted, started, ended] = ffi::profiling_times(self.inner.raw)?;
         if started == 0 || !(queued <= submitted && submitted <= started && started <= ended) {
-            return Err(Error::cl(
-                "clGetEventProfilingInfo",
-                ffi::codes::CL_PROFILING_INFO_NOT_AVAILABLE,
-            ));
+            return not_available();
         }
         Ok(Profile {
             queued,

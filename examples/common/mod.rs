@@ -48,6 +48,26 @@ pub unsafe fn set_arg<T: Copy>(kernel: cl_kernel, index: u32, value: &T) -> anyh
         .map_err(cl_err("clSetKernelArg"))
 }
 
+/// A raw queue on the context's device with the `CL_QUEUE_PROPERTIES` bits `flags` (0: in
+/// order, no profiling).
+pub fn raw_queue(ctx: &Context, flags: u64) -> anyhow::Result<opencl3::types::cl_command_queue> {
+    let properties = [
+        u64::from(opencl3::command_queue::CL_QUEUE_PROPERTIES),
+        flags,
+        0,
+    ];
+    // SAFETY: context and device are live handles of `ctx`; `properties` is a zero-terminated
+    // list that outlives the call.
+    unsafe {
+        opencl3::command_queue::create_command_queue_with_properties(
+            ctx.as_raw(),
+            ctx.device().as_raw(),
+            properties.as_ptr(),
+        )
+    }
+    .map_err(cl_err("clCreateCommandQueueWithProperties"))
+}
+
 /// Releases one reference to `event`, which the caller owns.
 pub fn release_event(event: cl_event) -> anyhow::Result<()> {
     // SAFETY: `event` came from an enqueue or clCreateUserEvent of the caller, which owns

@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use super::device::Device;
+use super::echo::RawEvent;
 use crate::ffi::{self, CL_COMPLETE, cl_context, cl_event};
 
 /// The environment variable that makes the library treat every device as unknown:
@@ -156,15 +157,18 @@ fn probe(device: &Device, context: cl_context) -> Behaviour {
     let Ok(queue) = ffi::create_queue(context, device.id, false, false, major) else {
         return Behaviour::CAREFUL;
     };
-    let queue = Owned::Queue(queue);
+    let queue = Owned {
+        raw: queue,
+        release: ffi::release_queue,
+    };
     let careful = Behaviour::CAREFUL;
     let mut found = Behaviour {
-        events_keep_buffers: keeps_buffers(context, queue.raw())
+        events_keep_buffers: keeps_buffers(context, queue.raw)
             .unwrap_or(careful.events_keep_buffers),
-        chains_events: chains_events(context, queue.raw()).unwrap_or(careful.chains_events),
-        ends_batches_together: ends_batches_together(context, queue.raw())
+        chains_events: chains_events(context, queue.raw).unwrap_or(careful.chains_events),
+        ends_batches_together: ends_batches_together(context, queue.raw)
             .unwrap_or(careful.ends_batches_together),
-        reports_failed_complete: reports_failed_complete(context, queue.raw())
+        reports_failed_complete: reports_failed_complete(context, queue.raw)
             .unwrap_or(careful.reports_failed_complete),
         measured: true,
         probe_time: Duration::ZERO,
@@ -174,68 +178,49 @@ fn probe(device: &Device, context: cl_context) -> Behaviour {
     found
 }
 
-/// A raw handle the probe owns, released on drop (so every early return releases it).
-enum Owned {
-    Queue(ffi::cl_command_queue),
-    Mem(ffi::cl_mem),
-    Event(cl_event),
+/// A queue or buffer the probe made, released on drop (so every early return releases
+/// it). Events are [`RawEvent`]s.
+struct Owned<H: Copy> {
+    raw: H,
+    release: unsafe fn(H) -> crate::error::Result<()>,
 }
 
-impl Owned {
-    fn raw(&self) -> ffi::cl_command_queue {
-        match self {
-            Owned::Queue(q) => *q,
-            Owned::Mem(_) | Owned::Event(_) => std::ptr::null_mut(),
-        }
-    }
-
-    fn event(&self) -> cl_event {
-        match self {
-            Owned::Event(e) => *e,
-            Owned::Queue(_) | Owned::Mem(_) => std::ptr::null_mut(),
-        }
-    }
-}
-
-impl Drop for Owned {
+impl<H: Copy> Drop for Owned<H> {
     fn drop(&mut self) {
-        // SAFETY: each variant holds the one reference the probe took when it made the
-        // object, given up here, once.
-        let released = unsafe {
-            match *self {
-                Owned::Queue(q) => ffi::release_queue(q),
-                Owned::Mem(m) => ffi::release_mem(m),
-                Owned::Event(e) => ffi::release_event(e),
-            }
-        };
-        if let Err(e) = released {
+        // SAFETY: `raw` holds the one reference the probe took when it made the object,
+        // given up here, once.
+        if let Err(e) = unsafe { (self.release)(self.raw) } {
             log::debug!(target: "cl_lifetime::driver", "probe: {e}");
         }
     }
 }
 
 /// A fill of `mem`'s first 4 KiB on `queue` behind `wait`.
-fn fill(queue: ffi::cl_command_queue, mem: ffi::cl_mem, wait: &[cl_event]) -> Option<Owned> {
+fn fill(queue: ffi::cl_command_queue, mem: ffi::cl_mem, wait: &[cl_event]) -> Option<RawEvent> {
     let pattern = 0u32;
     // SAFETY: `queue` and `mem` are live (the probe owns them), 4 KiB lie inside `mem`, the
     // pattern is 4 readable bytes, and every event of `wait` is live.
-    unsafe { ffi::enqueue_fill(queue, mem, (&raw const pattern).cast(), 4, 0, 4096, wait) }
-        .ok()
-        .map(Owned::Event)
+    let raw =
+        unsafe { ffi::enqueue_fill(queue, mem, (&raw const pattern).cast(), 4, 0, 4096, wait) }
+            .ok()?;
+    // SAFETY: the enqueue's one reference, handed over.
+    Some(unsafe { RawEvent::own(raw) })
 }
 
-fn buffer(context: cl_context) -> Option<Owned> {
+/// A user event of `context`, not set.
+fn gate(context: cl_context) -> Option<RawEvent> {
+    let raw = ffi::create_user_event(context).ok()?;
+    // SAFETY: the creation's one reference, handed over.
+    Some(unsafe { RawEvent::own(raw) })
+}
+
+fn buffer(context: cl_context) -> Option<Owned<ffi::cl_mem>> {
     // SAFETY: no host pointer.
-    unsafe { ffi::create_buffer(context, 4096, std::ptr::null()) }
-        .ok()
-        .map(Owned::Mem)
-}
-
-fn mem(owned: &Owned) -> ffi::cl_mem {
-    match owned {
-        Owned::Mem(m) => *m,
-        Owned::Queue(_) | Owned::Event(_) => std::ptr::null_mut(),
-    }
+    let raw = unsafe { ffi::create_buffer(context, 4096, std::ptr::null()) }.ok()?;
+    Some(Owned {
+        raw,
+        release: ffi::release_mem,
+    })
 }
 
 /// Whether a completed command's event keeps its buffer: the buffer's reference count
@@ -243,10 +228,10 @@ fn mem(owned: &Owned) -> ffi::cl_mem {
 /// freed until the event goes.
 fn keeps_buffers(context: cl_context, queue: ffi::cl_command_queue) -> Option<bool> {
     let owned = buffer(context)?;
-    let raw = mem(&owned);
+    let raw = owned.raw;
     let event = fill(queue, raw, &[])?;
-    ffi::wait_terminal(&[event.event()]);
-    if ffi::execution_status(event.event()).ok()? != CL_COMPLETE {
+    ffi::wait_terminal(&[event.as_raw()]);
+    if ffi::execution_status(event.as_raw()).ok()? != CL_COMPLETE {
         return None;
     }
     if ffi::mem_reference_count(raw).ok()? > 1 {
@@ -268,20 +253,20 @@ fn keeps_buffers(context: cl_context, queue: ffi::cl_command_queue) -> Option<bo
 /// reference more than the probe's own while the command's event lives.
 fn chains_events(context: cl_context, queue: ffi::cl_command_queue) -> Option<bool> {
     let owned = buffer(context)?;
-    let gate = Owned::Event(ffi::create_user_event(context).ok()?);
-    let event = fill(queue, mem(&owned), &[gate.event()])?;
+    let gate = gate(context)?;
+    let event = fill(queue, owned.raw, &[gate.as_raw()])?;
     // Opened before any flush: a driver that runs commands at their flush (Oclgrind)
     // would wait there for the gate.
-    ffi::set_user_event_status(gate.event(), CL_COMPLETE).ok()?;
-    ffi::wait_terminal(&[event.event()]);
-    if ffi::execution_status(event.event()).ok()? != CL_COMPLETE {
+    ffi::set_user_event_status(gate.as_raw(), CL_COMPLETE).ok()?;
+    ffi::wait_terminal(&[event.as_raw()]);
+    if ffi::execution_status(event.as_raw()).ok()? != CL_COMPLETE {
         return None;
     }
     // A driver lets go of a command's dependencies on a thread of its own, a moment after
     // the command's status reads complete.
     let deadline = Instant::now() + PROBE_LIMIT;
     loop {
-        if ffi::event_reference_count(gate.event()).ok()? <= 1 {
+        if ffi::event_reference_count(gate.as_raw()).ok()? <= 1 {
             return Some(false);
         }
         if Instant::now() >= deadline {
@@ -298,12 +283,12 @@ fn chains_events(context: cl_context, queue: ffi::cl_command_queue) -> Option<bo
 /// behaviour is not taken, since a flush before a gated command would block the host.
 fn ends_batches_together(context: cl_context, queue: ffi::cl_command_queue) -> Option<bool> {
     let owned = buffer(context)?;
-    let gate = Owned::Event(ffi::create_user_event(context).ok()?);
-    let first = fill(queue, mem(&owned), &[])?;
-    let gated = fill(queue, mem(&owned), &[gate.event()])?;
+    let gate = gate(context)?;
+    let first = fill(queue, owned.raw, &[])?;
+    let gated = fill(queue, owned.raw, &[gate.as_raw()])?;
     let opened = Arc::new(AtomicBool::new(false));
     let (open_now, wait_for_it) = mpsc::channel::<()>();
-    let raw_gate = SendEvent(gate.event());
+    let raw_gate = SendEvent(gate.as_raw());
     let helper = {
         let opened = opened.clone();
         std::thread::Builder::new()
@@ -323,7 +308,7 @@ fn ends_batches_together(context: cl_context, queue: ffi::cl_command_queue) -> O
     let flush_waited = opened.load(Ordering::SeqCst);
     let deadline = Instant::now() + PROBE_LIMIT;
     let ended_alone = loop {
-        match ffi::execution_status(first.event()) {
+        match ffi::execution_status(first.as_raw()) {
             Ok(CL_COMPLETE) => break !opened.load(Ordering::SeqCst),
             Ok(s) if s < 0 => break false,
             Err(_) => break false,
@@ -333,7 +318,7 @@ fn ends_batches_together(context: cl_context, queue: ffi::cl_command_queue) -> O
     };
     let _ = open_now.send(());
     let _ = helper.join();
-    ffi::wait_terminal(&[first.event(), gated.event()]);
+    ffi::wait_terminal(&[first.as_raw(), gated.as_raw()]);
     if flush_waited {
         return flushed.then_some(false);
     }
@@ -346,12 +331,12 @@ fn ends_batches_together(context: cl_context, queue: ffi::cl_command_queue) -> O
 /// failure for ever (current Mesa) keeps it only there.
 fn reports_failed_complete(context: cl_context, queue: ffi::cl_command_queue) -> Option<bool> {
     let owned = buffer(context)?;
-    let gate = Owned::Event(ffi::create_user_event(context).ok()?);
-    let gated = fill(queue, mem(&owned), &[gate.event()])?;
-    ffi::set_user_event_status(gate.event(), -1).ok()?;
+    let gate = gate(context)?;
+    let gated = fill(queue, owned.raw, &[gate.as_raw()])?;
+    ffi::set_user_event_status(gate.as_raw(), -1).ok()?;
     ffi::flush(queue).ok()?;
-    ffi::wait_terminal(&[gated.event()]);
-    match ffi::execution_status(gated.event()).ok()? {
+    ffi::wait_terminal(&[gated.as_raw()]);
+    match ffi::execution_status(gated.as_raw()).ok()? {
         CL_COMPLETE => Some(true),
         status if status < 0 => Some(false),
         _ => None,

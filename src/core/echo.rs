@@ -117,15 +117,22 @@ impl<W: Watched> Echo<W> {
             }
             ended += 1;
         }
-        let gone: Vec<W> = self.watched.drain(..ended).map(|(_, w)| w).collect();
-        self.let_go(gone);
+        let gone = self.watched.drain(..ended).map(|(_, w)| w);
+        if self.settle.is_some() || !self.superseded.is_empty() {
+            self.held.extend(gone);
+        } else {
+            gone.for_each(drop);
+        }
         if let Some(seq) = failed_at {
             self.open_after(seq);
         }
         if let Some((_, marker)) = &self.settle {
             if marker.status() <= CL_COMPLETE {
+                // Held while a superseded marker is pending (the *held behind a marker* rule).
                 if let Some((_, marker)) = self.settle.take() {
-                    self.let_go([marker]);
+                    if !self.superseded.is_empty() {
+                        self.held.push(marker);
+                    }
                 }
                 if let Some(last) = self.windows.last_mut() {
                     last.1 = self.next;
@@ -148,14 +155,6 @@ impl<W: Watched> Echo<W> {
             || !self.held.is_empty()
             || self.settle.is_some()
             || !self.superseded.is_empty()
-    }
-
-    /// Lets go of `events`, or holds them while a settling marker has not ended (the
-    /// *held behind a marker* rule).
-    fn let_go(&mut self, events: impl IntoIterator<Item = W>) {
-        if self.settle.is_some() || !self.superseded.is_empty() {
-            self.held.extend(events);
-        }
     }
 
     /// Releases what the *held behind a marker* rule held, once every marker has ended.
@@ -290,6 +289,11 @@ impl Echo<RawEvent> {
 }
 
 impl RawEvent {
+    /// The raw handle, still owned by this `RawEvent`.
+    pub(crate) fn as_raw(&self) -> cl_event {
+        self.0
+    }
+
     /// Blocks until the command has ended.
     pub(crate) fn wait(&self) {
         ffi::wait_terminal(&[self.0]);

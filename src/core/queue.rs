@@ -172,9 +172,10 @@ impl QueueCore {
     /// enqueues a marker and waits for it ([`QueueCore::await_marker`]), so that the
     /// command about to be enqueued runs.
     pub(crate) fn settle(&self) {
-        let Some(echo) = Some(&self.echo.echo).filter(|_| failures_possible()) else {
+        if !failures_possible() {
             return;
-        };
+        }
+        let echo = &self.echo.echo;
         let epoch = failure_epoch();
         if !self.echo_open.load(Ordering::Acquire)
             && self.settled_epoch.load(Ordering::Acquire) == epoch
@@ -261,10 +262,14 @@ impl QueueCore {
         may_fail: bool,
         enqueue: impl FnOnce() -> Result<cl_event>,
     ) -> Result<(cl_event, u64)> {
-        let Some(echo) = Some(&self.echo.echo).filter(|_| failures_possible()) else {
+        if !failures_possible() {
             return Ok((enqueue()?, 0));
-        };
-        let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
+        }
+        let mut echo = self
+            .echo
+            .echo
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if echo.before_enqueue(failure_epoch()) {
             // SAFETY: `raw` is live (held by `self`); an empty wait list waits for every
             // command enqueued before.
@@ -315,15 +320,18 @@ impl QueueCore {
     /// Whether the command numbered `seq` on this queue, which the driver reports
     /// complete, may have been skipped after a failure (the echo's *skipped* rule).
     pub(crate) fn skipped(&self, seq: u64) -> bool {
-        match (Some(&self.echo.echo), seq) {
-            (Some(echo), 1..) => {
-                let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
-                let skipped = echo.skipped(seq);
-                self.echo_open.store(echo.open(), Ordering::Release);
-                skipped
-            }
-            _ => false,
+        // 0: numbered before any failure was possible.
+        if seq == 0 {
+            return false;
         }
+        let mut echo = self
+            .echo
+            .echo
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let skipped = echo.skipped(seq);
+        self.echo_open.store(echo.open(), Ordering::Release);
+        skipped
     }
 
     /// Notes that a command was enqueued and not flushed yet.
