@@ -41,7 +41,11 @@ mod common;
 use common::{cl_err, print_device, raw_queue, release_event};
 
 fn main() -> anyhow::Result<()> {
-    let crash = std::env::args().nth(1).as_deref() == Some("crash");
+    let arg = std::env::args().nth(1);
+    let crash = arg.as_deref() == Some("crash");
+    if arg.as_deref() == Some("crash-event") {
+        return two_failed_dependencies(&Context::from_env()?);
+    }
     let ctx = Context::from_env()?;
     print_device(&ctx);
 
@@ -153,6 +157,42 @@ fn main() -> anyhow::Result<()> {
         // SAFETY: as above.
         unsafe { clm::release_mem_object(buffer) }.map_err(cl_err("clReleaseMemObject"))?;
     }
+    println!("5. (run with `crash-event` for two dependencies of one command failing together)");
+    Ok(())
+}
+
+/// 5 (`crash-event`): a fill behind a gate on queue A, a copy of its buffer on queue B
+/// behind the fill, and a fill on queue A whose wait list holds the copy and the gate. The
+/// gate fails; the copy's event, still retained, is freed by the driver: the next
+/// `clGetEventInfo` or `clReleaseEvent` of it reads freed memory (SIGSEGV). With the gate
+/// alone in the last wait list, or the copy alone, nothing happens.
+fn two_failed_dependencies(ctx: &Context) -> anyhow::Result<()> {
+    print_device(ctx);
+    let (a, b) = (raw_queue(ctx, 0)?, raw_queue(ctx, 0)?);
+    let (x, y) = (new_buffer(ctx)?, new_buffer(ctx)?);
+    for round in 1..=100 {
+        let gate = cle::create_user_event(ctx.as_raw()).map_err(cl_err("clCreateUserEvent"))?;
+        let first = fill(a, x, 1, &[gate])?;
+        clq::flush(a).map_err(cl_err("clFlush"))?;
+        // SAFETY: both buffers are live and 4 KiB; the wait list holds a live event.
+        let copy = unsafe { clq::enqueue_copy_buffer(b, x, y, 0, 0, 4096, 1, &first.0) }
+            .map(Owned)
+            .map_err(cl_err("clEnqueueCopyBuffer"))?;
+        clq::flush(b).map_err(cl_err("clFlush"))?;
+        let last = fill(a, y, 2, &[copy.0, gate])?;
+        cle::set_user_event_status(gate, -59).map_err(cl_err("clSetUserEventStatus"))?;
+        // The library would read the copy's status now: this is where it crashed.
+        let status = cle::get_event_info(copy.0, cle::CL_EVENT_COMMAND_EXECUTION_STATUS)
+            .map_err(cl_err("clGetEventInfo"))?
+            .to_int();
+        if round == 1 {
+            println!("5. the copy, both its dependencies failed: status {status}");
+        }
+        last.wait_and_release()?;
+        drop((first, copy));
+        release_event(gate)?;
+    }
+    println!("   100 rounds, no crash");
     Ok(())
 }
 

@@ -89,13 +89,20 @@ impl Behaviour {
     /// `CL_COMPLETE` (Intel's CPU runtime: `clWaitForEvents` on it says
     /// `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`, its status says complete, and it
     /// wrote nothing). The library reads a failure from its own record of the wait list
-    /// on every driver; on a driver measured to do this it also gives out-of-order queues
-    /// in order, since Intel's CPU runtime crashes in `clReleaseCommandQueue` of an
-    /// out-of-order queue one of whose commands had a failed dependency
-    /// (`examples/intel_cpu.rs`). Not where it was not measured: an out-of-order queue
-    /// stays out of order there, as asked.
+    /// on every driver; a driver measured to do this also gets the workarounds of
+    /// [`Behaviour::mishandles_failures`].
     pub fn reports_failed_complete(&self) -> bool {
         self.reports_failed_complete
+    }
+
+    /// [`Behaviour::reports_failed_complete`] as measured (not the careful value): Intel's
+    /// CPU runtime, whose failure handling crashes in `clReleaseCommandQueue` of an
+    /// out-of-order queue after a failed dependency, and frees a retained event when two of
+    /// one command's dependencies fail together (`examples/intel_cpu.rs`). The library gives
+    /// such a driver in-order queues and wait lists of one event. Not where it was not
+    /// measured: an out-of-order queue stays out of order there, as asked.
+    pub(crate) fn mishandles_failures(&self) -> bool {
+        self.measured && self.reports_failed_complete
     }
 
     /// Whether the values were measured (`false`: every one is careful, under

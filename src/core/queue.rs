@@ -42,6 +42,12 @@ pub(crate) struct QueueCore {
     /// Whether hazards that have ended are left out of wait lists even while no failure
     /// is possible ([`Behaviour::chains_events`](super::driver::Behaviour::chains_events)).
     pub(crate) drop_ended_hazards: bool,
+    /// Whether a command waits on one event at most, each other event of its wait list
+    /// through a marker enqueued just before it (an in-order queue of a driver that
+    /// [mishandles failures](super::driver::Behaviour::mishandles_failures)): Intel's CPU
+    /// runtime frees a command's event, retained or not, when two events of another
+    /// command's wait list fail together (`examples/intel_cpu.rs`).
+    single_event_waits: bool,
     /// Whether the queue is flushed before a command that waits on another queue's command
     /// or a user event
     /// ([`Behaviour::ends_batches_together`](super::driver::Behaviour::ends_batches_together)).
@@ -100,9 +106,8 @@ impl QueueCore {
     ) -> Result<QueueCore> {
         // On a driver measured to report failed commands complete, out of order only in
         // name: in order (see `Behaviour::reports_failed_complete`).
-        let behaviour = ctx.behaviour(device);
         let asked = out_of_order;
-        let out_of_order = asked && !(behaviour.measured() && behaviour.reports_failed_complete());
+        let out_of_order = asked && !ctx.behaviour(device).mishandles_failures();
         if asked && !out_of_order {
             log::debug!(
                 target: "cl_lifetime::queue",
@@ -163,6 +168,7 @@ impl QueueCore {
             settled_epoch: AtomicU64::new(u64::MAX),
             drop_ended_hazards: behaviour.chains_events(),
             flush_before_foreign_waits: behaviour.ends_batches_together(),
+            single_event_waits: !out_of_order && behaviour.mishandles_failures(),
             finishes: Finishes::default(),
         }
     }
@@ -252,19 +258,26 @@ impl QueueCore {
 
     /// Enqueues one command through `enqueue` and returns its event with its sequence
     /// number on the queue (0 when the queue keeps no echo, or no failure is possible
-    /// yet). `may_fail`: the command has a wait list.
+    /// yet). `enqueue` gets the wait list to give the driver: `wait`, or its last event
+    /// where the queue waits on one event at most (the others go to markers just before).
     ///
     /// On a queue with an echo, the enqueue runs under the echo's lock, so that numbers
     /// follow the driver's order, and a settling marker goes in first when one is due
     /// (the echo's *settle* rule).
-    pub(crate) fn enqueue_tracked(
+    ///
+    /// # Safety
+    ///
+    /// Every event of `wait` is live.
+    pub(crate) unsafe fn enqueue_tracked(
         &self,
-        may_fail: bool,
-        enqueue: impl FnOnce() -> Result<cl_event>,
+        wait: &[cl_event],
+        enqueue: impl FnOnce(&[cl_event]) -> Result<cl_event>,
     ) -> Result<(cl_event, u64)> {
+        // No failure possible, no failure to mishandle: the wait list goes as it is.
         if !failures_possible() {
-            return Ok((enqueue()?, 0));
+            return Ok((enqueue(wait)?, 0));
         }
+        let may_fail = !wait.is_empty();
         let mut echo = self
             .echo
             .echo
@@ -292,7 +305,8 @@ impl QueueCore {
                 }
             }
         }
-        let raw = enqueue();
+        // SAFETY: as the caller vouches.
+        let raw = unsafe { self.one_event_wait(wait) }.and_then(enqueue);
         self.echo_open.store(echo.open(), Ordering::Release);
         let raw = raw?;
         let watched = if echo.watches(may_fail) {
@@ -315,6 +329,30 @@ impl QueueCore {
             }
         }
         Ok((raw, seq))
+    }
+
+    /// `wait`, or on a queue of single-event waits its last event, each other one waited
+    /// on by a marker enqueued now (the queue is in order, so the command enqueued next
+    /// runs after them).
+    ///
+    /// # Safety
+    ///
+    /// Every event of `wait` is live.
+    unsafe fn one_event_wait<'w>(&self, wait: &'w [cl_event]) -> Result<&'w [cl_event]> {
+        let Some((last, others)) = wait.split_last().filter(|_| self.single_event_waits) else {
+            return Ok(wait);
+        };
+        for &event in others {
+            // SAFETY: the queue is live (held by `self`); `event` is live (the caller
+            // vouches).
+            let marker = unsafe { ffi::enqueue_marker(self.raw, &[event]) }?;
+            // SAFETY: the enqueue's one reference, not needed: the queue's order keeps
+            // the next command behind the marker.
+            if let Err(e) = unsafe { ffi::release_event(marker) } {
+                log::debug!(target: "cl_lifetime::queue", "{e}");
+            }
+        }
+        Ok(std::slice::from_ref(last))
     }
 
     /// Whether the command numbered `seq` on this queue, which the driver reports

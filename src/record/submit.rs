@@ -214,7 +214,9 @@ impl Submit<'_> {
                 queue.flush_if_dirty()?;
             }
             let wait = wait.as_slice();
-            match queue.enqueue_tracked(!wait.is_empty(), || enqueue(wait)) {
+            // SAFETY: the wait list holds live events (retained by the locked records and
+            // `holds`).
+            match unsafe { queue.enqueue_tracked(wait, &mut enqueue) } {
                 Ok(raw) => {
                     queue.ctx.stats.count_enqueue(wait.len(), unelided);
                     let traced_wait = crate::trace::on().then(|| wait.to_vec());
@@ -484,9 +486,8 @@ impl Submit<'_> {
         let folded: Vec<cl_event> = holds.iter().map(Event::as_raw).collect();
         // SAFETY: `queue` is live (held by `self`); the wait list holds live events
         // (retained by `holds`) and outlives the call.
-        let (raw, seq) = queue.enqueue_tracked(!folded.is_empty(), || unsafe {
-            ffi::enqueue_marker(queue.raw, &folded)
-        })?;
+        let (raw, seq) =
+            unsafe { queue.enqueue_tracked(&folded, |wait| ffi::enqueue_marker(queue.raw, wait)) }?;
         queue.mark_dirty();
         if crate::trace::on() {
             crate::trace::command(raw, queue.lane.id, queue.profiling, Vec::new(), &folded);

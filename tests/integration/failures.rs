@@ -724,3 +724,41 @@ isolated_test! {
         assert_eq!(report.failed.len(), 1, "{report:?}");
     }
 }
+
+isolated_test! {
+    // Intel's CPU runtime frees a command's event, retained or not, when two events of
+    // another command's wait list fail together (here the gate, and a copy on another queue
+    // behind a fill behind that gate): the library's next status read of the copy crashed
+    // the process in the failure schedules. Where a driver is measured to mishandle
+    // failures, a command waits on one event at most, the others through markers.
+    fn a_command_whose_two_dependencies_fail_together_leaves_every_event_usable() {
+        let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
+        // Where events keep their buffers, the failed copy's event, which each buffer's
+        // record keeps for its release report, keeps the other buffer: each release here
+        // would wait the whole free grace (not this test's subject).
+        ctx.set_free_grace(Duration::from_millis(20));
+        let (first, second) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+        for _ in 0..10 {
+            let x = ctx.buffer_from(&[1u32; 1024]).unwrap();
+            let y = ctx.buffer_from(&[2u32; 1024]).unwrap();
+            let gate = ctx.user_event().unwrap();
+            let fill = first.after(&[gate.event()]).fill(&x, 3).unwrap();
+            second.flush().unwrap();
+            let copy = second.copy(&x, &y).unwrap();
+            second.flush().unwrap();
+            // Waits on the copy (a write of `y`) and on the gate.
+            let last = first.after(&[gate.event()]).fill(&y, 4).unwrap();
+            gate.fail(CANCELLED).unwrap();
+            for (what, event) in [("fill", &fill), ("copy", &copy), ("last fill", &last)] {
+                assert!(event.wait().is_err(), "the {what} behind the failed gate");
+                assert!(matches!(event.status(), Ok(Status::Failed(_))), "{what}");
+            }
+            drop((fill, copy, last));
+            assert!(!x.release().unwrap().failed.is_empty());
+            assert!(!y.release().unwrap().failed.is_empty());
+        }
+    }
+}
