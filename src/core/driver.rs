@@ -101,7 +101,7 @@ impl Behaviour {
     /// one command's dependencies fail together (`examples/intel_cpu.rs`). The library gives
     /// such a driver in-order queues and wait lists of one event. Not where it was not
     /// measured: an out-of-order queue stays out of order there, as asked.
-    pub(crate) fn mishandles_failures(&self) -> bool {
+    pub fn mishandles_failures(&self) -> bool {
         self.measured && self.reports_failed_complete
     }
 
