@@ -95,12 +95,16 @@ impl Behaviour {
         self.reports_failed_complete
     }
 
-    /// [`Behaviour::reports_failed_complete`] as measured (not the careful value): Intel's
+    /// [`Behaviour::reports_failed_complete`] as measured, not its careful value: Intel's
     /// CPU runtime, whose failure handling crashes in `clReleaseCommandQueue` of an
     /// out-of-order queue after a failed dependency, and frees a retained event when two of
     /// one command's dependencies fail together (`examples/intel_cpu.rs`). The library gives
-    /// such a driver in-order queues and wait lists of one event. Not where it was not
-    /// measured: an out-of-order queue stays out of order there, as asked.
+    /// such a driver in-order queues (the specification lets an implementation run an
+    /// out-of-order queue in order) and wait lists of one event, the others waited on by
+    /// markers once a failure is possible. Not a driver that was not measured: those
+    /// markers give a command two dependencies that can end together, one failed, which
+    /// PoCL finishes twice (design trap "PoCL's double finish"), so no path is correct on
+    /// both, and only the measurement tells them apart.
     pub fn mishandles_failures(&self) -> bool {
         self.measured && self.reports_failed_complete
     }

@@ -258,7 +258,8 @@ impl QueueCore {
 
     /// Enqueues one command through `enqueue` and returns its event with its sequence
     /// number on the queue (0 when the queue keeps no echo, or no failure is possible
-    /// yet). `enqueue` gets the wait list to give the driver: `wait`, or its last event
+    /// yet), and the markers enqueued before it, each with its one reference for the
+    /// caller. `enqueue` gets the wait list to give the driver: `wait`, or its last event
     /// where the queue waits on one event at most (the others go to markers just before).
     ///
     /// On a queue with an echo, the enqueue runs under the echo's lock, so that numbers
@@ -272,10 +273,10 @@ impl QueueCore {
         &self,
         wait: &[cl_event],
         enqueue: impl FnOnce(&[cl_event]) -> Result<cl_event>,
-    ) -> Result<(cl_event, u64)> {
+    ) -> Result<(cl_event, u64, Vec<cl_event>)> {
         // No failure possible, no failure to mishandle: the wait list goes as it is.
         if !failures_possible() {
-            return Ok((enqueue(wait)?, 0));
+            return Ok((enqueue(wait)?, 0, Vec::new()));
         }
         let may_fail = !wait.is_empty();
         let mut echo = self
@@ -306,9 +307,19 @@ impl QueueCore {
             }
         }
         // SAFETY: as the caller vouches.
-        let raw = unsafe { self.one_event_wait(wait) }.and_then(enqueue);
+        let mut markers = Vec::new();
+        let raw = unsafe { self.one_event_wait(wait, &mut markers) }.and_then(enqueue);
         self.echo_open.store(echo.open(), Ordering::Release);
-        let raw = raw?;
+        let raw = match raw {
+            Ok(raw) => raw,
+            Err(e) => {
+                for marker in markers {
+                    // SAFETY: the marker's one reference, not handed to anyone.
+                    let _ = unsafe { ffi::release_event(marker) };
+                }
+                return Err(e);
+            }
+        };
         let watched = if echo.watches(may_fail) {
             // SAFETY: `raw` was just returned by the enqueue, so it is valid.
             unsafe { RawEvent::retain(raw) }
@@ -328,29 +339,30 @@ impl QueueCore {
                 pins.list(cell);
             }
         }
-        Ok((raw, seq))
+        Ok((raw, seq, markers))
     }
 
     /// `wait`, or on a queue of single-event waits its last event, each other one waited
     /// on by a marker enqueued now (the queue is in order, so the command enqueued next
-    /// runs after them).
+    /// runs after them), whose events go to `markers`: the caller keeps them with the
+    /// command's dependencies, so that a failed marker outlives what it waits on (design
+    /// trap "PoCL's failed-event notify list").
     ///
     /// # Safety
     ///
     /// Every event of `wait` is live.
-    unsafe fn one_event_wait<'w>(&self, wait: &'w [cl_event]) -> Result<&'w [cl_event]> {
+    unsafe fn one_event_wait<'w>(
+        &self,
+        wait: &'w [cl_event],
+        markers: &mut Vec<cl_event>,
+    ) -> Result<&'w [cl_event]> {
         let Some((last, others)) = wait.split_last().filter(|_| self.single_event_waits) else {
             return Ok(wait);
         };
         for &event in others {
             // SAFETY: the queue is live (held by `self`); `event` is live (the caller
             // vouches).
-            let marker = unsafe { ffi::enqueue_marker(self.raw, &[event]) }?;
-            // SAFETY: the enqueue's one reference, not needed: the queue's order keeps
-            // the next command behind the marker.
-            if let Err(e) = unsafe { ffi::release_event(marker) } {
-                log::debug!(target: "cl_lifetime::queue", "{e}");
-            }
+            markers.push(unsafe { ffi::enqueue_marker(self.raw, &[event]) }?);
         }
         Ok(std::slice::from_ref(last))
     }

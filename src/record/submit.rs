@@ -217,10 +217,14 @@ impl Submit<'_> {
             // SAFETY: the wait list holds live events (retained by the locked records and
             // `holds`).
             match unsafe { queue.enqueue_tracked(wait, &mut enqueue) } {
-                Ok(raw) => {
+                Ok((raw, seq, markers)) => {
                     queue.ctx.stats.count_enqueue(wait.len(), unelided);
                     let traced_wait = crate::trace::on().then(|| wait.to_vec());
-                    break (raw, holds, !wait.is_empty(), traced_wait);
+                    let mut holds = holds;
+                    for marker in markers {
+                        holds.push(Event::from_enqueue(marker, queue, None, 0));
+                    }
+                    break ((raw, seq), holds, !wait.is_empty(), traced_wait);
                 }
                 Err(e) => {
                     drop(answers);
@@ -486,8 +490,14 @@ impl Submit<'_> {
         let folded: Vec<cl_event> = holds.iter().map(Event::as_raw).collect();
         // SAFETY: `queue` is live (held by `self`); the wait list holds live events
         // (retained by `holds`) and outlives the call.
-        let (raw, seq) =
+        let (raw, seq, markers) =
             unsafe { queue.enqueue_tracked(&folded, |wait| ffi::enqueue_marker(queue.raw, wait)) }?;
+        let mut holds = holds;
+        holds.extend(
+            markers
+                .into_iter()
+                .map(|m| Event::from_enqueue(m, queue, None, 0)),
+        );
         queue.mark_dirty();
         if crate::trace::on() {
             crate::trace::command(raw, queue.lane.id, queue.profiling, Vec::new(), &folded);
