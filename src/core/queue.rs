@@ -306,8 +306,8 @@ impl QueueCore {
                 }
             }
         }
-        // SAFETY: as the caller vouches.
         let mut markers = Vec::new();
+        // SAFETY: the events of `wait` are live, as the caller vouches.
         let raw = unsafe { self.one_event_wait(wait, &mut markers) }.and_then(enqueue);
         self.echo_open.store(echo.open(), Ordering::Release);
         let raw = match raw {
