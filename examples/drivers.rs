@@ -30,12 +30,13 @@ fn main() -> anyhow::Result<()> {
         );
         println!(
             "  measured: {}  events keep buffers: {}  chains events: {}  ends batches together: {}  \
-             reports failed commands complete: {}",
+             reports failed commands complete: {}  mishandles failures: {}",
             b.measured(),
             b.events_keep_buffers(),
             b.chains_events(),
             b.ends_batches_together(),
-            b.reports_failed_complete()
+            b.reports_failed_complete(),
+            b.mishandles_failures()
         );
         assert_eq!(second.driver(), b, "a second context reuses the probe");
     }

@@ -88,6 +88,11 @@ intel=$PWD/.opencl/intel
 if [ -e "$intel/lib/libintelocl.so" ]; then
   run intel OCL_ICD_VENDORS="$intel/vendors" LD_LIBRARY_PATH="$intel/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     CL_LIFETIME_DEVICE=intel
+  # And with every device treated as unknown: the probe of the workarounds Intel's runtime
+  # needs still runs (a driver never seen would be measured so), every other value is careful.
+  run intel-unknown OCL_ICD_VENDORS="$intel/vendors" \
+    LD_LIBRARY_PATH="$intel/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CL_LIFETIME_DEVICE=intel \
+    CL_LIFETIME_DRIVER=unknown
 else
   echo "=== intel: not installed (make setup installs it from PyPI; needs python3 with pip); not run" |
     tee -a "$out/summary.tsv"

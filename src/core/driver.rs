@@ -19,11 +19,15 @@
 //!    that is correct on every driver at some cost. `CL_LIFETIME_DRIVER=unknown` skips the
 //!    probes and takes every careful value: that is the path a driver never seen gets when
 //!    a probe cannot tell, and the test suite runs under it too.
-//! 3. **Once per device.** The first context over a device probes it (a few hundred
+//! 3. **Workarounds are measured.** A driver fault that only a workaround survives, where
+//!    the workaround breaks another driver ([`Behaviour::mishandles_failures`]), has no
+//!    careful value: its probe runs under `CL_LIFETIME_DRIVER=unknown` too, as it would for
+//!    a driver never seen, and a probe that cannot tell leaves the workaround off.
+//! 4. **Once per device.** The first context over a device probes it (a few hundred
 //!    microseconds on PoCL, NVIDIA and Intel's CPU runtime; longer only where a behaviour
 //!    is present and the probe waits out its limit); every later context of the process
 //!    reuses the result.
-//! 4. **The rest is correct everywhere.** What no probe can settle cheaply is handled by a
+//! 5. **The rest is correct everywhere.** What no probe can settle cheaply is handled by a
 //!    path that holds on every driver: the echo after a failure (`super::echo`) on every
 //!    queue, a command counted failed only once its driver ends it.
 
@@ -47,6 +51,7 @@ pub struct Behaviour {
     chains_events: bool,
     ends_batches_together: bool,
     reports_failed_complete: bool,
+    mishandles_failures: bool,
     measured: bool,
     probe_time: Duration,
 }
@@ -59,6 +64,7 @@ impl Behaviour {
         chains_events: true,
         ends_batches_together: true,
         reports_failed_complete: true,
+        mishandles_failures: false,
         measured: false,
         probe_time: Duration::ZERO,
     };
@@ -95,27 +101,30 @@ impl Behaviour {
         self.reports_failed_complete
     }
 
-    /// [`Behaviour::reports_failed_complete`] as measured, not its careful value: Intel's
-    /// CPU runtime, whose failure handling crashes in `clReleaseCommandQueue` of an
+    /// [`Behaviour::reports_failed_complete`] as measured, never its careful value, and
+    /// measured under `CL_LIFETIME_DRIVER=unknown` too (rule *workarounds are measured*):
+    /// Intel's CPU runtime, whose failure handling crashes in `clReleaseCommandQueue` of an
     /// out-of-order queue after a failed dependency, and frees a retained event when two of
     /// one command's dependencies fail together (`examples/intel_cpu.rs`). The library gives
     /// such a driver in-order queues (the specification lets an implementation run an
     /// out-of-order queue in order) and wait lists of one event, the others waited on by
-    /// markers once a failure is possible. Not a driver that was not measured: those
-    /// markers give a command two dependencies that can end together, one failed, which
-    /// PoCL finishes twice (design trap "PoCL's double finish"), so no path is correct on
-    /// both, and only the measurement tells them apart.
+    /// markers once a failure is possible. Not a driver where the probe could not tell:
+    /// those markers give a command two dependencies that can end together, one failed,
+    /// which PoCL finishes twice (design trap "PoCL's double finish"), so no path is
+    /// correct on both, and only the measurement tells them apart.
     pub fn mishandles_failures(&self) -> bool {
-        self.measured && self.reports_failed_complete
+        self.mishandles_failures
     }
 
     /// Whether the values were measured (`false`: every one is careful, under
-    /// `CL_LIFETIME_DRIVER=unknown`).
+    /// `CL_LIFETIME_DRIVER=unknown`, but [`Behaviour::mishandles_failures`], which is
+    /// always measured).
     pub fn measured(&self) -> bool {
         self.measured
     }
 
-    /// How long the probe took at the device's first context (zero when not measured).
+    /// How long the probe took at the device's first context (under
+    /// `CL_LIFETIME_DRIVER=unknown`, the probe of [`Behaviour::mishandles_failures`] alone).
     pub fn probe_time(&self) -> Duration {
         self.probe_time
     }
@@ -141,9 +150,6 @@ pub(crate) fn treat_all_as_unknown() -> bool {
 /// The behaviour of `device`'s driver, probed on `context` (a context over it) the first
 /// time the process asks (rule *once per device*).
 pub(crate) fn behaviour(device: &Device, context: cl_context) -> Behaviour {
-    if treat_all_as_unknown() {
-        return Behaviour::CAREFUL;
-    }
     // Probes one device at a time: two threads creating the first contexts of one device
     // would otherwise both probe it.
     static PROBED: Mutex<Vec<(usize, Behaviour)>> = Mutex::new(Vec::new());
@@ -152,7 +158,11 @@ pub(crate) fn behaviour(device: &Device, context: cl_context) -> Behaviour {
     if let Some((_, known)) = probed.iter().find(|(id, _)| *id == key) {
         return *known;
     }
-    let measured = probe(device, context);
+    let measured = if treat_all_as_unknown() {
+        probe_workarounds(device, context)
+    } else {
+        probe(device, context)
+    };
     log::debug!(target: "cl_lifetime::driver", "{device}: {measured:?}");
     probed.push((key, measured));
     measured
@@ -179,12 +189,33 @@ fn probe(device: &Device, context: cl_context) -> Behaviour {
         chains_events: chains_events(context, queue.raw).unwrap_or(careful.chains_events),
         ends_batches_together: ends_batches_together(context, queue.raw)
             .unwrap_or(careful.ends_batches_together),
-        reports_failed_complete: reports_failed_complete(context, queue.raw)
-            .unwrap_or(careful.reports_failed_complete),
+        reports_failed_complete: careful.reports_failed_complete,
+        mishandles_failures: careful.mishandles_failures,
         measured: true,
         probe_time: Duration::ZERO,
     };
+    if let Some(complete) = reports_failed_complete(context, queue.raw) {
+        found.reports_failed_complete = complete;
+        found.mishandles_failures = complete;
+    }
     drop(queue);
+    found.probe_time = start.elapsed();
+    found
+}
+
+/// Under `CL_LIFETIME_DRIVER=unknown`: every careful value, and the probe of rule
+/// *workarounds are measured*, on a queue of its own.
+fn probe_workarounds(device: &Device, context: cl_context) -> Behaviour {
+    let start = Instant::now();
+    let major = super::queue::opencl_major(device.version());
+    let mut found = Behaviour::CAREFUL;
+    if let Ok(queue) = ffi::create_queue(context, device.id, false, false, major) {
+        let queue = Owned {
+            raw: queue,
+            release: ffi::release_queue,
+        };
+        found.mishandles_failures = reports_failed_complete(context, queue.raw) == Some(true);
+    }
     found.probe_time = start.elapsed();
     found
 }
@@ -372,5 +403,7 @@ mod tests {
         assert!(careful.ends_batches_together());
         assert!(careful.reports_failed_complete());
         assert!(!careful.measured());
+        // The workarounds break drivers that do not need them: never on unmeasured.
+        assert!(!careful.mishandles_failures());
     }
 }

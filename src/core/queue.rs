@@ -1,6 +1,7 @@
 //! The shared state of one command queue: what events and the enqueue protocol need to
 //! know about the queue that produced a command.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -11,7 +12,7 @@ use super::gates::{failure_epoch, failures_possible};
 use super::pins::LetGo;
 use super::staging::{Pinned, STAGE_MAX, Staging};
 use crate::error::Result;
-use crate::ffi::{self, cl_command_queue, cl_event};
+use crate::ffi::{self, CL_COMPLETE, cl_command_queue, cl_event};
 use crate::launch::Limits;
 use crate::tracker::Lane;
 use crate::util::next_id;
@@ -308,7 +309,7 @@ impl QueueCore {
         }
         let mut markers = Vec::new();
         // SAFETY: the events of `wait` are live, as the caller vouches.
-        let raw = unsafe { self.one_event_wait(wait, &mut markers) }.and_then(enqueue);
+        let raw = unsafe { self.one_event_wait(wait, &mut markers) }.and_then(|w| enqueue(&w));
         self.echo_open.store(echo.open(), Ordering::Release);
         let raw = match raw {
             Ok(raw) => raw,
@@ -342,11 +343,14 @@ impl QueueCore {
         Ok((raw, seq, markers))
     }
 
-    /// `wait`, or on a queue of single-event waits its last event, each other one waited
-    /// on by a marker enqueued now (the queue is in order, so the command enqueued next
-    /// runs after them), whose events go to `markers`: the caller keeps them with the
-    /// command's dependencies, so that a failed marker outlives what it waits on (design
-    /// trap "PoCL's failed-event notify list").
+    /// `wait`, or on a queue of single-event waits its last event not known complete,
+    /// each other one waited on by a marker enqueued now (the queue is in order, so the
+    /// command enqueued next runs after them), whose events go to `markers`: the caller
+    /// keeps them with the command's dependencies, so that a failed marker outlives what
+    /// it waits on (design trap "PoCL's failed-event notify list"). Events already
+    /// complete are left out: a marker on one would be a pending command the next one is
+    /// tied to by the queue's order, which PoCL may finish twice if that command's gate
+    /// fails as the marker ends (design trap "PoCL's double finish").
     ///
     /// # Safety
     ///
@@ -355,16 +359,24 @@ impl QueueCore {
         &self,
         wait: &'w [cl_event],
         markers: &mut Vec<cl_event>,
-    ) -> Result<&'w [cl_event]> {
-        let Some((last, others)) = wait.split_last().filter(|_| self.single_event_waits) else {
-            return Ok(wait);
+    ) -> Result<Cow<'w, [cl_event]>> {
+        if !self.single_event_waits || wait.len() < 2 {
+            return Ok(Cow::Borrowed(wait));
+        }
+        let pending: Vec<cl_event> = wait
+            .iter()
+            .copied()
+            .filter(|&event| ffi::execution_status(event) != Ok(CL_COMPLETE))
+            .collect();
+        let Some((last, others)) = pending.split_last() else {
+            return Ok(Cow::Owned(pending));
         };
         for &event in others {
             // SAFETY: the queue is live (held by `self`); `event` is live (the caller
             // vouches).
             markers.push(unsafe { ffi::enqueue_marker(self.raw, &[event]) }?);
         }
-        Ok(std::slice::from_ref(last))
+        Ok(Cow::Owned(vec![*last]))
     }
 
     /// Whether the command numbered `seq` on this queue, which the driver reports
