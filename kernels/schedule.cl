@@ -1,9 +1,10 @@
 // Small int kernels for the randomized schedule tests (tests/schedules.rs). The arithmetic
 // is done on unsigned values, so that overflow wraps, as the tests' model does.
 //
-// Each work item strides over the buffer, so that the tests launch every kernel at one global
-// size (`SCHEDULE_ITEMS` there) whatever the buffer's length: PoCL 5 and 6 abort when one
-// kernel runs on two queues at once at different widths (examples/pocl_dlhandle.rs).
+// Each work item strides over the buffer, so that the tests launch the kernels at any of a
+// few global sizes whatever the buffer's length (PoCL 5 and 6 abort when one kernel runs on
+// two queues at once at different widths, which the library orders around there:
+// examples/pocl_dlhandle.rs).
 
 // y[i] = a * x[i] + y[i] for i < n. `x` and `y` may be the same buffer.
 __kernel void axpy_int(__global const int *x, __global int *y, const int a, const uint n) {

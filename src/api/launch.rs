@@ -75,15 +75,28 @@ impl After<'_> {
         local: Option<&[usize]>,
         args: &[Arg<'_>],
     ) -> Result<Event> {
-        let queue = &self.queue.core;
-        kernel.check_launch(&queue.ctx, &queue.limits, global, local, args)?;
+        let core = &self.queue.core;
+        kernel.check_launch(&core.ctx, &core.limits, global, local, args)?;
         let mut touches: inline::List<Touch<'_>> = inline::List::new();
         for touch in args.iter().filter_map(Arg::touch) {
             touches.push(touch);
         }
-        let queue = queue.raw;
-        self.submit().run(touches.iter(), |wait| {
-            kernel.enqueue(queue, global, local, args, wait)
-        })
+        let queue = core.raw;
+        // The kernel layer's *widest first* rule, where the driver needs it.
+        let turn = core
+            .orders_kernel_widths
+            .then(|| kernel.width_turn(global, core.ctx.gates.count() > 0));
+        let event = self.submit().run(touches.iter(), |wait| match &turn {
+            Some(turn) => kernel.enqueue(queue, global, local, args, &turn.wait_list(wait)),
+            None => kernel.enqueue(queue, global, local, args, wait),
+        })?;
+        if let Some(turn) = turn {
+            // The *widest first* rule's *flushed*: a launch of another queue may wait for this one.
+            if let Err(e) = core.flush_if_dirty() {
+                log::warn!(target: "cl_lifetime::queue", "flushing a launch another may wait for: {e}");
+            }
+            turn.launched(&core.ctx, &event);
+        }
+        Ok(event)
     }
 }

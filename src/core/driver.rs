@@ -23,11 +23,15 @@
 //!    the workaround breaks another driver ([`Behaviour::mishandles_failures`]), has no
 //!    careful value: its probe runs under `CL_LIFETIME_DRIVER=unknown` too, as it would for
 //!    a driver never seen, and a probe that cannot tell leaves the workaround off.
-//! 4. **Once per device.** The first context over a device probes it (a few hundred
+//! 4. **Named only where a probe would crash.** PoCL 5.0 to 6.x abort when one kernel runs
+//!    at two widths at once ([`Behaviour::orders_kernel_widths`]); a probe for it would be
+//!    that abort, so it is read from the version PoCL reports, and it is on wherever the
+//!    probes are skipped.
+//! 5. **Once per device.** The first context over a device probes it (a few hundred
 //!    microseconds on PoCL, NVIDIA and Intel's CPU runtime; longer only where a behaviour
 //!    is present and the probe waits out its limit); every later context of the process
 //!    reuses the result.
-//! 5. **The rest is correct everywhere.** What no probe can settle cheaply is handled by a
+//! 6. **The rest is correct everywhere.** What no probe can settle cheaply is handled by a
 //!    path that holds on every driver: the echo after a failure (`super::echo`) on every
 //!    queue, a command counted failed only once its driver ends it.
 
@@ -52,6 +56,7 @@ pub struct Behaviour {
     ends_batches_together: bool,
     reports_failed_complete: bool,
     mishandles_failures: bool,
+    orders_kernel_widths: bool,
     measured: bool,
     probe_time: Duration,
 }
@@ -65,6 +70,7 @@ impl Behaviour {
         ends_batches_together: true,
         reports_failed_complete: true,
         mishandles_failures: false,
+        orders_kernel_widths: true,
         measured: false,
         probe_time: Duration::ZERO,
     };
@@ -114,6 +120,17 @@ impl Behaviour {
     /// correct on both, and only the measurement tells them apart.
     pub fn mishandles_failures(&self) -> bool {
         self.mishandles_failures
+    }
+
+    /// Whether launches of one kernel at different work sizes must not overlap: PoCL 5.0 to
+    /// 6.x abort in `pocl_release_dlhandle_cache` when one kernel runs on two queues at once
+    /// at different widths (design trap "PoCL's dlhandle cache"; fixed in PoCL 7.0). The
+    /// library then has a launch wider than all before it of its kernel wait for that
+    /// kernel's pending launches (the kernel layer's *widest first* rule). The one behaviour read
+    /// from a version, not measured (rule *named only where a probe would crash*): its only
+    /// probe is the abort. Careful value: on.
+    pub fn orders_kernel_widths(&self) -> bool {
+        self.orders_kernel_widths
     }
 
     /// Whether the values were measured (`false`: every one is careful, under
@@ -191,6 +208,7 @@ fn probe(device: &Device, context: cl_context) -> Behaviour {
             .unwrap_or(careful.ends_batches_together),
         reports_failed_complete: careful.reports_failed_complete,
         mishandles_failures: careful.mishandles_failures,
+        orders_kernel_widths: pocl_dlhandle_cache(device),
         measured: true,
         probe_time: Duration::ZERO,
     };
@@ -218,6 +236,25 @@ fn probe_workarounds(device: &Device, context: cl_context) -> Behaviour {
     }
     found.probe_time = start.elapsed();
     found
+}
+
+/// Whether `device` is PoCL 5.0 to 6.x, whose dlhandle cache aborts when one kernel runs at
+/// two widths at once (rule *named only where a probe would crash*): PoCL's device version
+/// names it, and its driver version starts with its release (`5.0+debian`).
+fn pocl_dlhandle_cache(device: &Device) -> bool {
+    affected_pocl(device.version(), device.driver_version())
+}
+
+fn affected_pocl(device_version: &str, driver_version: &str) -> bool {
+    if !device_version.contains(" PoCL") {
+        return false;
+    }
+    let major: Option<u32> = driver_version
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|m| m.parse().ok());
+    // A PoCL whose release cannot be read gets the ordering.
+    major.is_none_or(|m| (5..7).contains(&m))
 }
 
 /// A queue or buffer the probe made, released on drop (so every early return releases
@@ -405,5 +442,22 @@ mod tests {
         assert!(!careful.measured());
         // The workarounds break drivers that do not need them: never on unmeasured.
         assert!(!careful.mishandles_failures());
+        assert!(careful.orders_kernel_widths());
+    }
+
+    #[test]
+    fn pocl_orders_kernel_widths_from_5_0_to_6_x_only() {
+        let pocl = "OpenCL 3.0 PoCL HSTR: pthread-x86_64-pc-linux-gnu-skylake-avx512";
+        assert!(!super::affected_pocl(pocl, "3.1+debian"));
+        assert!(super::affected_pocl(pocl, "5.0+debian"));
+        assert!(super::affected_pocl(pocl, "6.0"));
+        assert!(!super::affected_pocl(pocl, "7.0"));
+        assert!(!super::affected_pocl(pocl, "7.1-pre"));
+        assert!(super::affected_pocl(pocl, "unreadable"));
+        assert!(!super::affected_pocl("OpenCL 3.0 CUDA", "580.65.06"));
+        assert!(!super::affected_pocl(
+            "OpenCL 3.0 (Build 0)",
+            "2026.22.10.0.01_160000"
+        ));
     }
 }

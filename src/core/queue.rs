@@ -53,6 +53,10 @@ pub(crate) struct QueueCore {
     /// or a user event
     /// ([`Behaviour::ends_batches_together`](super::driver::Behaviour::ends_batches_together)).
     pub(crate) flush_before_foreign_waits: bool,
+    /// Whether a launch waits for the pending launches of its kernel at other work sizes
+    /// ([`Behaviour::orders_kernel_widths`](super::driver::Behaviour::orders_kernel_widths);
+    /// not on a queue of single-event waits: the kernel layer's *widest first* rule).
+    pub(crate) orders_kernel_widths: bool,
     /// The *finished queue* rule.
     finishes: Finishes,
 }
@@ -153,6 +157,7 @@ impl QueueCore {
         if crate::trace::on() {
             crate::trace::queue(id, ctx.id, device.name(), !out_of_order, profiling);
         }
+        let single_event_waits = !out_of_order && behaviour.mishandles_failures();
         QueueCore {
             raw,
             lane: Lane {
@@ -169,7 +174,8 @@ impl QueueCore {
             settled_epoch: AtomicU64::new(u64::MAX),
             drop_ended_hazards: behaviour.chains_events(),
             flush_before_foreign_waits: behaviour.ends_batches_together(),
-            single_event_waits: !out_of_order && behaviour.mishandles_failures(),
+            single_event_waits,
+            orders_kernel_widths: behaviour.orders_kernel_widths() && !single_event_waits,
             finishes: Finishes::default(),
         }
     }

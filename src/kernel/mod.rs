@@ -28,11 +28,15 @@
 //!   [`ArgHolder`](crate::record::hooks::ArgHolder)); its release resets those arguments
 //!   to NULL before `clReleaseMemObject`, so no kernel object keeps a released buffer
 //!   alive (same trap).
+//! - **Widest first.** Where a launch of a kernel wider than all before it must not overlap
+//!   them (PoCL 5.0 to 6.x), it waits for the pending launches of that kernel, unless a
+//!   gate of the context is closed ([`widths`]).
 
 mod arg;
 pub(crate) mod files;
 mod object;
 pub(crate) mod program;
+pub(crate) mod widths;
 
 pub use arg::Arg;
 pub use files::KERNELS_VAR;

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use super::arg::{Arg, ArgKind, MAX_SCALAR};
 use super::program::ProgramInner;
+use super::widths::Turn;
 use crate::core::context::ContextCore;
 use crate::error::{ClStatus, Error, Result};
 use crate::ffi::{self, cl_command_queue, cl_event, cl_kernel};
@@ -54,7 +55,7 @@ struct KernelState {
 pub(crate) struct KernelInner {
     /// The *one lock per kernel* rule: covers setting arguments and enqueueing.
     state: Mutex<KernelState>,
-    name: String,
+    name: Arc<str>,
     num_args: usize,
     /// What each parameter declares (`None`: no argument information).
     params: Option<Box<[Param]>>,
@@ -130,7 +131,7 @@ impl Kernel {
                 raw,
                 bound: Vec::new(),
             }),
-            name: name.to_string(),
+            name: name.into(),
             num_args: 0,
             params: None,
             program: program.clone(),
@@ -203,7 +204,7 @@ impl Kernel {
         }
         if args.len() != self.inner.num_args {
             return Err(Error::ArgCount {
-                kernel: self.inner.name.clone(),
+                kernel: self.inner.name.to_string(),
                 expected: self.inner.num_args,
                 given: args.len(),
             });
@@ -215,6 +216,16 @@ impl Kernel {
             args.iter().map(Arg::given),
             limits,
         )
+    }
+
+    /// The *widest first* rule's turn for a launch of this kernel over `global`
+    /// (`gates_open`: whether a user event of the context is unset): the program's lock,
+    /// held until the launch is recorded.
+    pub(crate) fn width_turn(&self, global: &[usize], gates_open: bool) -> Turn<'_> {
+        self.inner
+            .program
+            .widths
+            .turn(&self.inner.name, global, gates_open)
     }
 
     /// The *one lock per kernel* and *arguments set once* rules: sets the arguments that
@@ -288,7 +299,7 @@ impl Kernel {
             if let Err(status) = set {
                 *bound = Bound::Unknown;
                 return Err(Error::KernelArg {
-                    kernel: self.inner.name.clone(),
+                    kernel: self.inner.name.to_string(),
                     index,
                     declared: launch::declared(self.inner.params.as_deref(), index),
                     given: arg.given().to_string(),

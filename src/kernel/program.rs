@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::files::check_options;
 use super::object::Kernel;
+use super::widths::Widths;
 use crate::core::context::ContextCore;
 use crate::error::{ClStatus, Error, Result};
 use crate::ffi::{self, cl_program};
@@ -20,10 +21,13 @@ pub(crate) struct ProgramInner {
     pub(super) file: PathBuf,
     /// The first device's `CL_DEVICE_ADDRESS_BITS` (the size of `size_t` parameters).
     pub(super) address_bits: u32,
+    /// The launches of this program's kernels that may be pending, where launches of one
+    /// kernel at different work sizes must not overlap (the *one width at a time* rule).
+    pub(super) widths: Arc<Widths>,
 }
 
 // SAFETY: a cl_program may be used from any thread (OpenCL 3.0 appendix A.2: every call is
-// thread-safe except clSetKernelArg); the struct is immutable.
+// thread-safe except clSetKernelArg); the other fields are immutable or thread-safe.
 unsafe impl Send for ProgramInner {}
 // SAFETY: as above.
 unsafe impl Sync for ProgramInner {}
@@ -56,6 +60,7 @@ impl ProgramInner {
             ctx_id: ctx.id,
             file: file.to_path_buf(),
             address_bits: ctx.device.limits.address_bits,
+            widths: Arc::default(),
         };
         // `check_options` refused a NUL byte.
         let c_options = CString::new(options.as_str()).unwrap_or_default();
@@ -98,6 +103,7 @@ impl ProgramInner {
             ctx_id: ctx.id,
             file: PathBuf::from("<raw>"),
             address_bits: ctx.device.limits.address_bits,
+            widths: Arc::default(),
         }))
     }
 }

@@ -3,7 +3,7 @@
 //! an unknown kernel, a launch with the wrong arguments or work size, a kernel of another
 //! context) is in `errors`.
 
-use cl_lifetime::{Arg, Context, Error, KERNELS_VAR};
+use cl_lifetime::{Arg, Context, Error, KERNELS_VAR, QueueOptions};
 
 use crate::common::{self, TempDir};
 
@@ -258,4 +258,94 @@ fn a_buffer_passed_as_two_arguments_works_in_place() {
     let report = buf.release().unwrap();
     watch.assert_released_after_events();
     assert!(report.failed.is_empty(), "{report:?}");
+}
+
+// PoCL 5.0 to 6.x abort in `pocl_release_dlhandle_cache` when one kernel runs on two queues
+// at once at different widths (design trap "PoCL's dlhandle cache";
+// `examples/pocl_dlhandle.rs` aborts there with raw calls). The library orders such
+// launches there; elsewhere this passes as it is. In a child: the abort must fail this
+// test, not end the suite.
+isolated_test! {
+    fn one_kernel_on_two_queues_at_rising_widths_does_not_abort_the_driver() {
+        const LOCAL: usize = 16;
+        let ctx = device!();
+        let spin = ctx.program("busy", "").unwrap().kernel("spin").unwrap();
+        let queues = [ctx.queue().unwrap(), ctx.queue().unwrap()];
+        for round in 1..=40usize {
+            let mut launched = Vec::new();
+            for (queue, groups) in queues.iter().zip([2 * round, 2 * round + 1]) {
+                let global = groups * LOCAL;
+                let data = ctx.buffer_from(&vec![1.0f32; global]).unwrap();
+                let args = [Arg::write(&data), Arg::scalar(500u32)];
+                let event = queue
+                    .launch_local(&spin, &[global], Some(&[LOCAL]), &args)
+                    .unwrap();
+                launched.push((event, data));
+            }
+            for (event, data) in launched {
+                event.wait().unwrap();
+                assert!(data.release().unwrap().freed);
+            }
+        }
+    }
+}
+
+// The *widest first* rule, where the driver needs it: a launch wider than every launch of
+// its kernel before it starts only once they have ended (the device's own timestamps say
+// so), and one that widens while a gate of the context is closed does not wait for a
+// launch behind that gate.
+isolated_test! {
+    fn a_launch_wider_than_all_before_it_starts_after_them_where_the_driver_needs_it() {
+        let ctx = device!();
+        if !ctx.driver().orders_kernel_widths() {
+            common::not_run("the driver runs one kernel at two widths at once");
+            return;
+        }
+        let options = QueueOptions::default().profiling(true);
+        let (one, two) = (ctx.queue_with(options).unwrap(), ctx.queue_with(options).unwrap());
+        // A kernel of a program of its own: no launch of it before this test's.
+        let spin = ctx.program("busy", "-DWIDEST_FIRST").unwrap().kernel("spin").unwrap();
+        let narrow = ctx.buffer_from(&[1.0f32; 64]).unwrap();
+        let wide = ctx.buffer_from(&[1.0f32; 256]).unwrap();
+        let first = one
+            .launch(&spin, &[64], &[Arg::write(&narrow), Arg::scalar(200_000u32)])
+            .unwrap();
+        let wider = two
+            .launch(&spin, &[256], &[Arg::write(&wide), Arg::scalar(10u32)])
+            .unwrap();
+        wider.wait().unwrap();
+        first.wait().unwrap();
+        let (first, wider) = (first.profile().unwrap(), wider.profile().unwrap());
+        assert!(
+            wider.started >= first.ended,
+            "the wider launch started {} ns before the first one ended",
+            first.ended - wider.started
+        );
+    }
+}
+
+isolated_test! {
+    fn a_launch_that_widens_while_a_gate_is_closed_does_not_wait_behind_it() {
+        let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
+        let add = ctx.program("schedule", "-DGATED_WIDTHS").unwrap().kernel("add_const").unwrap();
+        let (gated, other) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+        let bufs: Vec<_> = (0..2).map(|_| ctx.buffer_from(&[0i32; 128]).unwrap()).collect();
+        let args = |b, c: i32| [Arg::write(b), Arg::scalar(c), Arg::scalar(128u32)];
+        let gate = ctx.user_event().unwrap();
+        let first = gated
+            .after(&[gate.event()])
+            .launch(&add, &[64], &args(&bufs[0], 1))
+            .unwrap();
+        let wider = other.launch(&add, &[128], &args(&bufs[1], 2)).unwrap();
+        wider.wait().unwrap();
+        assert!(!first.is_terminal(), "the gated launch ran before its gate opened");
+        gate.complete().unwrap();
+        first.wait().unwrap();
+        for (b, c) in bufs.iter().zip([1, 2]) {
+            assert_eq!(other.read_owned(b).unwrap().wait().unwrap(), vec![c; 128]);
+        }
+    }
 }

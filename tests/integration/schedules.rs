@@ -104,10 +104,17 @@ const HANG_LIMIT: Duration = Duration::from_secs(30);
 const FAILURE_RUN_LIMIT: Duration = Duration::from_secs(600);
 /// Queues of each kind per device in a context's pool: the most a schedule uses.
 const MAX_QUEUES: usize = 4;
-/// The one global size of every kernel launch, whatever the buffers' length (the kernels
-/// stride): PoCL 5 and 6 abort when one kernel runs on two queues at once at different
-/// widths, a driver bug that `examples/pocl_dlhandle.rs` reproduces without this library.
+/// The narrowest global size of a kernel launch, whatever the buffers' length (the kernels
+/// stride). Launches run at one of three widths ([`items`]): PoCL 5 and 6 abort when one
+/// kernel runs on two queues at once at different widths, a driver bug that
+/// `examples/pocl_dlhandle.rs` reproduces without this library and that the library orders
+/// launches around there (the kernel layer's *one width at a time* rule).
 const SCHEDULE_ITEMS: usize = 64;
+
+/// The global size of a launch whose constant is `v`: 64, 128 or 256 work items.
+fn items(v: i32) -> usize {
+    SCHEDULE_ITEMS << v.rem_euclid(3)
+}
 /// User-event gates per plan, at most (one bit each in a `u32` mask).
 const MAX_GATES: usize = 8;
 /// Failing schedules reported before the test stops looking for more.
@@ -1064,7 +1071,7 @@ fn execute(
                     Arg::scalar(len as u32),
                 ];
                 after
-                    .launch(&env.add_const, &[SCHEDULE_ITEMS], &args)
+                    .launch(&env.add_const, &[items(*c)], &args)
                     .map_err(failed)?;
             }
             Kind::Axpy { x, y, a } => {
@@ -1075,7 +1082,7 @@ fn execute(
                     Arg::scalar(len as u32),
                 ];
                 after
-                    .launch(&env.axpy, &[SCHEDULE_ITEMS], &args)
+                    .launch(&env.axpy, &[items(*a)], &args)
                     .map_err(failed)?;
             }
             Kind::Read { b, range } => {
@@ -1630,7 +1637,7 @@ fn issue(
                 Arg::scalar(*c),
                 Arg::scalar(len as u32),
             ];
-            enqueued(after.launch(&env.add_const, &[SCHEDULE_ITEMS], &args))
+            enqueued(after.launch(&env.add_const, &[items(*c)], &args))
         }
         Kind::Axpy { x, y, a } => {
             let args = [
@@ -1639,7 +1646,7 @@ fn issue(
                 Arg::scalar(*a),
                 Arg::scalar(len as u32),
             ];
-            enqueued(after.launch(&env.axpy, &[SCHEDULE_ITEMS], &args))
+            enqueued(after.launch(&env.axpy, &[items(*a)], &args))
         }
         Kind::Read { b, range } => {
             let mut out = vec![0i32; range.len()];
