@@ -30,13 +30,14 @@ fn main() -> anyhow::Result<()> {
         );
         println!(
             "  measured: {}  events keep buffers: {}  chains events: {}  ends batches together: {}  \
-             reports failed commands complete: {}  mishandles failures: {}",
+             reports failed commands complete: {}  mishandles failures: {}  orders kernel widths: {}",
             b.measured(),
             b.events_keep_buffers(),
             b.chains_events(),
             b.ends_batches_together(),
             b.reports_failed_complete(),
-            b.mishandles_failures()
+            b.mishandles_failures(),
+            b.orders_kernel_widths()
         );
         assert_eq!(second.driver(), b, "a second context reuses the probe");
     }

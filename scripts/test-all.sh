@@ -2,7 +2,7 @@
 # `make test-all`: the whole test suite on every OpenCL implementation installed here:
 # PoCL with one CPU device and with two, Mesa rusticl (llvmpipe), Oclgrind (with its API,
 # bounds and uninitialized-value checks; any error it reports fails the run), Intel's
-# OpenCL CPU runtime (from .opencl/intel), and PoCL with every driver treated as unknown.
+# OpenCL CPU runtime (from .opencl/intel), and it and PoCL with every driver treated as unknown.
 # ONLY="pocl-1 rusticl" runs a subset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
