@@ -131,11 +131,11 @@ fn main() -> anyhow::Result<()> {
             }
             Approach::Resize => {
                 let mut buffer = timed(&mut alloc, || ctx.buffer::<f32>(sizes[0]))?;
-                driver_bytes += buffer.bytes() as u64;
+                driver_bytes += buffer.block_bytes() as u64;
                 for &len in &sizes {
                     if len > buffer.len() {
                         timed(&mut alloc, || buffer.resize(&queue, len))?;
-                        driver_bytes += buffer.bytes() as u64;
+                        driver_bytes += buffer.block_bytes() as u64;
                     }
                     queue.fill_range(&buffer, 1.0, 0..len)?.wait()?;
                 }

@@ -100,8 +100,14 @@ impl<T: Pod> ClBuffer<T> {
         false
     }
 
-    /// Size in bytes.
+    /// Size in bytes: [`ClBuffer::len`] elements of `T`.
     pub fn bytes(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+
+    /// Size in bytes of the memory object behind the buffer: [`ClBuffer::bytes`] or more (a
+    /// pooled buffer's size class, an adopted object's tail past its last whole element).
+    pub fn block_bytes(&self) -> usize {
         self.block.bytes()
     }
 

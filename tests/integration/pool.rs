@@ -607,7 +607,7 @@ fn max_bytes_bounds_pending_releases_too() {
         Ok(buf) => panic!(
             "handed out {} bytes while {} more were pending release: {} held under a \
              maximum of {max} ({ms:?})",
-            buf.bytes(),
+            buf.block_bytes(),
             ms.pending_release_bytes,
             held(&ms)
         ),
@@ -647,7 +647,7 @@ impl Footprint {
         blocks.retain(|(_, _, watch)| !watch.fired());
         let raw = buf.as_raw() as usize;
         if !blocks.iter().any(|&(r, _, _)| r == raw) {
-            blocks.push((raw, buf.bytes() as u64, common::watch(buf, &[])));
+            blocks.push((raw, buf.block_bytes() as u64, common::watch(buf, &[])));
         }
         blocks.iter().map(|&(_, bytes, _)| bytes).sum()
     }
@@ -864,7 +864,7 @@ fn threshold_and_trim_bound_the_footprint() {
     let blocks: Vec<ClBuffer<u32>> = (0..6).map(|_| pool.acquire::<u32>(1024).unwrap()).collect();
     let mut watches = Vec::new();
     for b in &blocks {
-        assert_eq!(b.bytes() as u64, class);
+        assert_eq!(b.block_bytes() as u64, class);
         let fill = queue.after(&[gate.event()]).fill(b, 1).unwrap();
         watches.push(common::watch(b, &[&fill]));
     }
@@ -1426,14 +1426,14 @@ fn accounting_tracks_live_pooled_pending_and_peak() {
     let a = ctx.buffer::<u8>(1000).unwrap();
     assert_eq!(ctx.memory_stats(), stats(1000, 0, 0, 1000, 1, 0, 1));
     let p = pool.acquire::<u32>(100).unwrap(); // 400 bytes: the 512-byte class
-    assert_eq!(p.bytes(), 512);
+    assert_eq!(p.block_bytes(), 512);
     assert_eq!(ctx.memory_stats(), stats(1512, 0, 0, 1512, 2, 0, 2));
     assert!(p.release().unwrap().recycled);
     assert_eq!(ctx.memory_stats(), stats(1000, 0, 512, 1512, 2, 0, 2));
     let p2 = pool.acquire::<u8>(257).unwrap(); // the same class: reused
     assert_eq!(ctx.memory_stats(), stats(1512, 0, 0, 1512, 3, 1, 2));
     let p3 = pool.acquire::<u8>(1).unwrap(); // the 256-byte class: new
-    assert_eq!(p3.bytes(), 256);
+    assert_eq!(p3.block_bytes(), 256);
     assert_eq!(ctx.memory_stats(), stats(1768, 0, 0, 1768, 4, 1, 3));
 
     let gate = ctx.user_event().unwrap();
@@ -1756,11 +1756,11 @@ fn long_random_run_ends_with_nothing_live_or_pending() {
                 // The ledger agrees with what is held, whatever the reaper does meanwhile.
                 let ms = ctx.memory_stats();
                 let ps = pool.as_ref().unwrap().stats();
-                let live: u64 = held.iter().map(|h| h.buf.bytes() as u64).sum();
+                let live: u64 = held.iter().map(|h| h.buf.block_bytes() as u64).sum();
                 let in_pool_use: u64 = held
                     .iter()
                     .filter(|h| h.pooled)
-                    .map(|h| h.buf.bytes() as u64)
+                    .map(|h| h.buf.block_bytes() as u64)
                     .sum();
                 assert_eq!(ms.live_bytes, live, "seed {seed}, step {step}: {ms:?}");
                 assert_eq!(
@@ -1854,4 +1854,19 @@ fn leak_report_names_the_allocation_site() {
     let watch = common::watch(&kept, &[]);
     drop(kept);
     watch.assert_released_after_events();
+}
+
+// A pooled buffer's `bytes()` was its pool's size class (1024 for `acquire::<u8>(1000)`),
+// though its doc said the buffer's size in bytes.
+#[test]
+fn a_pooled_buffers_bytes_are_its_elements_and_its_block_is_the_size_class() {
+    let ctx = device!();
+    let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
+    let buf = pool.acquire::<u8>(1000).unwrap();
+    assert_eq!(buf.len(), 1000);
+    assert_eq!(buf.bytes(), 1000);
+    assert_eq!(buf.block_bytes(), 1024);
+    let words = pool.acquire::<u32>(100).unwrap();
+    assert_eq!(words.bytes(), 400);
+    assert_eq!(words.block_bytes(), 512);
 }
