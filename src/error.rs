@@ -40,9 +40,25 @@ impl ClStatus {
     }
 }
 
+impl ClStatus {
+    /// Whether the OpenCL headers name this code (or it is the loader's own).
+    pub fn is_opencl(self) -> bool {
+        self.name() != "UNKNOWN"
+    }
+}
+
 impl fmt::Display for ClStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.name(), self.0)
+        if self.is_opencl() {
+            write!(f, "{} ({})", self.name(), self.0)
+        } else {
+            // CLBlast's codes, for example, are -2048 and below.
+            write!(
+                f,
+                "{}, not an OpenCL status (another library's own code)",
+                self.0
+            )
+        }
     }
 }
 
@@ -213,8 +229,20 @@ pub enum Error {
         /// What `clEnqueueNDRangeKernel` returned, when the driver refused it.
         status: Option<ClStatus>,
     },
-    /// Objects from two different contexts were used together.
-    ContextMismatch,
+    /// An object of one context was used with another (or a device outside the context).
+    ContextMismatch {
+        /// The object, as the library knows it: `buffer allocated at src/main.rs:10:5`,
+        /// `event of a fill`, `queue`, `kernel scale`, a device's name.
+        object: String,
+        /// The `cl_context` handle the object belongs to (`None` for a device, which
+        /// belongs to no context).
+        its_context: Option<usize>,
+        /// The `cl_context` handle it was used with.
+        used_with: usize,
+    },
+    /// The closure of a raw enqueue ([`After::enqueue_raw`](crate::After::enqueue_raw))
+    /// returned a null event: there is no command to track.
+    NullEvent,
     /// The host has the buffer mapped in a way that conflicts with this command: no
     /// device command may write a mapped buffer or read one mapped for writing.
     Mapped,
@@ -269,6 +297,20 @@ pub enum Error {
 }
 
 impl Error {
+    /// [`Error::ContextMismatch { .. }`]: `object` of the context `its` (none for a device) used
+    /// with `used_with`.
+    pub(crate) fn context_mismatch(
+        object: impl Into<String>,
+        its: Option<crate::ffi::cl_context>,
+        used_with: crate::ffi::cl_context,
+    ) -> Error {
+        Error::ContextMismatch {
+            object: object.into(),
+            its_context: its.map(|c| c as usize),
+            used_with: used_with as usize,
+        }
+    }
+
     pub(crate) fn cl(call: &'static str, status: cl_int) -> Error {
         if status == codes::DLOPEN_RUNTIME_LOAD_FAILED {
             return Error::NoLoader { hint: INSTALL_HINT };
@@ -437,7 +479,23 @@ impl fmt::Display for Error {
                     None => Ok(()),
                 }
             }
-            Error::ContextMismatch => write!(f, "objects from different contexts were mixed"),
+            Error::NullEvent => write!(
+                f,
+                "the raw enqueue returned a null event: its command cannot be tracked"
+            ),
+            Error::ContextMismatch {
+                object,
+                its_context: Some(its),
+                used_with,
+            } => write!(
+                f,
+                "{object} belongs to context {its:#x} and was used with context {used_with:#x}"
+            ),
+            Error::ContextMismatch {
+                object,
+                its_context: None,
+                used_with,
+            } => write!(f, "{object} is not a device of context {used_with:#x}"),
             Error::PoolExhausted {
                 requested,
                 max,
@@ -541,6 +599,21 @@ mod tests {
     #[test]
     fn unknown_status_is_named_unknown() {
         assert_eq!(ClStatus(-12345).name(), "UNKNOWN");
+    }
+
+    // A status outside OpenCL's range (CLBlast's, -2048 and below) printed as `UNKNOWN`.
+    #[test]
+    fn a_status_outside_opencl_prints_its_number_and_says_it_is_not_opencl() {
+        let clblast = ClStatus(-2048);
+        assert!(!clblast.is_opencl());
+        assert_eq!(
+            clblast.to_string(),
+            "-2048, not an OpenCL status (another library's own code)"
+        );
+        let e = Error::cl("CLBlastSgemm", -2048);
+        assert!(e.to_string().contains("-2048, not an OpenCL status"), "{e}");
+        assert!(!e.to_string().contains("UNKNOWN"), "{e}");
+        assert_eq!(ClStatus(-38).to_string(), "CL_INVALID_MEM_OBJECT (-38)");
     }
 
     #[test]

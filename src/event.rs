@@ -277,6 +277,15 @@ impl Event {
         self.inner.context == ctx.raw
     }
 
+    /// [`Error::ContextMismatch { .. }`] for this event, used with the context `used_with`.
+    pub(crate) fn context_mismatch(&self, used_with: crate::ffi::cl_context) -> Error {
+        let object = match self.command_kind() {
+            Ok(kind) => format!("event {:p} of a {kind:?} command", self.inner.raw),
+            Err(_) => format!("event {:p}", self.inner.raw),
+        };
+        Error::context_mismatch(object, Some(self.inner.context), used_with)
+    }
+
     /// The event of a command the library enqueued on `queue` after the events `deps`,
     /// numbered `seq` by the queue's echo ([`QueueCore::enqueue_tracked`]).
     pub(crate) fn from_enqueue(
@@ -723,6 +732,8 @@ pub struct UserEvent {
     set: AtomicBool,
     id: u64,
     gates: Arc<OpenGates>,
+    /// Where it was created, for the log.
+    site: &'static std::panic::Location<'static>,
 }
 
 impl fmt::Debug for UserEvent {
@@ -750,6 +761,7 @@ impl UserEvent {
             set: AtomicBool::new(false),
             id,
             gates: gates.clone(),
+            site,
         })
     }
 
@@ -813,7 +825,13 @@ impl std::ops::Deref for UserEvent {
 impl Drop for UserEvent {
     fn drop(&mut self) {
         if !self.set.load(Ordering::Acquire) {
-            log::warn!(target: "cl_lifetime::event", "a user event was dropped while closed; failing it");
+            log::warn!(
+                target: "cl_lifetime::event",
+                "the user event {:p} created at {} was dropped while not set; failing it (the \
+                 commands behind it fail)",
+                self.event.as_raw(),
+                self.site
+            );
             if let Err(e) = self.set_status(ffi::codes::CL_INVALID_OPERATION) {
                 log::error!(target: "cl_lifetime::event", "failing a dropped user event: {e}");
             }

@@ -550,12 +550,16 @@ impl Pool {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch`] when `queue` belongs to another context (nothing is
+    /// [`Error::ContextMismatch { .. }`] when `queue` belongs to another context (nothing is
     /// taken from the pool); else as [`Pool::acquire`].
     #[track_caller]
     pub fn acquire_on<T: Pod>(&self, queue: &Queue, len: usize) -> Result<ClBuffer<T>> {
         if queue.core.ctx.id != self.inner.ctx.id {
-            return Err(Error::ContextMismatch);
+            return Err(Error::context_mismatch(
+                "queue",
+                Some(queue.core.ctx.raw),
+                self.inner.ctx.raw,
+            ));
         }
         self.take::<T>(len, Some(queue), Location::caller())
     }

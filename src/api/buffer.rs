@@ -209,7 +209,7 @@ impl<T: Pod> ClBuffer<T> {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch`] when `raw` belongs to another context;
+    /// [`Error::ContextMismatch { .. }`] when `raw` belongs to another context;
     /// [`Error::Cl`] when its size cannot be read; [`Error::ZeroLength`] when it holds no
     /// whole `T`.
     #[track_caller]

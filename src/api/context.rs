@@ -185,7 +185,7 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch`] when `device` is not in the context; [`Error::Cl`] as
+    /// [`Error::ContextMismatch { .. }`] when `device` is not in the context; [`Error::Cl`] as
     /// [`Context::queue`] and [`Context::out_of_order_queue`].
     pub fn queue_on(&self, device: &Device, out_of_order: bool) -> Result<Queue> {
         self.queue_on_with(device, QueueOptions::default().out_of_order(out_of_order))
@@ -222,7 +222,7 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch`] when `device` is not in the context; [`Error::Cl`] as
+    /// [`Error::ContextMismatch { .. }`] when `device` is not in the context; [`Error::Cl`] as
     /// [`Context::queue_with`].
     pub fn queue_on_with(&self, device: &Device, options: QueueOptions) -> Result<Queue> {
         let device = self
@@ -230,7 +230,7 @@ impl Context {
             .devices
             .iter()
             .find(|d| d.id == device.id)
-            .ok_or(Error::ContextMismatch)?;
+            .ok_or_else(|| Error::context_mismatch(device.to_string(), None, self.core().raw))?;
         let core = QueueCore::create(
             self.core(),
             device,
@@ -461,19 +461,29 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch`] when `raw` belongs to another context or device;
+    /// [`Error::ContextMismatch { .. }`] when `raw` belongs to another context or device;
     /// [`Error::Cl`] when its properties cannot be read.
     pub(crate) unsafe fn adopt_queue(&self, raw: crate::ffi::cl_command_queue) -> Result<Queue> {
         let info = crate::ffi::queue_info(raw)?;
         if info.context != self.core().raw {
-            return Err(Error::ContextMismatch);
+            return Err(Error::context_mismatch(
+                format!("queue {raw:p}"),
+                Some(info.context),
+                self.core().raw,
+            ));
         }
         let device = self
             .core()
             .devices
             .iter()
             .find(|d| d.id == info.device)
-            .ok_or(Error::ContextMismatch)?;
+            .ok_or_else(|| {
+                Error::context_mismatch(
+                    format!("the device {:p} of queue {raw:p}", info.device),
+                    None,
+                    self.core().raw,
+                )
+            })?;
         // SAFETY: `raw` is valid, as the caller vouches; the reference taken here is the
         // one `QueueCore` releases.
         unsafe { crate::ffi::retain_queue(raw) }?;

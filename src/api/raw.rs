@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::buffer::ClBuffer;
 use super::queue::After;
 use crate::core::gates::failures_possible;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::ffi::{self, cl_command_queue, cl_event};
 use crate::pod::Pod;
@@ -105,7 +105,7 @@ impl After<'_> {
     ///
     /// What `enqueue` returned; [`Error::DependencyFailed`](crate::Error::DependencyFailed)
     /// when a buffer read was last written by a command that failed, or an event of
-    /// [`Queue::after`](crate::Queue::after) failed; [`Error::ContextMismatch`](crate::Error::ContextMismatch)
+    /// [`Queue::after`](crate::Queue::after) failed; [`Error::ContextMismatch { .. }`](crate::Error::ContextMismatch { .. })
     /// for a buffer or event of another context; [`Error::Mapped`](crate::Error::Mapped)
     /// for a buffer mapped in a way the use conflicts with.
     ///
@@ -149,9 +149,11 @@ impl After<'_> {
         uses: &[BufferUse<'_>],
         mut enqueue: impl FnMut(cl_command_queue, &[cl_event]) -> Result<cl_event>,
     ) -> Result<Event> {
-        let queue = self.queue.core.raw;
+        let core = &self.queue.core;
+        let queue = core.raw;
         let touches: Vec<Touch<'_>> = uses.iter().map(BufferUse::touch).collect();
-        self.submit().run(&touches, |wait| enqueue(queue, wait))
+        self.submit()
+            .run(&touches, |wait| checked(enqueue(queue, wait)?, core))
     }
 
     /// [`After::enqueue_raw`] for code that takes no wait list (CLBlast's API takes a
@@ -189,7 +191,7 @@ impl After<'_> {
                 let raw = unsafe { ffi::enqueue_barrier(queue, wait) }?;
                 barrier = Some(barrier_event(raw, core, wait));
             }
-            enqueue(queue)
+            checked(enqueue(queue)?, core)
         })?;
         // The barrier is kept until the command behind it has ended (a failed event must
         // outlive its dependencies: design trap "PoCL's failed-event notify list").
@@ -198,6 +200,26 @@ impl After<'_> {
         }
         Ok(event)
     }
+}
+
+/// `raw`, the event a raw enqueue's closure handed over, if the library can track it: not
+/// null, and of the queue's context (one `clGetEventInfo`). An event of another context is
+/// released (its one reference was handed over) and refused.
+fn checked(raw: cl_event, queue: &crate::core::queue::QueueCore) -> Result<cl_event> {
+    if raw.is_null() {
+        return Err(Error::NullEvent);
+    }
+    let context = ffi::event_context(raw);
+    if context != queue.ctx.raw {
+        // SAFETY: the closure handed its one reference over (`enqueue_raw`'s contract).
+        let _ = unsafe { ffi::release_event(raw) };
+        return Err(Error::context_mismatch(
+            format!("event {raw:p} returned by a raw enqueue"),
+            (!context.is_null()).then_some(context),
+            queue.ctx.raw,
+        ));
+    }
+    Ok(raw)
 }
 
 /// The barrier's event, holding the events it waits on once a failure is possible.

@@ -251,10 +251,16 @@ impl QueueCore {
                 return true;
             }
             if std::time::Instant::now() >= deadline {
+                let gates = self.ctx.gates.sites();
+                let gates: Vec<String> = gates.iter().map(ToString::to_string).collect();
                 log::warn!(
                     target: "cl_lifetime::queue",
-                    "settling a queue after a failure: its marker has not ended after {MARKER_LIMIT:?}; \
-                     a command enqueued on it outside the library may wait on something not set"
+                    "settling queue {:p} after a failure: its marker {:p} has not ended after \
+                     {MARKER_LIMIT:?}; a command enqueued on it outside the library may wait on \
+                     a user event not set (the context's unset ones were created at {})",
+                    self.raw,
+                    marker.as_raw(),
+                    if gates.is_empty() { "nowhere: none is unset".to_string() } else { gates.join(", ") }
                 );
                 return false;
             }

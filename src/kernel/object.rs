@@ -169,7 +169,7 @@ impl Kernel {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch`] when its program belongs to another context;
+    /// [`Error::ContextMismatch { .. }`] when its program belongs to another context;
     /// [`Error::Cl`] when it cannot be queried.
     pub unsafe fn from_raw(ctx: &crate::Context, raw: ffi::cl_kernel) -> Result<Kernel> {
         let (program, name) = ffi::kernel_program_and_name(raw)?;
@@ -200,7 +200,12 @@ impl Kernel {
         args: &[Arg<'_>],
     ) -> Result<()> {
         if self.inner.program.ctx_id != ctx.id {
-            return Err(Error::ContextMismatch);
+            let its = ffi::program_context(self.inner.program.raw).ok();
+            return Err(Error::context_mismatch(
+                format!("kernel {}", self.inner.name),
+                its,
+                ctx.raw,
+            ));
         }
         if args.len() != self.inner.num_args {
             return Err(Error::ArgCount {

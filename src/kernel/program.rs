@@ -93,8 +93,13 @@ impl ProgramInner {
     ///
     /// `raw` is a valid program.
     pub(super) unsafe fn adopt(ctx: &ContextCore, raw: cl_program) -> Result<Arc<ProgramInner>> {
-        if ffi::program_context(raw)? != ctx.raw {
-            return Err(Error::ContextMismatch);
+        let its = ffi::program_context(raw)?;
+        if its != ctx.raw {
+            return Err(Error::context_mismatch(
+                format!("program {raw:p}"),
+                Some(its),
+                ctx.raw,
+            ));
         }
         // SAFETY: as the caller vouches; the reference taken here is released by `Drop`.
         unsafe { ffi::retain_program(raw) }?;
@@ -139,7 +144,7 @@ impl Program {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch`] when `raw` belongs to another context; [`Error::Cl`]
+    /// [`Error::ContextMismatch { .. }`] when `raw` belongs to another context; [`Error::Cl`]
     /// when it cannot be queried.
     pub unsafe fn from_raw(ctx: &crate::Context, raw: cl_program) -> Result<Program> {
         // SAFETY: as the caller vouches.

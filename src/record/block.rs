@@ -96,6 +96,15 @@ impl Block {
         Ok(Block::adopt(ctx, raw, bytes, site, Bucket::Live))
     }
 
+    /// [`Error::ContextMismatch { .. }`] for this buffer, used with the context `used_with`.
+    pub(crate) fn context_mismatch(&self, used_with: ffi::cl_context) -> Error {
+        Error::context_mismatch(
+            format!("buffer allocated at {}", self.allocated_at),
+            Some(self.ctx.raw),
+            used_with,
+        )
+    }
+
     /// A block for `raw`, a memory object of `ctx` made by other code, which keeps its
     /// reference; the block takes one of its own. Handed out at `site`.
     ///
@@ -109,7 +118,11 @@ impl Block {
     ) -> Result<Block> {
         let (bytes, context) = ffi::mem_size_and_context(raw)?;
         if context != ctx.raw {
-            return Err(Error::ContextMismatch);
+            return Err(Error::context_mismatch(
+                format!("memory object {raw:p}"),
+                Some(context),
+                ctx.raw,
+            ));
         }
         // SAFETY: `raw` is valid, as the caller vouches; this reference is the block's.
         unsafe { ffi::retain_mem(raw) }?;

@@ -64,7 +64,7 @@ use crate::census;
 use crate::core::gates::{self, failures_possible};
 use crate::core::pins::LetGo;
 use crate::core::queue::QueueCore;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::event::{Event, graveyard, snapshot};
 use crate::ffi::{self, cl_event};
 use crate::status::Status;
@@ -179,8 +179,8 @@ impl Submit<'_> {
         writer: Option<&mut Writes>,
     ) -> Result<Event> {
         let queue = self.queue;
-        if !self.deps.iter().all(|d| d.in_context(&queue.ctx)) {
-            return Err(Error::ContextMismatch);
+        if let Some(d) = self.deps.iter().find(|d| !d.in_context(&queue.ctx)) {
+            return Err(d.context_mismatch(queue.ctx.raw));
         }
         // After a failure on a queue whose failures echo, let the queue drain first when
         // it can, so that this command runs ([`crate::core::echo`]).
@@ -275,7 +275,7 @@ impl Submit<'_> {
         let mut order: inline::List<&Touch<'_>> = inline::List::new();
         for touch in touches {
             if touch.block.ctx.id != self.queue.ctx.id {
-                return Err(Error::ContextMismatch);
+                return Err(touch.block.context_mismatch(self.queue.ctx.raw));
             }
             order.push(touch);
         }
@@ -461,7 +461,7 @@ impl Submit<'_> {
     fn fold(&self, record: &mut Record) -> Result<()> {
         #[cfg(test)]
         if tests::FAIL_FOLDS.get() && !record.events().reads_to_fold().is_empty() {
-            return Err(Error::cl(
+            return Err(crate::error::Error::cl(
                 "clEnqueueMarkerWithWaitList",
                 ffi::codes::CL_OUT_OF_HOST_MEMORY,
             ));

@@ -868,14 +868,14 @@ fn buffer_of_another_context_is_refused_by_a_queue() {
     let before = buf.record_len();
 
     let err = other_queue.write(&buf, &[1; 16]).unwrap_err();
-    assert!(matches!(err, Error::ContextMismatch), "{err:?}");
+    assert!(matches!(err, Error::ContextMismatch { .. }), "{err:?}");
     let err = other_queue.fill(&buf, 1).unwrap_err();
-    assert!(matches!(err, Error::ContextMismatch), "{err:?}");
+    assert!(matches!(err, Error::ContextMismatch { .. }), "{err:?}");
     let mut out = [0u32; 16];
     let err = other_queue.read(&buf, &mut out).unwrap_err();
-    assert!(matches!(err, Error::ContextMismatch), "{err:?}");
+    assert!(matches!(err, Error::ContextMismatch { .. }), "{err:?}");
     let err = other_queue.read_owned(&buf).unwrap_err();
-    assert!(matches!(err, Error::ContextMismatch), "{err:?}");
+    assert!(matches!(err, Error::ContextMismatch { .. }), "{err:?}");
     assert_unharmed(&queue, buf, before, ramp(16, 3));
 }
 
@@ -889,9 +889,9 @@ fn copy_between_contexts_is_refused_and_records_nothing() {
     let theirs = sixteen(&other);
     let (mine_before, theirs_before) = (mine.record_len(), theirs.record_len());
     let err = queue.copy(&mine, &theirs).unwrap_err();
-    assert!(matches!(err, Error::ContextMismatch), "{err:?}");
+    assert!(matches!(err, Error::ContextMismatch { .. }), "{err:?}");
     let err = queue.copy(&theirs, &mine).unwrap_err();
-    assert!(matches!(err, Error::ContextMismatch), "{err:?}");
+    assert!(matches!(err, Error::ContextMismatch { .. }), "{err:?}");
     assert_unharmed(&queue, mine, mine_before, ramp(16, 3));
     assert_unharmed(&other_queue, theirs, theirs_before, ramp(16, 3));
 }
@@ -921,7 +921,7 @@ fn kernel_of_another_context_is_refused_by_a_queue() {
                 ],
             )
             .unwrap_err();
-        assert!(matches!(err, Error::ContextMismatch), "{err:?}");
+        assert!(matches!(err, Error::ContextMismatch { .. }), "{err:?}");
         assert_eq!(sum.record_len(), 0, "a refused launch was recorded");
         // The right kernel for that context works on the same buffers.
         assert_add_works(&queue, &adds[mine], &a, &b, &sum);
@@ -949,7 +949,7 @@ fn launch_with_a_buffer_of_another_context_is_refused_and_records_nothing() {
             ],
         )
         .unwrap_err();
-    assert!(matches!(err, Error::ContextMismatch), "{err:?}");
+    assert!(matches!(err, Error::ContextMismatch { .. }), "{err:?}");
     assert_eq!([a.record_len(), b.record_len(), sum.record_len()], before);
     assert_eq!(foreign.record_len(), 0);
     assert_add_works(&queue, &add, &a, &b, &sum);
@@ -1064,4 +1064,59 @@ fn buffer_is_freed_when_release_returns_after_a_rejected_transfer() {
         "{not_freed} of {} buffers were still allocated when release() returned",
         2 * ROUNDS
     );
+}
+
+// `ContextMismatch` said only that objects of different contexts were mixed: it names the
+// object (a buffer with its allocation site, an event with its command, a kernel) and both
+// contexts.
+#[test]
+fn a_context_mismatch_names_the_object_and_both_contexts() {
+    let ctx = device!();
+    let other = Context::new(ctx.device()).unwrap();
+    let other_queue = other.queue().unwrap();
+    let buf = sixteen(&ctx);
+    let (mine, theirs) = (ctx.as_raw() as usize, other.as_raw() as usize);
+    let named = |err: Error, object: &str| {
+        let Error::ContextMismatch {
+            object: named,
+            its_context,
+            used_with,
+        } = &err
+        else {
+            panic!("expected ContextMismatch, got {err:?}");
+        };
+        assert!(named.contains(object), "{err}");
+        assert_eq!((*its_context, *used_with), (Some(mine), theirs), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("{mine:#x}")) && text.contains(&format!("{theirs:#x}")),
+            "{text}"
+        );
+    };
+    named(
+        other_queue.fill(&buf, 1).unwrap_err(),
+        &format!("buffer allocated at {}", file!()),
+    );
+    let fill = ctx.queue().unwrap().fill(&buf, 2).unwrap();
+    let theirs_buf = sixteen(&other);
+    named(
+        other_queue
+            .after(&[&fill])
+            .fill(&theirs_buf, 1)
+            .unwrap_err(),
+        "event",
+    );
+    let kernel = ctx
+        .program("vector_add", "")
+        .unwrap()
+        .kernel("add")
+        .unwrap();
+    let args = [
+        Arg::read(&theirs_buf),
+        Arg::read(&theirs_buf),
+        Arg::write(&theirs_buf),
+        Arg::scalar(16u32),
+    ];
+    let err = other_queue.launch(&kernel, &[16], &args).unwrap_err();
+    named(err, "kernel add");
 }

@@ -762,3 +762,24 @@ isolated_test! {
         }
     }
 }
+
+// The warning for a user event dropped while not set named neither the event nor where it
+// was created.
+#[test]
+fn a_user_event_dropped_unset_is_named_in_the_log_with_where_it_was_created() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let me = std::thread::current().id();
+    let (gate, line) = (ctx.user_event().unwrap(), line!());
+    let raw = gate.event().as_raw();
+    drop(gate);
+    let said = common::logs::messages(me, "cl_lifetime::event");
+    let site = format!("{}:{line}", file!());
+    assert!(
+        said.iter()
+            .any(|m| m.contains(&format!("{raw:p}")) && m.contains(&site)),
+        "no warning names {raw:p} and {site}: {said:?}"
+    );
+}

@@ -428,7 +428,7 @@ fn a_context_and_a_queue_made_by_raw_code_work_once_adopted() {
     // SAFETY: a valid queue, of another context.
     let refused = unsafe { Queue::from_raw(&ctx, foreign.as_raw()) };
     assert!(
-        matches!(refused, Err(Error::ContextMismatch)),
+        matches!(refused, Err(Error::ContextMismatch { .. })),
         "{refused:?}"
     );
 }
@@ -728,7 +728,61 @@ fn opencl3_objects_convert_and_their_program_and_kernel_launch_through_the_libra
     // SAFETY: a valid program, of another context.
     let refused = unsafe { Program::from_raw(&ctx, foreign.as_raw()) };
     assert!(
-        matches!(refused, Err(Error::ContextMismatch)),
+        matches!(refused, Err(Error::ContextMismatch { .. })),
         "{refused:?}"
     );
+}
+
+// `After::enqueue_raw` took a null event, and an event of another context, from its
+// closure (`after` refuses the latter): both are refused with typed errors, and the buffer
+// stays usable.
+#[test]
+fn a_raw_enqueue_returning_a_null_or_foreign_event_is_refused_and_the_buffer_stays_usable() {
+    let ctx = device!();
+    let other = Context::new(ctx.device()).unwrap();
+    let (queue, theirs) = (ctx.queue().unwrap(), other.queue().unwrap());
+    let buf = ctx.buffer_from(&[5u32; 64]).unwrap();
+    let before = buf.record_len();
+    // SAFETY: the closure enqueues nothing on the library's queue and uses no buffer.
+    let null = unsafe {
+        queue
+            .after(&[])
+            .enqueue_raw(&[BufferUse::write(&buf)], |_, _| Ok(ptr::null_mut()))
+    };
+    assert!(matches!(null, Err(Error::NullEvent)), "{null:?}");
+    // SAFETY: the marker is on the other context's queue and touches no buffer; its one
+    // reference is handed over.
+    let foreign = unsafe {
+        queue
+            .after(&[])
+            .enqueue_raw(&[BufferUse::write(&buf)], |_, _| {
+                cl_lifetime::opencl3::command_queue::enqueue_marker_with_wait_list(
+                    theirs.as_raw(),
+                    0,
+                    ptr::null(),
+                )
+                .map_err(|s| Error::Cl {
+                    call: "clEnqueueMarkerWithWaitList",
+                    status: ClStatus(s),
+                })
+            })
+    };
+    match &foreign {
+        Err(Error::ContextMismatch {
+            its_context,
+            used_with,
+            ..
+        }) => {
+            assert_eq!(*its_context, Some(other.as_raw() as usize));
+            assert_eq!(*used_with, ctx.as_raw() as usize);
+        }
+        _ => panic!("expected ContextMismatch, got {foreign:?}"),
+    }
+    assert_eq!(
+        buf.record_len(),
+        before,
+        "a refused raw enqueue was recorded"
+    );
+    queue.fill(&buf, 9).unwrap();
+    assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), vec![9; 64]);
 }

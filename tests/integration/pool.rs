@@ -725,7 +725,7 @@ fn acquire_on_a_queue_of_another_context_is_a_context_mismatch() {
     let (stats, ours, theirs) = (pool.stats(), ctx.memory_stats(), other.memory_stats());
 
     match pool.acquire_on::<u32>(&foreign, n) {
-        Err(Error::ContextMismatch) => {}
+        Err(Error::ContextMismatch { .. }) => {}
         Ok(buf) => panic!(
             "handed out a block of this pool's context ({:?}) for a queue of another",
             buf.as_raw()
