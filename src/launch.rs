@@ -12,15 +12,29 @@
 //!    from `CL_DEVICE_ADDRESS_BITS`); for a struct or a typedef the driver checks the
 //!    size. Images, samplers, pipes and device queues are refused: the library cannot
 //!    pass them.
-//! 3. **Local memory.** Each [`Arg::local`] is at least one byte, and together they fit in
+//! 3. **Element types.** Where a parameter's type (a buffer's elements, or a value) is an
+//!    OpenCL built-in scalar or vector type and the Rust type given is one too (`f32` is
+//!    `float`, `[i32; 4]` is `int4`; [`Pod`](crate::Pod) types of the user's are left to
+//!    the caller, as are the kernel's structs), they must be of one kind (integer or
+//!    floating point), lane size and lane count: a `ClBuffer<f32>` for an `int*` is
+//!    refused with both types named. Integers of one width match whatever their
+//!    signedness (a `u32` for an `int`): the bits are the same, and such code is common.
+//! 4. **Const parameters.** A buffer given with [`Arg::write`] for a `const` (or
+//!    `__constant`) parameter is refused: the kernel cannot write it, and the launch would
+//!    order every later command behind a write that cannot happen. One given with
+//!    [`Arg::read`] for a parameter that is not `const` launches, and is logged once per
+//!    kernel and argument (target `cl_lifetime::kernel`): many kernels leave `const` off
+//!    inputs they only read, so refusing would break them, but if the kernel does write
+//!    it, the library does not order later commands after that write.
+//! 5. **Local memory.** Each [`Arg::local`] is at least one byte, and together they fit in
 //!    the device's `CL_DEVICE_LOCAL_MEM_SIZE`.
-//! 4. **Work sizes.** One to three dimensions, none of them zero. A local size has as many
+//! 6. **Work sizes.** One to three dimensions, none of them zero. A local size has as many
 //!    dimensions, each within `CL_DEVICE_MAX_WORK_ITEM_SIZES`, their product within
 //!    `CL_DEVICE_MAX_WORK_GROUP_SIZE`. Each global dimension is at most 2³² − 1 work
 //!    groups (of the local size given, or of the largest group the device allows when the
 //!    driver chooses): a larger range cannot end in practice (NVIDIA refuses it, PoCL
 //!    runs it for ever).
-//! 5. **No argument information.** Where the driver gives no argument information (`CL_KERNEL_ARG_INFO_NOT_AVAILABLE`)
+//! 7. **No argument information.** Where the driver gives no argument information (`CL_KERNEL_ARG_INFO_NOT_AVAILABLE`)
 //!    the declared kinds cannot be checked: the count, local memory and work sizes still
 //!    are, and what a scalar is given for reaches the driver unchecked.
 //!
@@ -37,6 +51,9 @@
 use std::fmt;
 
 use crate::error::{Error, Result};
+use crate::kernel::Ty;
+use crate::pod::Element;
+use crate::tracker::Access;
 
 /// A device's limits that launches are checked against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,11 +95,25 @@ pub(crate) struct Param {
     pub(crate) kind: ParamKind,
     /// As written in the kernel, such as `__global int* data`.
     pub(crate) declared: String,
+    /// The type a buffer's elements or a value have, where it is an OpenCL built-in
+    /// (the *element types* rule).
+    pub(crate) element: Option<Element>,
+    /// That type's name, such as `int` or `float4`.
+    pub(crate) type_name: String,
+    /// Whether the kernel cannot write through it: `const`-qualified, or `__constant`.
+    pub(crate) read_only: bool,
 }
 
 impl Param {
-    /// The *declared kinds* rule, from `clGetKernelArgInfo`'s address qualifier, type name and name.
-    pub(crate) fn new(address: u32, type_name: &str, name: &str, address_bits: u32) -> Param {
+    /// The *declared kinds* rule, from `clGetKernelArgInfo`'s address qualifier, type
+    /// name, whether the type is `const`, and name.
+    pub(crate) fn new(
+        address: u32,
+        type_name: &str,
+        is_const: bool,
+        name: &str,
+        address_bits: u32,
+    ) -> Param {
         let space = match address {
             ADDRESS_GLOBAL => "__global ",
             ADDRESS_CONSTANT => "__constant ",
@@ -90,7 +121,10 @@ impl Param {
             _ => "",
         };
         let type_name = type_name.trim();
-        let declared = format!("{space}{type_name} {name}").trim().to_string();
+        let qualifier = if is_const { "const " } else { "" };
+        let declared = format!("{space}{qualifier}{type_name} {name}")
+            .trim()
+            .to_string();
         let opaque = [
             "image",
             "sampler_t",
@@ -108,13 +142,47 @@ impl Param {
             _ if type_name.ends_with('*') => ParamKind::Unsupported,
             _ => ParamKind::Scalar(scalar_size(type_name, address_bits)),
         };
-        Param { kind, declared }
+        let pointee = match kind {
+            ParamKind::Buffer | ParamKind::Local => type_name.trim_end_matches('*').trim(),
+            _ => type_name,
+        };
+        Param {
+            kind,
+            declared,
+            element: element_of(pointee, address_bits),
+            type_name: pointee.to_string(),
+            read_only: is_const || address == ADDRESS_CONSTANT,
+        }
     }
 }
 
-/// The size in bytes of an OpenCL built-in scalar or vector type by name (`uint`,
-/// `float4`, `unsigned char`, `size_t`); `None` for any other type.
-pub(crate) fn scalar_size(type_name: &str, address_bits: u32) -> Option<usize> {
+/// The *element types* rule: the built-in type a type name names (`uint`, `float4`,
+/// `unsigned char`, `size_t`), a 3-vector counted as the four lanes it takes; `None` for
+/// any other type.
+pub(crate) fn element_of(type_name: &str, address_bits: u32) -> Option<Element> {
+    let (base, lanes) = split_type(type_name)?;
+    let (float, bytes) = match base {
+        "char" | "uchar" => (false, 1),
+        "short" | "ushort" => (false, 2),
+        "half" => (true, 2),
+        "int" | "uint" => (false, 4),
+        "float" => (true, 4),
+        "long" | "ulong" => (false, 8),
+        "double" => (true, 8),
+        "size_t" | "ptrdiff_t" | "intptr_t" | "uintptr_t" if lanes == 1 => {
+            (false, address_bits / 8)
+        }
+        _ => return None,
+    };
+    Some(Element {
+        float,
+        bytes: bytes as u8,
+        lanes: lanes as u8,
+    })
+}
+
+/// A built-in type name's base and lanes (`float4`: `float`, 4; a 3-vector: 4 lanes).
+fn split_type(type_name: &str) -> Option<(&str, usize)> {
     let mut t = type_name.trim();
     while let Some(rest) = ["const ", "volatile "]
         .iter()
@@ -139,48 +207,66 @@ pub(crate) fn scalar_size(type_name: &str, address_bits: u32) -> Option<usize> {
         "16" => 16,
         _ => return None,
     };
-    let size = match base {
-        "char" | "uchar" => 1,
-        "short" | "ushort" | "half" => 2,
-        "int" | "uint" | "float" => 4,
-        "long" | "ulong" | "double" => 8,
-        "size_t" | "ptrdiff_t" | "intptr_t" | "uintptr_t" if lanes == 1 => {
-            address_bits as usize / 8
-        }
-        _ => return None,
-    };
-    Some(size * lanes)
+    Some((base, lanes))
+}
+
+/// The size in bytes of an OpenCL built-in scalar or vector type by name (`uint`,
+/// `float4`, `unsigned char`, `size_t`); `None` for any other type.
+pub(crate) fn scalar_size(type_name: &str, address_bits: u32) -> Option<usize> {
+    element_of(type_name, address_bits).map(|e| e.bytes as usize * e.lanes as usize)
 }
 
 /// What a launch gives for one parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Given {
-    Buffer,
-    Scalar(usize),
+    Buffer { access: Access, ty: Ty },
+    Scalar { bytes: usize, ty: Ty },
     Local(usize),
 }
 
 impl fmt::Display for Given {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Given::Buffer => write!(f, "a buffer"),
-            Given::Scalar(bytes) => write!(f, "a {bytes}-byte scalar"),
+            Given::Buffer {
+                access: Access::Read,
+                ty,
+            } => write!(f, "a buffer of {} read (Arg::read)", ty.rust),
+            Given::Buffer { ty, .. } => write!(f, "a buffer of {} written (Arg::write)", ty.rust),
+            Given::Scalar { bytes, ty } => write!(f, "a {bytes}-byte scalar ({})", ty.rust),
             Given::Local(bytes) => write!(f, "local memory of {bytes} bytes"),
         }
     }
 }
 
-/// The *declared kinds* rule for one argument: why `given` does not fit `param`, if it does not.
-fn mismatch(param: ParamKind, given: Given) -> Option<String> {
-    match (param, given) {
+/// The *declared kinds*, *element types* and *const parameters* rules for one argument:
+/// why `given` does not fit `param`, if it does not.
+fn mismatch(param: &Param, given: Given) -> Option<String> {
+    let types = |ty: Ty| match (param.element, ty.element) {
+        (Some(declared), Some(element)) if !element.fits(declared) => Some(format!(
+            "the kernel declares {} and {} is given",
+            param.type_name, ty.rust
+        )),
+        _ => None,
+    };
+    match (param.kind, given) {
         (ParamKind::Unsupported, _) => {
             Some("the library cannot pass images, samplers, pipes or device queues".to_string())
         }
-        (ParamKind::Buffer, Given::Buffer) | (ParamKind::Local, Given::Local(_)) => None,
-        (ParamKind::Scalar(None), Given::Scalar(_)) => None,
-        (ParamKind::Scalar(Some(size)), Given::Scalar(bytes)) if size == bytes => None,
-        (ParamKind::Scalar(Some(size)), Given::Scalar(_)) => {
-            Some(format!("the kernel declares a {size}-byte value"))
+        (ParamKind::Buffer, Given::Buffer { access, ty }) => types(ty).or_else(|| {
+            (param.read_only && access == Access::Write).then(|| {
+                "the parameter is const (or __constant): the kernel cannot write it, so \
+                 pass Arg::read"
+                    .to_string()
+            })
+        }),
+        (ParamKind::Local, Given::Local(_)) => None,
+        (ParamKind::Scalar(None), Given::Scalar { ty, .. }) => types(ty),
+        (ParamKind::Scalar(Some(size)), Given::Scalar { bytes, ty }) => {
+            if size == bytes {
+                types(ty)
+            } else {
+                Some(format!("the kernel declares a {size}-byte value"))
+            }
         }
         (ParamKind::Buffer, _) => Some("a global or constant pointer takes a buffer".into()),
         (ParamKind::Local, _) => Some("a local pointer takes Arg::local".into()),
@@ -196,15 +282,19 @@ pub(crate) fn declared(params: Option<&[Param]>, index: usize) -> String {
         .map_or_else(|| "unknown".to_string(), |p| p.declared.clone())
 }
 
-/// The *declared kinds*, *local memory* and *no argument information* rules: checks `given` against the kernel's parameters (`None`: the driver
-/// gives no argument information).
+/// The *declared kinds*, *element types*, *const parameters*, *local memory* and *no
+/// argument information* rules: checks `given` against the kernel's parameters (`None`:
+/// the driver gives no argument information). Returns the arguments (a bit per index
+/// below 64) where a buffer is given with [`Arg::read`] for a parameter the kernel may
+/// write, for the caller to log.
 pub(crate) fn check_args(
     kernel: &str,
     params: Option<&[Param]>,
     given: impl IntoIterator<Item = Given>,
     limits: &Limits,
-) -> Result<()> {
+) -> Result<u64> {
     let mut local_total: u64 = 0;
+    let mut read_but_writable = 0u64;
     for (index, given) in given.into_iter().enumerate() {
         let param = params.and_then(|p| p.get(index));
         let refuse = |reason: String| Error::KernelArg {
@@ -215,8 +305,18 @@ pub(crate) fn check_args(
             reason,
             status: None,
         };
-        if let Some(reason) = param.and_then(|p| mismatch(p.kind, given)) {
+        if let Some(reason) = param.and_then(|p| mismatch(p, given)) {
             return Err(refuse(reason));
+        }
+        let read = matches!(
+            given,
+            Given::Buffer {
+                access: Access::Read,
+                ..
+            }
+        );
+        if read && param.is_some_and(|p| !p.read_only) && index < 64 {
+            read_but_writable |= 1 << index;
         }
         if let Given::Local(bytes) = given {
             if bytes == 0 {
@@ -232,7 +332,7 @@ pub(crate) fn check_args(
             }
         }
     }
-    Ok(())
+    Ok(read_but_writable)
 }
 
 /// The *work sizes* rule.
@@ -314,37 +414,107 @@ mod tests {
         assert_eq!(scalar_size("int5", 64), None);
     }
 
+    fn buffer<T: crate::Pod>(access: Access) -> Given {
+        Given::Buffer {
+            access,
+            ty: Ty::of::<T>(),
+        }
+    }
+
+    fn scalar<T: crate::Pod>() -> Given {
+        Given::Scalar {
+            bytes: size_of::<T>(),
+            ty: Ty::of::<T>(),
+        }
+    }
+
     #[test]
     fn a_global_pointer_takes_only_a_buffer() {
-        let p = Param::new(ADDRESS_GLOBAL, "int*", "data", 64);
+        let p = Param::new(ADDRESS_GLOBAL, "int*", false, "data", 64);
         assert_eq!(p.kind, ParamKind::Buffer);
         assert_eq!(p.declared, "__global int* data");
-        assert!(mismatch(p.kind, Given::Buffer).is_none());
-        assert!(mismatch(p.kind, Given::Scalar(8)).is_some());
-        assert!(mismatch(p.kind, Given::Local(8)).is_some());
+        assert!(mismatch(&p, buffer::<i32>(Access::Write)).is_none());
+        assert!(mismatch(&p, scalar::<u64>()).is_some());
+        assert!(mismatch(&p, Given::Local(8)).is_some());
     }
 
     #[test]
     fn a_value_parameter_takes_a_scalar_of_its_size() {
-        let p = Param::new(0x119E, "uint", "n", 64);
+        let p = Param::new(0x119E, "uint", false, "n", 64);
         assert_eq!(p.kind, ParamKind::Scalar(Some(4)));
-        assert!(mismatch(p.kind, Given::Scalar(4)).is_none());
-        assert!(mismatch(p.kind, Given::Scalar(8)).is_some());
-        assert!(mismatch(p.kind, Given::Buffer).is_some());
+        assert!(mismatch(&p, scalar::<u32>()).is_none());
+        assert!(mismatch(&p, scalar::<u64>()).is_some());
+        assert!(mismatch(&p, buffer::<u32>(Access::Read)).is_some());
+    }
+
+    // A `ClBuffer<f32>` for an `int*` parameter, or an `f32` scalar for an `int` one,
+    // launched.
+    #[test]
+    fn a_buffer_or_scalar_of_another_element_type_is_refused_naming_both_types() {
+        let data = Param::new(ADDRESS_GLOBAL, "int*", false, "data", 64);
+        let reason = mismatch(&data, buffer::<f32>(Access::Write)).unwrap();
+        assert!(reason.contains("int") && reason.contains("f32"), "{reason}");
+        let n = Param::new(0x119E, "int", false, "n", 64);
+        let reason = mismatch(&n, scalar::<f32>()).unwrap();
+        assert!(reason.contains("int") && reason.contains("f32"), "{reason}");
+        // Integers of one width fit whatever their signedness.
+        assert!(mismatch(&data, buffer::<u32>(Access::Write)).is_none());
+        assert!(mismatch(&n, scalar::<u32>()).is_none());
+        // Vectors by lanes: a float4 takes [f32; 4], a float3 takes the four lanes it fills.
+        let v = Param::new(ADDRESS_GLOBAL, "float4*", false, "v", 64);
+        assert!(mismatch(&v, buffer::<[f32; 4]>(Access::Read)).is_none());
+        assert!(mismatch(&v, buffer::<f32>(Access::Read)).is_some());
+        assert!(mismatch(&v, buffer::<[i32; 4]>(Access::Read)).is_some());
+        let v3 = Param::new(0x119E, "float3", false, "v", 64);
+        assert!(mismatch(&v3, scalar::<[f32; 4]>()).is_none());
+        // size_t is an integer of the device's address width.
+        let size = Param::new(0x119E, "size_t", false, "n", 64);
+        assert!(mismatch(&size, scalar::<u64>()).is_none());
+        assert!(mismatch(&size, scalar::<f64>()).is_some());
+        // User types are left to the caller, either side.
+        let s = Param::new(ADDRESS_GLOBAL, "struct particle*", false, "p", 64);
+        assert!(mismatch(&s, buffer::<f32>(Access::Write)).is_none());
+        assert!(mismatch(&data, buffer::<[u8; 3]>(Access::Write)).is_none());
+    }
+
+    // `Arg::write` given for a `const` (or `__constant`) parameter is refused: the kernel
+    // cannot write it. `Arg::read` for a writable one is reported to the caller to log.
+    #[test]
+    fn a_const_parameter_refuses_arg_write_and_a_writable_one_reports_arg_read() {
+        let input = Param::new(ADDRESS_GLOBAL, "float*", true, "a", 64);
+        let table = Param::new(ADDRESS_CONSTANT, "float*", false, "t", 64);
+        let out = Param::new(ADDRESS_GLOBAL, "float*", false, "out", 64);
+        for p in [&input, &table] {
+            let reason = mismatch(p, buffer::<f32>(Access::Write)).unwrap();
+            assert!(reason.contains("const"), "{reason}");
+            assert!(mismatch(p, buffer::<f32>(Access::Read)).is_none());
+        }
+        let params = [input, table, out];
+        let reads = check_args(
+            "k",
+            Some(&params),
+            [
+                buffer::<f32>(Access::Read),
+                buffer::<f32>(Access::Read),
+                buffer::<f32>(Access::Read),
+            ],
+            &LIMITS,
+        );
+        assert_eq!(reads.unwrap(), 0b100);
     }
 
     #[test]
     fn images_and_samplers_are_refused_whatever_is_given() {
         for (address, ty) in [(ADDRESS_GLOBAL, "image2d_t"), (0x119E, "sampler_t")] {
-            let p = Param::new(address, ty, "x", 64);
+            let p = Param::new(address, ty, false, "x", 64);
             assert_eq!(p.kind, ParamKind::Unsupported, "{ty}");
-            assert!(mismatch(p.kind, Given::Buffer).is_some());
+            assert!(mismatch(&p, buffer::<u8>(Access::Read)).is_some());
         }
     }
 
     #[test]
     fn local_memory_is_refused_empty_or_past_the_device() {
-        let local = [Param::new(ADDRESS_LOCAL, "int*", "scratch", 64)];
+        let local = [Param::new(ADDRESS_LOCAL, "int*", false, "scratch", 64)];
         let ok = check_args("k", Some(&local), [Given::Local(1024)], &LIMITS);
         assert!(ok.is_ok());
         for bytes in [0, usize::MAX, 64 * 1024 + 1] {

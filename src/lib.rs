@@ -96,6 +96,8 @@ pub use kernel::{Arg, KERNELS_VAR, Kernel, Program};
 /// The opencl3 this crate is built on, for raw code that works beside it: one and the
 /// same version, so its handles and types agree with the library's.
 pub use opencl3;
+#[doc(hidden)]
+pub use pod::Element;
 pub use pod::Pod;
 pub use record::failure::FailedCommand;
 pub use record::release::ReleaseReport;

@@ -59,7 +59,7 @@ use crate::core::stats::Bucket;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::ffi;
-use crate::kernel::{Arg, Kernel};
+use crate::kernel::{Arg, Kernel, Ty};
 use crate::pod::Pod;
 use crate::record::block::{Block, Home};
 use crate::record::hooks::Owner;
@@ -275,7 +275,7 @@ impl PoolInner {
         };
         let words = (mem.bytes() / 4) as u64;
         let args = [
-            Arg::block(mem, Access::Write),
+            Arg::block(mem, Access::Write, Ty::of::<u32>()),
             Arg::scalar(POISON),
             Arg::scalar(words),
         ];

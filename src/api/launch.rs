@@ -4,7 +4,7 @@ use super::buffer::ClBuffer;
 use super::queue::After;
 use crate::error::Result;
 use crate::event::Event;
-use crate::kernel::{Arg, Kernel};
+use crate::kernel::{Arg, Kernel, Ty};
 use crate::pod::Pod;
 use crate::record::submit::Touch;
 use crate::tracker::Access;
@@ -13,12 +13,12 @@ use crate::util::inline;
 impl<'a> Arg<'a> {
     /// A buffer the kernel only reads.
     pub fn read<T: Pod>(buffer: &'a ClBuffer<T>) -> Arg<'a> {
-        Arg::block(buffer.block(), Access::Read)
+        Arg::block(buffer.block(), Access::Read, Ty::of::<T>())
     }
 
     /// A buffer the kernel writes (and may read).
     pub fn write<T: Pod>(buffer: &'a ClBuffer<T>) -> Arg<'a> {
-        Arg::block(buffer.block(), Access::Write)
+        Arg::block(buffer.block(), Access::Write, Ty::of::<T>())
     }
 
     /// A buffer the kernel reads and writes.

@@ -8,7 +8,8 @@ use super::{cl_context, cl_device_id, cl_int, cl_kernel, cl_mem, cl_program};
 use crate::error::{ClStatus, Error, Result};
 
 pub(crate) use clk::{
-    CL_KERNEL_ARG_ADDRESS_QUALIFIER, CL_KERNEL_ARG_NAME, CL_KERNEL_ARG_TYPE_NAME,
+    CL_KERNEL_ARG_ADDRESS_QUALIFIER, CL_KERNEL_ARG_NAME, CL_KERNEL_ARG_TYPE_CONST,
+    CL_KERNEL_ARG_TYPE_NAME, CL_KERNEL_ARG_TYPE_QUALIFIER,
 };
 
 /// `clCreateProgramWithSource`: a new program with one reference, owned by the caller.
@@ -122,6 +123,14 @@ pub(crate) fn kernel_arg_uint(
     what: u32,
 ) -> std::result::Result<u32, cl_int> {
     clk::get_kernel_arg_info(kernel, index, what).map(|v| v.to_uint())
+}
+
+/// `CL_KERNEL_ARG_TYPE_QUALIFIER` of argument `index` (a `cl_bitfield`).
+pub(crate) fn kernel_arg_qualifier(
+    kernel: cl_kernel,
+    index: u32,
+) -> std::result::Result<u64, cl_int> {
+    clk::get_kernel_arg_info(kernel, index, CL_KERNEL_ARG_TYPE_QUALIFIER).map(|v| v.to_ulong())
 }
 
 /// A string of `clGetKernelArgInfo` for argument `index`.

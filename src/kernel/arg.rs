@@ -4,7 +4,7 @@ use std::fmt;
 use std::ptr;
 
 use crate::launch::Given;
-use crate::pod::Pod;
+use crate::pod::{Element, Pod};
 use crate::record::block::Block;
 use crate::record::submit::Touch;
 use crate::tracker::Access;
@@ -13,9 +13,29 @@ use crate::tracker::Access;
 pub(crate) const MAX_SCALAR: usize = 128;
 
 pub(crate) enum ArgKind<'a> {
-    Buffer(&'a Block, Access),
-    Scalar { bytes: [u8; MAX_SCALAR], len: usize },
+    Buffer(&'a Block, Access, Ty),
+    Scalar {
+        bytes: [u8; MAX_SCALAR],
+        len: usize,
+        ty: Ty,
+    },
     Local(usize),
+}
+
+/// The element type of a buffer or a scalar, for the launch checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ty {
+    pub(crate) element: Option<Element>,
+    pub(crate) rust: &'static str,
+}
+
+impl Ty {
+    pub(crate) fn of<T: Pod>() -> Ty {
+        Ty {
+            element: T::ELEMENT,
+            rust: std::any::type_name::<T>(),
+        }
+    }
 }
 
 /// One kernel argument, naming how the kernel uses it.
@@ -24,8 +44,10 @@ pub struct Arg<'a>(pub(crate) ArgKind<'a>);
 impl fmt::Debug for Arg<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
-            ArgKind::Buffer(block, access) => write!(f, "Arg::{access:?}(buffer {})", block.id),
-            ArgKind::Scalar { len, .. } => write!(f, "Arg::scalar({len} bytes)"),
+            ArgKind::Buffer(block, access, ty) => {
+                write!(f, "Arg::{access:?}(buffer {} of {})", block.id, ty.rust)
+            }
+            ArgKind::Scalar { len, ty, .. } => write!(f, "Arg::scalar({}, {len} bytes)", ty.rust),
             ArgKind::Local(size) => write!(f, "Arg::local({size} bytes)"),
         }
     }
@@ -53,6 +75,7 @@ impl<'a> Arg<'a> {
         Arg(ArgKind::Scalar {
             bytes,
             len: size_of::<T>(),
+            ty: Ty::of::<T>(),
         })
     }
 
@@ -64,20 +87,20 @@ impl<'a> Arg<'a> {
     /// What the launch checks see ([`crate::launch`]).
     pub(crate) fn given(&self) -> Given {
         match self.0 {
-            ArgKind::Buffer(..) => Given::Buffer,
-            ArgKind::Scalar { len, .. } => Given::Scalar(len),
+            ArgKind::Buffer(_, access, ty) => Given::Buffer { access, ty },
+            ArgKind::Scalar { len, ty, .. } => Given::Scalar { bytes: len, ty },
             ArgKind::Local(size) => Given::Local(size),
         }
     }
 
     /// A block the kernel uses with `access`.
-    pub(crate) fn block(block: &'a Block, access: Access) -> Arg<'a> {
-        Arg(ArgKind::Buffer(block, access))
+    pub(crate) fn block(block: &'a Block, access: Access, ty: Ty) -> Arg<'a> {
+        Arg(ArgKind::Buffer(block, access, ty))
     }
 
     pub(crate) fn touch(&self) -> Option<Touch<'a>> {
         match self.0 {
-            ArgKind::Buffer(block, access) => Some(Touch::kernel_arg(block, access)),
+            ArgKind::Buffer(block, access, _) => Some(Touch::kernel_arg(block, access)),
             _ => None,
         }
     }

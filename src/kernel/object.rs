@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use super::arg::{Arg, ArgKind, MAX_SCALAR};
@@ -20,7 +21,16 @@ fn params(raw: cl_kernel, count: usize, address_bits: u32) -> Option<Box<[Param]
         let address = ffi::kernel_arg_uint(raw, index, ffi::CL_KERNEL_ARG_ADDRESS_QUALIFIER)?;
         let type_name = ffi::kernel_arg_string(raw, index, ffi::CL_KERNEL_ARG_TYPE_NAME)?;
         let name = ffi::kernel_arg_string(raw, index, ffi::CL_KERNEL_ARG_NAME).unwrap_or_default();
-        Ok(Param::new(address, &type_name, &name, address_bits))
+        // A driver that cannot say leaves the parameter writable (the careful reading).
+        let is_const = ffi::kernel_arg_qualifier(raw, index)
+            .is_ok_and(|q| q & u64::from(ffi::CL_KERNEL_ARG_TYPE_CONST) != 0);
+        Ok(Param::new(
+            address,
+            &type_name,
+            is_const,
+            &name,
+            address_bits,
+        ))
     };
     match (0..count as u32).map(one).collect() {
         Ok(params) => Some(params),
@@ -60,6 +70,9 @@ pub(crate) struct KernelInner {
     /// What each parameter declares (`None`: no argument information).
     params: Option<Box<[Param]>>,
     program: Arc<ProgramInner>,
+    /// The arguments (a bit per index) already logged as read through a writable
+    /// parameter (the launch checks' *const parameters* rule logs each once).
+    logged_reads: AtomicU64,
 }
 
 // SAFETY: every use of the cl_kernel goes through the Mutex, which makes clSetKernelArg
@@ -135,6 +148,7 @@ impl Kernel {
             num_args: 0,
             params: None,
             program: program.clone(),
+            logged_reads: AtomicU64::new(0),
         };
         // `kernel` owns `raw` from here on, so an error below releases it.
         kernel.num_args = ffi::kernel_num_args(raw)?;
@@ -215,12 +229,24 @@ impl Kernel {
             });
         }
         launch::check_work(global, local, limits)?;
-        launch::check_args(
+        let reads = launch::check_args(
             &self.inner.name,
             self.inner.params.as_deref(),
             args.iter().map(Arg::given),
             limits,
-        )
+        )?;
+        let new = reads & !self.inner.logged_reads.fetch_or(reads, Ordering::Relaxed);
+        for index in (0..64).filter(|i| new & (1 << i) != 0) {
+            log::warn!(
+                target: "cl_lifetime::kernel",
+                "kernel {} argument {index} ({}) is given with Arg::read, but the parameter is \
+                 not const: if the kernel writes it, the library does not order later commands \
+                 after that write (declare it const, or pass Arg::write)",
+                self.inner.name,
+                launch::declared(self.inner.params.as_deref(), index)
+            );
+        }
+        Ok(())
     }
 
     /// The *widest first* rule's turn for a launch of this kernel over `global`
@@ -278,8 +304,8 @@ impl Kernel {
         let raw = state.raw;
         for ((index, arg), bound) in args.iter().enumerate().zip(state.bound.iter_mut()) {
             let wanted = match &arg.0 {
-                ArgKind::Buffer(block, _) => Bound::Mem(block.id),
-                ArgKind::Scalar { bytes, len } => Bound::Scalar {
+                ArgKind::Buffer(block, ..) => Bound::Mem(block.id),
+                ArgKind::Scalar { bytes, len, .. } => Bound::Scalar {
                     bytes: *bytes,
                     len: *len,
                 },
@@ -291,11 +317,11 @@ impl Kernel {
             let set = match &arg.0 {
                 // SAFETY: the kernel lock is held; `block` is a live buffer (borrowed for
                 // the launch).
-                ArgKind::Buffer(block, _) => unsafe {
+                ArgKind::Buffer(block, ..) => unsafe {
                     ffi::set_arg_mem(raw, index as u32, block.raw())
                 },
                 // SAFETY: the kernel lock is held; `bytes` holds `len` initialized bytes.
-                ArgKind::Scalar { bytes, len } => unsafe {
+                ArgKind::Scalar { bytes, len, .. } => unsafe {
                     ffi::set_arg_bytes(raw, index as u32, &bytes[..*len])
                 },
                 // SAFETY: the kernel lock is held.
@@ -312,7 +338,7 @@ impl Kernel {
                     status: Some(ClStatus(status)),
                 });
             }
-            if let ArgKind::Buffer(block, _) = &arg.0 {
+            if let ArgKind::Buffer(block, ..) = &arg.0 {
                 block.bound_to(Arc::downgrade(&self.inner) as Weak<dyn ArgHolder>);
             }
             *bound = wanted;

@@ -22,7 +22,7 @@ pub(crate) struct ProgramInner {
     /// The first device's `CL_DEVICE_ADDRESS_BITS` (the size of `size_t` parameters).
     pub(super) address_bits: u32,
     /// The launches of this program's kernels that may be pending, where launches of one
-    /// kernel at different work sizes must not overlap (the *one width at a time* rule).
+    /// kernel at different work sizes must not overlap (the *widest first* rule).
     pub(super) widths: Arc<Widths>,
 }
 

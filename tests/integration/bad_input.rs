@@ -70,7 +70,7 @@ isolated_test! {
         let k = increment(&ctx);
         let args = [Arg::scalar(0xdead_beef_u64), Arg::scalar(4u32)];
         let err = queue.launch(&k, &[4], &args).unwrap_err();
-        assert_refused(&err, 0, "__global int* data", "a 8-byte scalar");
+        assert_refused(&err, 0, "__global int* data", "a 8-byte scalar (u64)");
         assert_increment_works(&ctx, &k);
     }
 }
@@ -83,7 +83,7 @@ fn a_null_scalar_given_for_a_buffer_parameter_is_refused_instead_of_launching() 
     let err = queue
         .launch(&k, &[4], &[Arg::scalar(0u64), Arg::scalar(4u32)])
         .unwrap_err();
-    assert_refused(&err, 0, "__global int* data", "a 8-byte scalar");
+    assert_refused(&err, 0, "__global int* data", "a 8-byte scalar (u64)");
     assert_increment_works(&ctx, &k);
 }
 
@@ -110,7 +110,7 @@ isolated_test! {
         let err = queue
             .launch(&k, &[4], &[Arg::scalar(handle), Arg::scalar(4u32)])
             .unwrap_err();
-        assert_refused(&err, 0, "__global int* data", "a 8-byte scalar");
+        assert_refused(&err, 0, "__global int* data", "a 8-byte scalar (u64)");
         assert_increment_works(&ctx, &k);
     }
 }
@@ -124,7 +124,7 @@ fn a_buffer_given_for_a_value_parameter_is_refused() {
     let err = queue
         .launch(&k, &[4], &[Arg::read_write(&buf), Arg::read(&buf)])
         .unwrap_err();
-    assert_refused(&err, 1, "uint n", "a buffer");
+    assert_refused(&err, 1, "uint n", "a buffer of i32 read (Arg::read)");
     assert_eq!(buf.record_len(), 0, "a refused launch was recorded");
     assert_increment_works(&ctx, &k);
 }
@@ -498,4 +498,89 @@ fn a_mapping_out_of_range_names_the_mapping() {
     queue.fill(&buf, 2).unwrap();
     let mapped = queue.map(&buf, N - 1..N).unwrap();
     assert_eq!(&mapped[..], &[2]);
+}
+
+// ---- Element types and const parameters ----
+
+// A `ClBuffer<f32>` given for an `int*` parameter, or an `f32` scalar for a `uint` one,
+// launched.
+#[test]
+fn a_buffer_or_scalar_of_another_element_type_is_refused_naming_both_types() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let k = increment(&ctx);
+    let floats = ctx.buffer_from(&[0f32; 4]).unwrap();
+    let ints = ctx.buffer_from(&[0i32; 4]).unwrap();
+    let err = queue
+        .launch(&k, &[4], &[Arg::write(&floats), Arg::scalar(4u32)])
+        .unwrap_err();
+    assert_refused(
+        &err,
+        0,
+        "__global int* data",
+        "a buffer of f32 written (Arg::write)",
+    );
+    assert!(
+        err.to_string().contains("declares int and f32 is given"),
+        "{err}"
+    );
+    let err = queue
+        .launch(&k, &[4], &[Arg::write(&ints), Arg::scalar(4f32)])
+        .unwrap_err();
+    assert_refused(&err, 1, "uint n", "a 4-byte scalar (f32)");
+    assert_eq!(
+        floats.record_len() + ints.record_len(),
+        0,
+        "a refused launch was recorded"
+    );
+    assert_increment_works(&ctx, &k);
+}
+
+// `Arg::write` for a `const` parameter is refused (the kernel cannot write it); `Arg::read`
+// for a parameter that is not const launches, and is logged once per argument.
+#[test]
+fn arg_write_for_a_const_parameter_is_refused_and_arg_read_for_a_writable_one_is_logged() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let add = ctx
+        .program("vector_add", "")
+        .unwrap()
+        .kernel("add")
+        .unwrap();
+    let a = ctx.buffer_from(&[1f32; 16]).unwrap();
+    let b = ctx.buffer_from(&[2f32; 16]).unwrap();
+    let sum = ctx.buffer_from(&[0f32; 16]).unwrap();
+    let args = [
+        Arg::write(&a),
+        Arg::read(&b),
+        Arg::write(&sum),
+        Arg::scalar(16u32),
+    ];
+    let err = queue.launch(&add, &[16], &args).unwrap_err();
+    assert_refused(
+        &err,
+        0,
+        "__global const float* a",
+        "a buffer of f32 written (Arg::write)",
+    );
+    assert!(err.to_string().contains("const"), "{err}");
+
+    let me = std::thread::current().id();
+    let reads = [
+        Arg::read(&a),
+        Arg::read(&b),
+        Arg::read(&sum),
+        Arg::scalar(16u32),
+    ];
+    queue.launch(&add, &[16], &reads).unwrap().wait().unwrap();
+    queue.launch(&add, &[16], &reads).unwrap().wait().unwrap();
+    let said: Vec<String> = common::logs::messages(me, "cl_lifetime::kernel")
+        .into_iter()
+        .filter(|m| m.contains("kernel add argument"))
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("argument 2") && said[0].contains("not const"),
+        "{said:?}"
+    );
 }

@@ -841,7 +841,7 @@ fn scalar_of_the_wrong_size_is_a_kernel_arg_error_and_the_kernel_still_works() {
     assert_eq!(kernel, "add");
     assert_eq!(*index, 3);
     assert_eq!(declared, "uint n");
-    assert_eq!(given, "a 8-byte scalar");
+    assert_eq!(given, "a 8-byte scalar (u64)");
     let text = err.to_string();
     assert!(text.contains("4-byte value"), "{text}");
     assert!(text.contains("argument 3"), "{text}");
