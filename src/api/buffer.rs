@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use super::queue::Queue;
 use crate::core::context::ContextCore;
+use crate::core::reaper::{Deferred, Step};
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::ffi::{self, cl_mem};
@@ -228,7 +229,10 @@ impl<T: Pod> ClBuffer<T> {
 /// A non-blocking read into an owned `Vec`; [`PendingRead::wait`] returns it.
 ///
 /// Dropping it without waiting blocks until the read has ended, since the device is
-/// writing into its memory.
+/// writing into its memory; but where the read may be behind a user event of its context
+/// that is not set (the caller may be about to set it, or unwinding past it), the drop
+/// returns at once and the memory goes to the library's thread, which frees it once the
+/// read has ended (and says so in the log).
 pub struct PendingRead<T: Pod> {
     event: Event,
     /// The writes the buffer's contents came from when the read was enqueued (the
@@ -281,9 +285,52 @@ impl<T: Pod> PendingRead<T> {
 
 impl<T: Pod> Drop for PendingRead<T> {
     fn drop(&mut self) {
-        if self.data.capacity() != 0 {
-            // The device may still be writing into `data`.
-            ffi::wait_terminal(&[self.event.as_raw()]);
+        if self.data.capacity() == 0 || ended(self.event.as_raw()) {
+            return;
+        }
+        // The device may still be writing into `data`. Behind an unset gate, waiting here
+        // could be forever (the *drop behind a gate* rule, as for a buffer's drop).
+        if let Some(queue) = self.event.inner.queue.as_ref() {
+            let gates = &queue.ctx.gates;
+            if gates.count() > 0 {
+                log::info!(
+                    target: "cl_lifetime::buffer",
+                    "a pending read of {} elements was dropped while user events of its \
+                     context are not set (created at {}); its memory is freed on the \
+                     library's thread once the read has ended",
+                    self.len,
+                    crate::util::sites(&gates.sites())
+                );
+                let kept = KeptUntilEnded {
+                    event: self.event.clone(),
+                    _memory: Box::new(std::mem::take(&mut self.data)),
+                };
+                queue.ctx.reaper.submit(Box::new(kept), true);
+                return;
+            }
+        }
+        ffi::wait_terminal(&[self.event.as_raw()]);
+    }
+}
+
+/// Whether the command of `raw` has ended (an unreadable status counts as ended).
+fn ended(raw: ffi::cl_event) -> bool {
+    ffi::execution_status(raw).map_or(true, |s| s <= ffi::CL_COMPLETE)
+}
+
+/// Host memory a command still writes into, kept by the library's thread until the
+/// command has ended (a pending read dropped behind an unset gate).
+struct KeptUntilEnded {
+    event: Event,
+    _memory: Box<dyn Send>,
+}
+
+impl Deferred for KeptUntilEnded {
+    fn poll(&mut self, _hurry: bool) -> Step {
+        if ended(self.event.as_raw()) {
+            Step::Done
+        } else {
+            Step::Pending
         }
     }
 }

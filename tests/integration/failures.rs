@@ -254,6 +254,67 @@ isolated_test! {
     }
 }
 
+// A panic while a `PendingRead` was alive behind a user event never set blocked the
+// program for ever, with no log line (its drop waited for the read).
+isolated_test! {
+    fn a_pending_read_dropped_before_its_closed_gate_on_unwind_does_not_hang() {
+        let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
+        let queue = ctx.queue().unwrap();
+        let buf = ctx.buffer_from(&[3u32; 1 << 16]).unwrap();
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let gate = ctx.user_event().unwrap();
+            let _read = queue.after(&[gate.event()]).read_owned(&buf).unwrap();
+            panic!("the caller's code fails here");
+        }));
+        assert!(unwound.is_err());
+        // The read's memory is with the library's thread until the read has ended.
+        ctx.wait_deferred();
+        assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), vec![3; 1 << 16]);
+    }
+}
+
+// Every handle whose drop can wait (a buffer, a pooled buffer, an arena's buffer, a pending
+// read, a deferred release, a queue, a pool, an arena, a second context) is unwound past
+// while the gate its commands wait behind is still closed: the unwind returns.
+isolated_test! {
+    fn unwinding_past_every_handle_that_can_wait_behind_a_closed_gate_does_not_hang() {
+        let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let gate = ctx.user_event().unwrap();
+            let queue = ctx.queue().unwrap();
+            let deps = [gate.event()];
+            let after = queue.after(&deps);
+            let buf = ctx.buffer::<u32>(1024).unwrap();
+            after.fill(&buf, 1).unwrap();
+            let pool = cl_lifetime::Pool::new(&ctx, cl_lifetime::PoolOptions::default()).unwrap();
+            let pooled = pool.acquire::<u32>(1024).unwrap();
+            after.fill(&pooled, 2).unwrap();
+            let arena = cl_lifetime::Arena::new(&ctx, 1 << 16).unwrap();
+            let carved = arena.carve::<u32>(256).unwrap();
+            after.fill(&carved, 3).unwrap();
+            let _read = after.read_owned(&buf).unwrap();
+            let deferred = ctx.buffer::<u32>(1024).unwrap();
+            after.fill(&deferred, 4).unwrap();
+            deferred.release_deferred();
+            let other = Context::new(ctx.device()).unwrap();
+            let other_gate = other.user_event().unwrap();
+            let theirs = other.buffer::<u32>(1024).unwrap();
+            other.queue().unwrap().after(&[other_gate.event()]).fill(&theirs, 5).unwrap();
+            let _handles = (pooled, carved, theirs, other_gate, other, arena, pool, queue);
+            panic!("the caller's code fails here");
+        }));
+        assert!(unwound.is_err());
+        ctx.wait_deferred();
+        assert_eq!(ctx.memory_stats().live_bytes, 0);
+    }
+}
+
 isolated_test! {
     fn a_context_dropped_with_a_deferred_release_behind_a_held_closed_gate_does_not_hang() {
         let ctx = device!();
