@@ -240,6 +240,16 @@ pub enum Error {
         /// The `cl_context` handle it was used with.
         used_with: usize,
     },
+    /// A memory object adopted ([`ClBuffer::from_raw`](crate::ClBuffer::from_raw)) is
+    /// already held by a buffer of the context: one memory object has one record, so
+    /// that every command on it is ordered; use that buffer.
+    AlreadyTracked {
+        /// The `cl_mem` handle.
+        raw: usize,
+        /// Where the buffer holding it was handed out (created, adopted, taken from a
+        /// pool).
+        allocated_at: String,
+    },
     /// The closure of a raw enqueue ([`After::enqueue_raw`](crate::After::enqueue_raw))
     /// returned a null event: there is no command to track.
     NullEvent,
@@ -297,7 +307,7 @@ pub enum Error {
 }
 
 impl Error {
-    /// [`Error::ContextMismatch { .. }`]: `object` of the context `its` (none for a device) used
+    /// [`Error::ContextMismatch`]: `object` of the context `its` (none for a device) used
     /// with `used_with`.
     pub(crate) fn context_mismatch(
         object: impl Into<String>,
@@ -479,6 +489,11 @@ impl fmt::Display for Error {
                     None => Ok(()),
                 }
             }
+            Error::AlreadyTracked { raw, allocated_at } => write!(
+                f,
+                "memory object {raw:#x} is already the buffer allocated at {allocated_at}: \
+                 one memory object has one record, so use that buffer"
+            ),
             Error::NullEvent => write!(
                 f,
                 "the raw enqueue returned a null event: its command cannot be tracked"

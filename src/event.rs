@@ -277,7 +277,7 @@ impl Event {
         self.inner.context == ctx.raw
     }
 
-    /// [`Error::ContextMismatch { .. }`] for this event, used with the context `used_with`.
+    /// [`Error::ContextMismatch`] for this event, used with the context `used_with`.
     pub(crate) fn context_mismatch(&self, used_with: crate::ffi::cl_context) -> Error {
         let object = match self.command_kind() {
             Ok(kind) => format!("event {:p} of a {kind:?} command", self.inner.raw),

@@ -550,7 +550,7 @@ impl Pool {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch { .. }`] when `queue` belongs to another context (nothing is
+    /// [`Error::ContextMismatch`] when `queue` belongs to another context (nothing is
     /// taken from the pool); else as [`Pool::acquire`].
     #[track_caller]
     pub fn acquire_on<T: Pod>(&self, queue: &Queue, len: usize) -> Result<ClBuffer<T>> {

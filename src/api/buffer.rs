@@ -210,9 +210,10 @@ impl<T: Pod> ClBuffer<T> {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch { .. }`] when `raw` belongs to another context;
-    /// [`Error::Cl`] when its size cannot be read; [`Error::ZeroLength`] when it holds no
-    /// whole `T`.
+    /// [`Error::ContextMismatch`] when `raw` belongs to another context;
+    /// [`Error::AlreadyTracked`] when a buffer of the context holds it already (adopted
+    /// before, or one of the library's own); [`Error::Cl`] when its size cannot be read;
+    /// [`Error::ZeroLength`] when it holds no whole `T`.
     #[track_caller]
     pub unsafe fn from_raw(ctx: &crate::Context, raw: cl_mem) -> Result<Self> {
         // SAFETY: as the caller vouches.

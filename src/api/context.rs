@@ -185,7 +185,7 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch { .. }`] when `device` is not in the context; [`Error::Cl`] as
+    /// [`Error::ContextMismatch`] when `device` is not in the context; [`Error::Cl`] as
     /// [`Context::queue`] and [`Context::out_of_order_queue`].
     pub fn queue_on(&self, device: &Device, out_of_order: bool) -> Result<Queue> {
         self.queue_on_with(device, QueueOptions::default().out_of_order(out_of_order))
@@ -222,7 +222,7 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch { .. }`] when `device` is not in the context; [`Error::Cl`] as
+    /// [`Error::ContextMismatch`] when `device` is not in the context; [`Error::Cl`] as
     /// [`Context::queue_with`].
     pub fn queue_on_with(&self, device: &Device, options: QueueOptions) -> Result<Queue> {
         let device = self
@@ -461,7 +461,7 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch { .. }`] when `raw` belongs to another context or device;
+    /// [`Error::ContextMismatch`] when `raw` belongs to another context or device;
     /// [`Error::Cl`] when its properties cannot be read.
     pub(crate) unsafe fn adopt_queue(&self, raw: crate::ffi::cl_command_queue) -> Result<Queue> {
         let info = crate::ffi::queue_info(raw)?;

@@ -55,7 +55,7 @@ impl After<'_> {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch { .. }`](crate::Error::ContextMismatch { .. }), [`Error::ArgCount`](crate::Error::ArgCount), [`Error::KernelArg`](crate::Error::KernelArg) naming the
+    /// [`Error::ContextMismatch`](crate::Error::ContextMismatch), [`Error::ArgCount`](crate::Error::ArgCount), [`Error::KernelArg`](crate::Error::KernelArg) naming the
     /// argument, what was given and what the kernel declares, [`Error::WorkSize`](crate::Error::WorkSize) with the
     /// sizes and the device's limits, [`Error::DependencyFailed`](crate::Error::DependencyFailed) (the *failed write* rule, or a failed dependency), or
     /// [`Error::Cl`](crate::Error::Cl) from `clEnqueueNDRangeKernel`.

@@ -108,7 +108,7 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch { .. }`](crate::Error::ContextMismatch { .. }) when `raw` belongs to
+    /// [`Error::ContextMismatch`](crate::Error::ContextMismatch) when `raw` belongs to
     /// another context or to a device not in it; [`Error::Cl`](crate::Error::Cl) when
     /// its properties cannot be read.
     pub unsafe fn from_raw(ctx: &crate::Context, raw: cl_command_queue) -> Result<Queue> {

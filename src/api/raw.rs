@@ -105,7 +105,7 @@ impl After<'_> {
     ///
     /// What `enqueue` returned; [`Error::DependencyFailed`](crate::Error::DependencyFailed)
     /// when a buffer read was last written by a command that failed, or an event of
-    /// [`Queue::after`](crate::Queue::after) failed; [`Error::ContextMismatch { .. }`](crate::Error::ContextMismatch { .. })
+    /// [`Queue::after`](crate::Queue::after) failed; [`Error::ContextMismatch`](crate::Error::ContextMismatch)
     /// for a buffer or event of another context; [`Error::Mapped`](crate::Error::Mapped)
     /// for a buffer mapped in a way the use conflicts with.
     ///

@@ -1,7 +1,9 @@
 //! The shared state of one context, which every queue, buffer and event of it reaches.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::device::Device;
@@ -44,6 +46,9 @@ pub(crate) struct ContextCore {
     /// On a driver whose events keep their commands' buffers: the records sharing a
     /// command with other records ([`super::pins`]).
     pub(crate) pins: Option<Pins>,
+    /// The memory objects the context's blocks hold (by handle), with where each was
+    /// handed out: one memory object is one block (a second adoption is refused).
+    pub(crate) tracked: Mutex<HashMap<usize, &'static Location<'static>>>,
 }
 
 // SAFETY: a cl_context may be used from any thread (OpenCL 3.0 appendix A.2: every call
@@ -53,6 +58,32 @@ unsafe impl Send for ContextCore {}
 unsafe impl Sync for ContextCore {}
 
 impl ContextCore {
+    /// Notes that a block holds `raw`, handed out at `site`.
+    pub(crate) fn track(&self, raw: ffi::cl_mem, site: &'static Location<'static>) {
+        self.tracked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(raw as usize, site);
+    }
+
+    /// Notes that no block holds `raw` any more (before its release: the driver may hand
+    /// the handle out again).
+    pub(crate) fn untrack(&self, raw: ffi::cl_mem) {
+        self.tracked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&(raw as usize));
+    }
+
+    /// Where the block holding `raw` was handed out, if one does.
+    pub(crate) fn tracked_at(&self, raw: ffi::cl_mem) -> Option<&'static Location<'static>> {
+        self.tracked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(raw as usize))
+            .copied()
+    }
+
     /// A new context over `devices` (at least one, all of one platform).
     pub(crate) fn create(devices: &[Device]) -> Result<ContextCore> {
         let Some(first) = devices.first() else {
@@ -95,6 +126,7 @@ impl ContextCore {
                 .any(Behaviour::events_keep_buffers)
                 .then(Pins::default),
             behaviours,
+            tracked: Mutex::default(),
         }
     }
 

@@ -183,7 +183,7 @@ impl Kernel {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch { .. }`] when its program belongs to another context;
+    /// [`Error::ContextMismatch`] when its program belongs to another context;
     /// [`Error::Cl`] when it cannot be queried.
     pub unsafe fn from_raw(ctx: &crate::Context, raw: ffi::cl_kernel) -> Result<Kernel> {
         let (program, name) = ffi::kernel_program_and_name(raw)?;

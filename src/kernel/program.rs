@@ -144,7 +144,7 @@ impl Program {
     ///
     /// # Errors
     ///
-    /// [`Error::ContextMismatch { .. }`] when `raw` belongs to another context; [`Error::Cl`]
+    /// [`Error::ContextMismatch`] when `raw` belongs to another context; [`Error::Cl`]
     /// when it cannot be queried.
     pub unsafe fn from_raw(ctx: &crate::Context, raw: cl_program) -> Result<Program> {
         // SAFETY: as the caller vouches.

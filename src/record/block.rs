@@ -96,7 +96,7 @@ impl Block {
         Ok(Block::adopt(ctx, raw, bytes, site, Bucket::Live))
     }
 
-    /// [`Error::ContextMismatch { .. }`] for this buffer, used with the context `used_with`.
+    /// [`Error::ContextMismatch`] for this buffer, used with the context `used_with`.
     pub(crate) fn context_mismatch(&self, used_with: ffi::cl_context) -> Error {
         Error::context_mismatch(
             format!("buffer allocated at {}", self.allocated_at),
@@ -123,6 +123,14 @@ impl Block {
                 Some(context),
                 ctx.raw,
             ));
+        }
+        // One memory object is one block: two records of it would not order each other's
+        // commands (a read through one would miss a write through the other).
+        if let Some(at) = ctx.tracked_at(raw) {
+            return Err(Error::AlreadyTracked {
+                raw: raw as usize,
+                allocated_at: at.to_string(),
+            });
         }
         // SAFETY: `raw` is valid, as the caller vouches; this reference is the block's.
         unsafe { ffi::retain_mem(raw) }?;
@@ -153,6 +161,7 @@ impl Block {
         site: &'static Location<'static>,
         bucket: Bucket,
     ) -> Block {
+        ctx.track(raw, site);
         let mut block = Block {
             raw,
             id: next_id(),

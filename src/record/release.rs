@@ -156,6 +156,8 @@ impl Block {
             pins.sweep();
         }
         stages.mark("failures and events released");
+        // Before the release: the driver may hand the handle out again after it.
+        self.ctx.untrack(raw);
         // SAFETY: `raw` came from clCreateBuffer and is released once, here (it was
         // swapped out for null above); every event that used it has ended (waited for
         // above, or found ended by the reaper before it called this).

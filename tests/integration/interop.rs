@@ -786,3 +786,79 @@ fn a_raw_enqueue_returning_a_null_or_foreign_event_is_refused_and_the_buffer_sta
     queue.fill(&buf, 9).unwrap();
     assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), vec![9; 64]);
 }
+
+// `ClBuffer::from_raw` of one `cl_mem` twice gave two buffers with two records: a read
+// through one did not wait for a write through the other and returned the old values. The
+// second adoption is refused, naming the first buffer; once that buffer is released, the
+// memory object may be adopted again.
+#[test]
+fn adopting_one_memory_object_twice_is_refused_naming_the_buffer_that_holds_it() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let mut status = 0;
+    // SAFETY: a plain buffer of the library's context.
+    let raw = unsafe {
+        cl_sys::clCreateBuffer(
+            ctx.as_raw() as _,
+            cl_sys::CL_MEM_READ_WRITE,
+            4096,
+            ptr::null_mut(),
+            &mut status,
+        )
+    };
+    assert_eq!(status, 0);
+    // SAFETY: `raw` is a valid memory object, kept by this test until the end.
+    let (first, line) = (
+        unsafe { ClBuffer::<u32>::from_raw(&ctx, raw as _) }.unwrap(),
+        line!(),
+    );
+    // SAFETY: as above.
+    let second = unsafe { ClBuffer::<u32>::from_raw(&ctx, raw as _) };
+    match &second {
+        Err(Error::AlreadyTracked {
+            raw: r,
+            allocated_at,
+        }) => {
+            assert_eq!(*r, raw as usize);
+            assert!(
+                allocated_at.contains(&format!("{}:{line}", file!())),
+                "{allocated_at}"
+            );
+        }
+        _ => panic!("expected AlreadyTracked, got {second:?}"),
+    }
+    queue.fill(&first, 9).unwrap();
+    assert_eq!(
+        queue.read_owned(&first).unwrap().wait().unwrap(),
+        vec![9; 1024]
+    );
+    first.release().unwrap();
+    // SAFETY: released by the library above, the test's own reference keeps it valid.
+    let again = unsafe { ClBuffer::<u32>::from_raw(&ctx, raw as _) }.unwrap();
+    assert_eq!(
+        queue.read_owned(&again).unwrap().wait().unwrap(),
+        vec![9; 1024]
+    );
+    drop(again);
+    // SAFETY: the test's own reference, released once.
+    assert_eq!(unsafe { cl_sys::clReleaseMemObject(raw) }, 0);
+}
+
+// Adopting the raw handle of one of the library's own buffers made that buffer's release
+// wait the whole free grace and report `freed: false` (the adopted copy kept the memory).
+#[test]
+fn adopting_a_library_buffers_own_handle_is_refused_and_its_release_frees() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer_from(&[1u32; 256]).unwrap();
+    // SAFETY: the buffer's handle is valid while the buffer lives.
+    let copy = unsafe { ClBuffer::<u32>::from_raw(&ctx, buf.as_raw()) };
+    assert!(
+        matches!(copy, Err(Error::AlreadyTracked { .. })),
+        "{copy:?}"
+    );
+    queue.fill(&buf, 2).unwrap();
+    let report = buf.release().unwrap();
+    assert!(report.freed, "{report:?}");
+    assert!(report.free_wait < ctx.free_grace(), "{report:?}");
+}
