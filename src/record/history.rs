@@ -72,6 +72,10 @@ pub(crate) struct Record {
     host: Vec<(Event, Box<dyn Any + Send>)>,
     /// Listed in the context's pins (their *listed* rule).
     pub(super) listed: bool,
+    /// Commands the tracker let go of unasked, superseded by a command with no wait list
+    /// once a failure was possible: kept until seen ended, so that a failure among them
+    /// reaches the release's report (the *every failure reported* rule).
+    unasked: Vec<Event>,
 }
 
 impl Record {
@@ -168,6 +172,9 @@ impl Record {
         if access == Access::Write {
             self.record_write(&event, failures_possible, replaces);
         }
+        if failures_possible && !had_wait_list {
+            self.keep_unasked(lane, access);
+        }
         let (failed, saw) = (&mut self.failed, &mut self.saw_failure);
         let state = |e: &Event| Self::ended(e, failed, saw);
         if host {
@@ -188,11 +195,32 @@ impl Record {
         self.prune_host();
     }
 
+    /// The *every failure reported* rule: the entries a command with no wait list, `access`
+    /// on `lane`, supersedes and the tracker drops unasked (its rule 5: they are ordered
+    /// before it or have ended; rule 8 keeps what may end late), kept until seen ended.
+    fn keep_unasked(&mut self, lane: Lane, access: Access) {
+        // What was kept before and has ended goes first, its failure kept.
+        let (failed, saw) = (&mut self.failed, &mut self.saw_failure);
+        self.unasked
+            .retain(|e| !Self::ended(e, failed, saw).has_ended());
+        let dropped = |e: &&Entry<Event>| {
+            !e.late
+                && match access {
+                    Access::Write => true,
+                    Access::Read => lane.in_order && e.lane == lane && e.access == Access::Read,
+                }
+        };
+        let entries = self.events.entries().iter().filter(dropped);
+        self.unasked.extend(entries.map(|e| e.event.clone()));
+    }
+
     /// Drops every event that has ended, keeping the failures for the report.
     pub(crate) fn prune_ended(&mut self) {
         self.trust_queue_order(gates::failures_possible());
         let (failed, saw) = (&mut self.failed, &mut self.saw_failure);
         self.events.prune(|e| Self::ended(e, failed, saw));
+        self.unasked
+            .retain(|e| !Self::ended(e, failed, saw).has_ended());
         self.prune_host();
     }
 
@@ -239,6 +267,7 @@ impl Record {
             .filter(|w| !matches!(w.status(), Ok(Status::Complete)));
         let holds = !self.events.is_empty()
             || self.events.shadow_len() != 0
+            || !self.unasked.is_empty()
             || self.writes.iter().next().is_some();
         self.listed = holds;
         holds
@@ -255,6 +284,7 @@ impl Record {
         self.failed.clear();
         self.saw_failure = false;
         self.writes = Writes::default();
+        self.unasked.clear();
         self.events.prune_each(true);
         self.events.prune(Event::state);
     }
@@ -285,13 +315,16 @@ impl Record {
     }
 
     /// Takes what a release must wait on: every recorded event and every event of lent
-    /// host memory, each once, and the failures kept so far.
-    pub(crate) fn take_for_release(&mut self) -> (Vec<Event>, Vec<FailedCommand>) {
+    /// host memory, each once; the events kept by the *every failure reported* rule (they
+    /// end before those, so the release asks them after its wait, without waiting on
+    /// them); and the failures kept so far.
+    pub(crate) fn take_for_release(&mut self) -> (Vec<Event>, Vec<Event>, Vec<FailedCommand>) {
         let mut events: Vec<Event> = self.events.take().into_iter().map(|e| e.event).collect();
         events.extend(self.host.iter().map(|(e, _)| e.clone()));
         events.sort_by_key(|e| e.as_raw() as usize);
         events.dedup_by_key(|e| e.as_raw());
-        (events, std::mem::take(&mut self.failed))
+        let unasked = std::mem::take(&mut self.unasked);
+        (events, unasked, std::mem::take(&mut self.failed))
     }
 
     /// After the release's wait: every command that used lent host memory has ended, and

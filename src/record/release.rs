@@ -131,7 +131,7 @@ impl Block {
             // first (design trap "flush before a cross-queue wait", for the host).
             record.flush_producers();
         }
-        let (events, mut failed) = record.take_for_release();
+        let (events, unasked, mut failed) = record.take_for_release();
         let raws: Vec<cl_event> = events.iter().map(Event::as_raw).collect();
 
         let waited = if raws.is_empty() || !block {
@@ -143,9 +143,10 @@ impl Block {
         };
 
         stages.mark("wait");
-        for event in &events {
+        for event in events.iter().chain(&unasked) {
             failure::collect(&mut failed, event);
         }
+        drop(unasked);
         record.released();
         drop(record);
         // Before the memory: on rusticl an event keeps its command's buffers alive (design

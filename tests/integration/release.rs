@@ -418,3 +418,52 @@ isolated_test! {
         gate.complete().unwrap();
     }
 }
+
+// A failed command that a later write superseded was missing from `ReleaseReport::failed`,
+// which lists every failed command the buffer saw: here on its own in-order queue (the
+// later write waits for it through the queue's order, with an empty wait list).
+#[test]
+fn a_failed_command_superseded_by_a_write_on_its_queue_is_in_the_release_report() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer::<u32>(1024).unwrap();
+    let gate = ctx.user_event().unwrap();
+    queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
+    queue.write_owned(&buf, vec![2; 1024]).unwrap();
+    queue.flush().unwrap();
+    gate.fail(-42).unwrap();
+    let report = buf.release().unwrap();
+    assert!(
+        report.failed.iter().any(|f| f.command == CommandKind::Fill),
+        "the superseded fill is missing: {report:?}"
+    );
+}
+
+// The same from another queue: the write waits for nothing (a failed command never enters
+// a wait list), and supersedes the failed fill.
+#[test]
+fn a_failed_command_superseded_by_a_write_from_another_queue_is_in_the_release_report() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let (queue, other) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let buf = ctx.buffer::<u32>(1024).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let fill = queue.after(&[gate.event()]).fill(&buf, 1).unwrap();
+    queue.flush().unwrap();
+    gate.fail(-42).unwrap();
+    assert!(fill.wait().is_err());
+    drop(fill);
+    other.fill(&buf, 2).unwrap();
+    assert_eq!(
+        other.read_owned(&buf).unwrap().wait().unwrap(),
+        vec![2; 1024]
+    );
+    let report = buf.release().unwrap();
+    assert_eq!(report.failed.len(), 1, "{report:?}");
+    assert_eq!(report.failed[0].command, CommandKind::Fill, "{report:?}");
+}
