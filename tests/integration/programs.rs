@@ -323,8 +323,15 @@ isolated_test! {
         wider.wait().unwrap();
         first.wait().unwrap();
         let (first, wider) = (first.profile().unwrap(), wider.profile().unwrap());
-        // Within a hundredth of the first launch's run: rusticl's timestamps put the next
-        // command's start a nanosecond before the previous one's end.
+        // 64 work items of 200,000 steps each take milliseconds anywhere.
+        if first.ended - first.started < 10_000 {
+            common::not_run(format_args!(
+                "the driver's profiling times do not measure runs ({} ns for milliseconds \
+                 of work: Mesa 22.3's rusticl)",
+                first.ended - first.started
+            ));
+            return;
+        }
         let slack = (first.ended - first.started) / 100;
         assert!(
             wider.started + slack >= first.ended,
