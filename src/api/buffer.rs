@@ -46,12 +46,23 @@ impl<T: Pod> fmt::Debug for ClBuffer<T> {
 
 impl<T: Pod> ClBuffer<T> {
     #[track_caller]
-    pub(crate) fn create(ctx: &Arc<ContextCore>, len: usize, init: Option<&[T]>) -> Result<Self> {
+    /// A new buffer of `len` elements: a copy of `init`, or, without it, zeroed before
+    /// its first read when `zeroed` (the *zeroed before read* rule), else as the driver
+    /// left the memory.
+    pub(crate) fn create(
+        ctx: &Arc<ContextCore>,
+        len: usize,
+        init: Option<&[T]>,
+        zeroed: bool,
+    ) -> Result<Self> {
         let bytes = Block::check_size::<T>(ctx, len)?;
         let init = init.map_or(ptr::null(), |data| data.as_ptr().cast::<c_void>());
         // SAFETY: `init` is null, or points to `len` elements of `T`, `bytes` readable
         // bytes (checked above).
         let block = unsafe { Block::create(ctx, bytes, init, Location::caller()) }?;
+        if init.is_null() && zeroed {
+            block.mark_fresh();
+        }
         Ok(ClBuffer::from_block(block, len))
     }
 
@@ -150,8 +161,10 @@ impl<T: Pod> ClBuffer<T> {
     /// as pending release until then; [`Context::wait_deferred`](crate::Context::wait_deferred)
     /// waits for them.
     ///
-    /// Until the reaper gets to it, a new uninitialized buffer of the same size on the
-    /// context ([`Context::buffer`](crate::Context::buffer)) takes the memory over once
+    /// Until the reaper gets to it, a new buffer of the same size on the context made
+    /// without contents ([`Context::buffer`](crate::Context::buffer), which zeroes it
+    /// before any read, or [`Context::buffer_uninitialized`](crate::Context::buffer_uninitialized))
+    /// takes the memory over once
     /// every command on it has ended and none failed, instead of allocating more while
     /// this memory waits to be freed; [`MemoryStats::reclaimed`](crate::MemoryStats::reclaimed)
     /// counts those. Memory whose commands have ended waits about a millisecond for such a
@@ -187,7 +200,7 @@ impl<T: Pod> ClBuffer<T> {
     /// on error the buffer is unchanged.
     #[track_caller]
     pub fn resize(&mut self, queue: &Queue, new_len: usize) -> Result<()> {
-        let mut grown = ClBuffer::<T>::create(&self.block.ctx, new_len, None)?;
+        let mut grown = ClBuffer::<T>::create(&self.block.ctx, new_len, None, true)?;
         let keep = self.len.min(new_len);
         queue.copy_range(self, 0, &grown, 0, keep)?;
         std::mem::swap(self, &mut grown);

@@ -291,7 +291,13 @@ impl Context {
         log::info!(target: "cl_lifetime::stats", "{}", self.stats_line());
     }
 
-    /// A buffer of `len` elements whose contents are undefined until written.
+    /// A buffer of `len` elements that reads as zeros until written.
+    ///
+    /// Nothing is spent on that when the first command on the buffer writes all of it (a
+    /// `write`, `fill` or `copy` of the whole buffer): only a first command that may read
+    /// it (a read, a map, a kernel argument, a copy from it, a partial write) is preceded
+    /// by a zero fill on its queue, once (the *zeroed before read* rule).
+    /// [`Context::buffer_uninitialized`] skips even that.
     ///
     /// # Errors
     ///
@@ -299,7 +305,21 @@ impl Context {
     /// [`Error::Cl`] from `clCreateBuffer`.
     #[track_caller]
     pub fn buffer<T: Pod>(&self, len: usize) -> Result<ClBuffer<T>> {
-        ClBuffer::create(self.core(), len, None)
+        ClBuffer::create(self.core(), len, None, true)
+    }
+
+    /// A buffer of `len` elements whose memory is left as the driver hands it out (it may
+    /// hold another buffer's old data), for code that writes all of it before any read
+    /// and does not want [`Context::buffer`]'s zeroing to run even once. Reading it before
+    /// writing reads those bytes: not undefined behaviour (every bit pattern is a valid
+    /// [`Pod`]), but data the program never wrote.
+    ///
+    /// # Errors
+    ///
+    /// As [`Context::buffer`].
+    #[track_caller]
+    pub fn buffer_uninitialized<T: Pod>(&self, len: usize) -> Result<ClBuffer<T>> {
+        ClBuffer::create(self.core(), len, None, false)
     }
 
     /// A buffer holding a copy of `data`, copied at creation (`CL_MEM_COPY_HOST_PTR`).
@@ -309,7 +329,7 @@ impl Context {
     /// As [`Context::buffer`].
     #[track_caller]
     pub fn buffer_from<T: Pod>(&self, data: &[T]) -> Result<ClBuffer<T>> {
-        ClBuffer::create(self.core(), data.len(), Some(data))
+        ClBuffer::create(self.core(), data.len(), Some(data), false)
     }
 
     /// A closed gate: commands that depend on it wait until it is completed or failed.

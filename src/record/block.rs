@@ -96,6 +96,12 @@ impl Block {
         Ok(Block::adopt(ctx, raw, bytes, site, Bucket::Live))
     }
 
+    /// Marks the block as holding whatever the driver left in its memory (the *zeroed
+    /// before read* rule).
+    pub(crate) fn mark_fresh(&self) {
+        self.lock_record().fresh = true;
+    }
+
     /// [`Error::ContextMismatch`] for this buffer, used with the context `used_with`.
     pub(crate) fn context_mismatch(&self, used_with: ffi::cl_context) -> Error {
         Error::context_mismatch(

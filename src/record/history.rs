@@ -76,6 +76,10 @@ pub(crate) struct Record {
     /// once a failure was possible: kept until seen ended, so that a failure among them
     /// reaches the release's report (the *every failure reported* rule).
     unasked: Vec<Event>,
+    /// No command has touched the buffer, and its memory holds whatever the driver left
+    /// there: its first command that may read it is preceded by a zero fill (the
+    /// *zeroed before read* rule).
+    pub(crate) fresh: bool,
 }
 
 impl Record {

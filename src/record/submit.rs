@@ -188,6 +188,7 @@ impl Submit<'_> {
         // One answer per pending command for the whole enqueue (one gathering of it).
         let mut answers = snapshot::begin();
         let mut locked = self.lock(touches)?;
+        self.zero_fresh(&mut locked)?;
         // Reading an event's status costs microseconds on some drivers (NVIDIA), so the
         // statuses of dependencies and hazards are read only once a failure is possible.
         let failures_possible = failures_possible();
@@ -265,6 +266,51 @@ impl Submit<'_> {
             crate::trace::command(raw, queue.lane.id, queue.profiling, touches, &wait);
         }
         Ok(event)
+    }
+
+    /// The *zeroed before read* rule, with the records locked: a fresh buffer whose first
+    /// command writes all of it and reads nothing is no longer fresh; one whose first
+    /// command may read it gets a zero fill on this queue first, recorded as a write that
+    /// replaces all of it, so the command orders after it like after any write.
+    fn zero_fresh(&self, locked: &mut inline::List<Locked<'_>>) -> Result<()> {
+        let queue = self.queue;
+        for l in locked.iter_mut().filter(|l| l.record.fresh) {
+            if l.covers && !l.reads {
+                l.record.fresh = false;
+                continue;
+            }
+            let (raw, bytes) = (l.block.raw(), l.block.bytes());
+            // A four-byte pattern where the size allows (drivers fill words faster).
+            let (zero, size) = if bytes % 4 == 0 { (0u32, 4) } else { (0u32, 1) };
+            // SAFETY: the queue is live (borrowed) and the block is live (locked); the
+            // pattern is `size` readable bytes, copied by OpenCL before it returns; the
+            // fill covers the block's `bytes`; its record is empty (fresh), so nothing is
+            // waited on.
+            let (event, seq, _) = unsafe {
+                queue.enqueue_tracked(&[], |wait| {
+                    ffi::enqueue_fill(
+                        queue.raw,
+                        raw,
+                        (&raw const zero).cast(),
+                        size,
+                        0,
+                        bytes,
+                        wait,
+                    )
+                })
+            }?;
+            queue.mark_dirty();
+            let event = Event::from_enqueue(event, queue, None, seq);
+            let how = Recorded {
+                lane: queue.lane,
+                access: Access::Write,
+                replaces: true,
+                host: false,
+            };
+            l.record.record(how, event, false, failures_possible());
+            l.record.fresh = false;
+        }
+        Ok(())
     }
 
     /// Step 1: the records of `touches`, locked in buffer-ID order.

@@ -687,3 +687,73 @@ fn map_behind_a_failed_fill(ctx: &cl_lifetime::Context, queue: cl_lifetime::Queu
     let again = queue.map(&buf, 0..64).expect("a map after the failed one");
     assert_eq!(*again, [3; 64]);
 }
+
+// `ctx.buffer::<T>(n)` then a read returned whatever the driver left there (here the
+// memory of a buffer released deferred, which a new buffer of its size takes over).
+#[test]
+fn a_new_buffer_read_before_any_write_reads_zeros() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    for round in 0..3 {
+        let old = ctx.buffer_from(&[0xABu32; 4096]).unwrap();
+        queue.fill(&old, 0xCD).unwrap().wait().unwrap();
+        old.release_deferred();
+        let new = ctx.buffer::<u32>(4096).unwrap();
+        assert_eq!(
+            queue.read_owned(&new).unwrap().wait().unwrap(),
+            vec![0; 4096],
+            "round {round}"
+        );
+    }
+}
+
+// The zeroing covers every first use that may read: a kernel argument, a partial write
+// (the rest reads as zeros), a copy from it; a first write of all of it needs none.
+#[test]
+fn a_new_buffer_is_zero_wherever_its_first_command_may_read_it() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let n = 64usize;
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let counted = ctx.buffer::<i32>(n).unwrap();
+    queue
+        .launch(
+            &increment,
+            &[n],
+            &[Arg::read_write(&counted), Arg::scalar(n as u32)],
+        )
+        .unwrap();
+    assert_eq!(
+        queue.read_owned(&counted).unwrap().wait().unwrap(),
+        vec![1; n]
+    );
+
+    let partial = ctx.buffer::<u32>(n).unwrap();
+    queue.write_at(&partial, 0, &[7; 8]).unwrap();
+    let mut expected = vec![0u32; n];
+    expected[..8].fill(7);
+    assert_eq!(
+        queue.read_owned(&partial).unwrap().wait().unwrap(),
+        expected
+    );
+
+    let source = ctx.buffer::<u32>(n).unwrap();
+    let target = ctx.buffer_from(&vec![5u32; n]).unwrap();
+    queue.copy(&source, &target).unwrap();
+    assert_eq!(
+        queue.read_owned(&target).unwrap().wait().unwrap(),
+        vec![0; n]
+    );
+
+    let written = ctx.buffer::<u32>(n).unwrap();
+    queue.fill(&written, 3).unwrap();
+    assert_eq!(
+        written.record_len(),
+        1,
+        "a zero fill ran before a fill of all of it"
+    );
+    assert_eq!(
+        queue.read_owned(&written).unwrap().wait().unwrap(),
+        vec![3; n]
+    );
+}
