@@ -61,7 +61,7 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::panic::Location;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, Once, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -272,8 +272,15 @@ struct Tracer {
     records: Vec<Rec>,
     /// Commands by event handle, for wait lists and statuses read.
     commands: HashMap<usize, u64>,
-    next_command: u64,
+    /// This trace's number in the process: a command's end is recorded only in the trace
+    /// it was enqueued in.
+    session: u64,
 }
+
+/// The next command's id, never reused by a later trace of the process.
+static NEXT_COMMAND: AtomicU64 = AtomicU64::new(1);
+/// The number of the last trace started.
+static SESSIONS: AtomicU64 = AtomicU64::new(0);
 
 impl Tracer {
     fn new(path: PathBuf, from_env: bool) -> Tracer {
@@ -284,7 +291,7 @@ impl Tracer {
             open_contexts: 0,
             records: Vec::new(),
             commands: HashMap::new(),
-            next_command: 1,
+            session: SESSIONS.fetch_add(1, Ordering::Relaxed) + 1,
         }
     }
 
@@ -378,10 +385,10 @@ pub(crate) fn command(
     wait: &[cl_event],
 ) {
     let kind = ffi::command_type(raw).unwrap_or(0);
-    let mut id = 0;
+    let (mut id, mut session) = (0, 0);
     with(|t| {
-        id = t.next_command;
-        t.next_command += 1;
+        id = NEXT_COMMAND.fetch_add(1, Ordering::Relaxed);
+        session = t.session;
         let waits = wait
             .iter()
             .map(|w| match t.commands.get(&(*w as usize)) {
@@ -404,7 +411,12 @@ pub(crate) fn command(
         return;
     }
     // Outside the lock: a driver may run the callback at once, on this thread.
-    let user = Box::into_raw(Box::new(EndWatch { id, profiling })).cast::<c_void>();
+    let watch = EndWatch {
+        id,
+        session,
+        profiling,
+    };
+    let user = Box::into_raw(Box::new(watch)).cast::<c_void>();
     // SAFETY: `raw` was just enqueued and is live; `on_command_end` takes `user` back
     // exactly once.
     if let Err(e) = unsafe { ffi::on_end(raw, on_command_end, user) } {
@@ -416,6 +428,8 @@ pub(crate) fn command(
 
 struct EndWatch {
     id: u64,
+    /// The trace it was enqueued in.
+    session: u64,
     profiling: bool,
 }
 
@@ -429,6 +443,10 @@ extern "C" fn on_command_end(raw: cl_event, status: cl_int, user: *mut c_void) {
         .then(|| ffi::profiling_times(raw).ok())
         .flatten();
     with(|t| {
+        // A command of a trace already finished ends in none.
+        if t.session != watch.session {
+            return;
+        }
         let at = t.now();
         t.records.push(Rec::Ended {
             id: watch.id,

@@ -275,3 +275,57 @@ isolated_test! {
         std::fs::remove_file(&path).unwrap();
     }
 }
+
+// A command of a finished trace that ended later was recorded in the next trace under the
+// same id: that trace's own command with the id, which had not run, showed as complete.
+isolated_test! {
+    fn a_command_of_a_finished_trace_that_ends_later_is_not_in_the_next_trace() {
+        let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
+        let (first, second) = (trace_path("first"), trace_path("second"));
+        let (queue, other) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+        let (old, new) = (ctx.buffer::<u32>(64).unwrap(), ctx.buffer::<u32>(64).unwrap());
+        cl_lifetime::trace::start(&first).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let gated = queue.after(&[gate.event()]).fill(&old, 1).unwrap();
+        queue.flush().unwrap();
+        cl_lifetime::trace::finish().unwrap();
+        cl_lifetime::trace::start(&second).unwrap();
+        let later = ctx.user_event().unwrap();
+        let fill = other.after(&[later.event()]).fill(&new, 2).unwrap();
+        other.flush().unwrap();
+        // The first trace's command ends while the second's has not run.
+        gate.complete().unwrap();
+        queue.finish().unwrap();
+        cl_lifetime::trace::finish().unwrap();
+        later.complete().unwrap();
+        fill.wait().unwrap();
+        drop((fill, later, gated, gate, queue, other, old, new, ctx));
+        let events = events(&second);
+        let fills: Vec<&Value> = command_slices(&events)
+            .into_iter()
+            .filter(|c| c["name"].as_str().unwrap().starts_with("Fill"))
+            .collect();
+        assert!(
+            fills.iter().all(|f| f["args"]["status"] != "CL_COMPLETE"),
+            "a command that had not run shows as complete: {fills:?}"
+        );
+        // And no id of the first trace is used again in the second.
+        let ids = |events: &[Value]| -> Vec<u64> {
+            events
+                .iter()
+                .filter_map(|e| e["args"]["command"].as_u64())
+                .collect()
+        };
+        let (old_ids, new_ids) = (ids(&self::events(&first)), ids(&events));
+        assert!(!old_ids.is_empty(), "the first trace has no command");
+        assert!(
+            new_ids.iter().all(|id| !old_ids.contains(id)),
+            "ids reused: {old_ids:?} then {new_ids:?}"
+        );
+        std::fs::remove_file(&first).unwrap();
+        std::fs::remove_file(&second).unwrap();
+    }
+}
