@@ -235,6 +235,9 @@ impl Kernel {
             args.iter().map(Arg::given),
             limits,
         )?;
+        if reads == 0 {
+            return Ok(());
+        }
         let new = reads & !self.inner.logged_reads.fetch_or(reads, Ordering::Relaxed);
         for index in (0..64).filter(|i| new & (1 << i) != 0) {
             log::warn!(

@@ -757,3 +757,52 @@ fn a_new_buffer_is_zero_wherever_its_first_command_may_read_it() {
         vec![3; n]
     );
 }
+
+// Four threads doing staged blocking reads on one shared queue while gates fail crashed
+// PoCL 3.1 (2 of 2 runs; one thread did not). It is PoCL's double finish, not a reference
+// the library lets go early: PoCL aborts with every failed event kept to the end, and
+// `examples/pocl_double_finish.rs` aborts it with raw calls alone. Every other
+// implementation runs it. In a child: a crash fails this test, not the suite.
+isolated_test! {
+    fn staged_blocking_reads_from_four_threads_while_gates_fail_end_in_errors_not_crashes() {
+        let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS)
+            || common::not_on(
+                &ctx,
+                "portable computing language",
+                "PoCL's double finish (examples/pocl_double_finish.rs aborts it with raw calls)",
+            )
+        {
+            return;
+        }
+        let queue = staging_queue(&ctx);
+        std::thread::scope(|s| {
+            for t in 0..4u32 {
+                let (ctx, queue) = (&ctx, &queue);
+                s.spawn(move || {
+                    for round in 0..40u32 {
+                        let buf = ctx.buffer_from(&[t; 256]).unwrap();
+                        let gate = ctx.user_event().unwrap();
+                        queue.after(&[gate.event()]).fill(&buf, round).unwrap();
+                        let failing = std::thread::spawn(move || gate.fail(-7).unwrap());
+                        let mut out = [0u32; 64];
+                        let read = queue.read(&buf, &mut out);
+                        failing.join().unwrap();
+                        assert!(
+                            matches!(read, Err(Error::DependencyFailed { .. } | Error::CommandFailed { .. })),
+                            "thread {t}, round {round}: {read:?}"
+                        );
+                        // Behind another thread's failed command on the shared in-order
+                        // queue, a command may fail too (its queue's order ties it there);
+                        // when it does not, it is right.
+                        let written = queue.write(&buf, &[round; 256]);
+                        if written.is_ok() && queue.read(&buf, &mut out).is_ok() {
+                            assert_eq!(out, [round; 64]);
+                        }
+                        buf.release().unwrap();
+                    }
+                });
+            }
+        });
+    }
+}
