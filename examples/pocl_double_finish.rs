@@ -15,8 +15,8 @@
 //! A command of the shared queue then has two dependencies that can end at the same
 //! moment: its own gate, failed by the host, and the command before it on the queue, of
 //! another thread, ending on a worker thread. PoCL fails it on one path while the other
-//! submits it: PoCL 3.1 aborts (`pocl_update_event_finished: Assertion 'cq->command_count
-//! > 0'` or `'event->status > CL_COMPLETE'`) or crashes, in 3 of 4 runs here.
+//! submits it: PoCL 3.1 aborts (`pocl_update_event_finished`, assertion
+//! `cq->command_count > 0` or `event->status > CL_COMPLETE`) or crashes, in 3 of 4 runs.
 //! With one thread (`-- 200 1`) there is no command of another thread before it, and no
 //! abort. Fixed upstream in June 2026 (PoCL pull request 2216).
 
