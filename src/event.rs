@@ -39,6 +39,10 @@ pub(crate) struct EventInner {
     /// Its queue's finish count when it was made ([`QueueCore::finish_count`]), for the
     /// *finished queue* rule.
     finish_count: u64,
+    /// Whether it was made with a wait list of the library's (once a failure was possible)
+    /// or from outside: a command that can fail other than by following a failed command
+    /// of its in-order queue.
+    may_fail_alone: bool,
 }
 
 /// [`EventInner::seen`] before a terminal status has been read.
@@ -117,6 +121,7 @@ impl EventInner {
     ) -> Self {
         census::event_taken();
         let finish_count = queue.as_ref().map_or(0, |q| q.finish_count());
+        let may_fail_alone = deps.is_some() || queue.is_none();
         EventInner {
             raw,
             context,
@@ -126,6 +131,7 @@ impl EventInner {
             seq,
             pending_in: AtomicU64::new(0),
             finish_count,
+            may_fail_alone,
         }
     }
 }
@@ -272,6 +278,13 @@ impl fmt::Debug for Event {
 }
 
 impl Event {
+    /// Whether the command can fail other than by following a failed command of its
+    /// in-order queue: it had a wait list once a failure was possible, or came from
+    /// outside the library.
+    pub(crate) fn may_fail_alone(&self) -> bool {
+        self.inner.may_fail_alone
+    }
+
     /// Whether the event belongs to `ctx`.
     pub(crate) fn in_context(&self, ctx: &ContextCore) -> bool {
         self.inner.context == ctx.raw

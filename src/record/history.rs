@@ -49,6 +49,10 @@ pub(crate) struct Recorded {
     pub(crate) host: bool,
 }
 
+/// The size at which the *every failure reported* rule first asks about the commands it
+/// keeps.
+const UNASKED_FIRST_PRUNE: usize = 16;
+
 /// Everything recorded about a buffer's commands.
 #[derive(Default)]
 pub(crate) struct Record {
@@ -74,8 +78,13 @@ pub(crate) struct Record {
     pub(super) listed: bool,
     /// Commands the tracker let go of unasked, superseded by a command with no wait list
     /// once a failure was possible: kept until seen ended, so that a failure among them
-    /// reaches the release's report (the *every failure reported* rule).
+    /// reaches the release's report (the *every failure reported* rule). Not a command of
+    /// the new one's in-order queue that could fail only by following the command before
+    /// it: the one that failed first is kept, and the new command fails with it.
     unasked: Vec<Event>,
+    /// `unasked` is asked about when it has grown to this many (doubling, as the
+    /// tracker's pruning does), so each command costs a constant number of status reads.
+    unasked_prune_at: usize,
     /// No command has touched the buffer, and its memory holds whatever the driver left
     /// there: its first command that may read it is preceded by a zero fill (the
     /// *zeroed before read* rule).
@@ -203,12 +212,20 @@ impl Record {
     /// on `lane`, supersedes and the tracker drops unasked (its rule 5: they are ordered
     /// before it or have ended; rule 8 keeps what may end late), kept until seen ended.
     fn keep_unasked(&mut self, lane: Lane, access: Access) {
-        // What was kept before and has ended goes first, its failure kept.
-        let (failed, saw) = (&mut self.failed, &mut self.saw_failure);
-        self.unasked
-            .retain(|e| !Self::ended(e, failed, saw).has_ended());
+        // What was kept before and has ended goes, its failure kept, once the list has
+        // doubled since it was last asked about.
+        if self.unasked.len() >= self.unasked_prune_at.max(UNASKED_FIRST_PRUNE) {
+            let (failed, saw) = (&mut self.failed, &mut self.saw_failure);
+            self.unasked
+                .retain(|e| !Self::ended(e, failed, saw).has_ended());
+            self.unasked_prune_at = 2 * self.unasked.len();
+        }
+        // A command of this in-order queue that could fail only by following a failed
+        // command before it is not kept: that command, or the first such, is (and this
+        // command itself fails with it, and is recorded).
         let dropped = |e: &&Entry<Event>| {
             !e.late
+                && (e.lane != lane || !lane.in_order || e.event.may_fail_alone())
                 && match access {
                     Access::Write => true,
                     Access::Read => lane.in_order && e.lane == lane && e.access == Access::Read,

@@ -21,7 +21,9 @@
 //! - **Every failure reported.** Once a failure is possible, the commands the tracker lets
 //!   go of unasked (superseded by a command with an empty wait list: ordered before it by
 //!   their queue, or already ended, a failed one included) are kept until seen ended, so
-//!   the report lists every failed command the buffer saw
+//!   the report lists every failed command the buffer saw (a command of the same in-order
+//!   queue that could fail only by following a failed one before it is represented by the
+//!   first that failed, and by the newest, which failed with it)
 //!   (`release::a_failed_command_superseded_by_a_write_from_another_queue_is_in_the_release_report`).
 //! - **Lent host memory.** Host memory lent to a non-blocking command is kept alive until
 //!   the command ends, and no longer: it goes at the next command or prune on the buffer
