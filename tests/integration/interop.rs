@@ -146,7 +146,9 @@ fn the_release_of_a_buffer_waits_for_a_raw_command_told_to_the_library() {
         return;
     }
     let queue = ctx.queue().unwrap();
-    let buf = ctx.buffer::<u32>(1 << 16).unwrap();
+    // Uninitialized: a raw use may read, so a zeroed buffer would get a zero fill first,
+    // and the release would wait on it too if it had not ended yet.
+    let buf = ctx.buffer_uninitialized::<u32>(1 << 16).unwrap();
     let gate = ctx.user_event().unwrap();
     // SAFETY: the fill writes `buf` only, waits on the list given (which holds the
     // gate), and hands its event over.
