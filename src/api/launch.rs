@@ -91,10 +91,6 @@ impl After<'_> {
             None => kernel.enqueue(queue, global, local, args, wait),
         })?;
         if let Some(turn) = turn {
-            // The *widest first* rule's *flushed*: a launch of another queue may wait for this one.
-            if let Err(e) = core.flush_if_dirty() {
-                log::warn!(target: "cl_lifetime::queue", "flushing a launch another may wait for: {e}");
-            }
             turn.launched(&core.ctx, &event);
         }
         Ok(event)

@@ -26,11 +26,13 @@
 //!   A launch still behind a gate has taken no work-group function yet, and takes the
 //!   widest when it runs; what is left open is a launch already running when the gate
 //!   was closed.
-//! - **Flushed.** A launch recorded here is flushed at once, so that a launch on another
-//!   queue can wait for it (design trap "flush before a cross-queue wait").
-//! - **Ended let go.** Launches that have ended leave the list at the next launch of the
-//!   program and, where events keep their buffers, at every release (the pins' *swept at
-//!   release* rule), so the list never keeps memory.
+//! - **Flushed.** The queues of the launches a widening launch waits for are flushed
+//!   first (design trap "flush before a cross-queue wait").
+//! - **Ended let go.** The list keeps, per kernel and in-order queue, the newest launch
+//!   (its queue ends the older ones first). Launches that have ended leave it once it has
+//!   doubled since it was last asked about and, where events keep their buffers, at every
+//!   release (the pins' *swept at release* rule), so the list never keeps memory a
+//!   release is owed.
 //! - **Not on single-event queues.** A queue whose commands wait on one event at most (a
 //!   driver measured to mishandle failures, which is not PoCL) does not order launches.
 //!
@@ -62,9 +64,17 @@ struct Pending {
 struct Launches {
     /// The widest global size launched, per kernel name.
     widest: Vec<(Arc<str>, usize)>,
-    /// The launches recorded that may not have ended.
+    /// The launches recorded that may not have ended: per kernel and in-order queue the
+    /// newest only (the queue ends the older ones first), every one of an out-of-order
+    /// queue.
     pending: Vec<Pending>,
+    /// `pending` is asked about once it has grown to this many (doubling, as the records'
+    /// pruning does), so a launch costs a constant number of status reads.
+    prune_at: usize,
 }
+
+/// The size at which `pending` is first asked about.
+const FIRST_PRUNE: usize = 16;
 
 /// One program's launches (the *widest first* rule).
 #[derive(Default)]
@@ -97,7 +107,10 @@ impl Widths {
         gates_open: bool,
     ) -> Turn<'w> {
         let mut launches = self.launches.lock().unwrap_or_else(PoisonError::into_inner);
-        launches.pending.retain(|p| !p.event.state().has_ended());
+        if launches.pending.len() >= launches.prune_at.max(FIRST_PRUNE) {
+            launches.pending.retain(|p| !p.event.state().has_ended());
+            launches.prune_at = 2 * launches.pending.len();
+        }
         let width = width(global);
         let widens = match launches.widest.iter_mut().find(|(n, _)| n == name) {
             Some((_, widest)) if *widest >= width => false,
@@ -110,12 +123,18 @@ impl Widths {
                 true
             }
         };
-        let before = if widens && !gates_open {
+        let before: Vec<Event> = if widens && !gates_open {
             let pending = launches.pending.iter().filter(|p| p.name == *name);
             pending.map(|p| p.event.clone()).collect()
         } else {
             Vec::new()
         };
+        // The *flushed* rule: this launch may wait for them from another queue.
+        for queue in before.iter().filter_map(|e| e.inner.queue.as_ref()) {
+            if let Err(e) = queue.flush_if_dirty() {
+                log::warn!(target: "cl_lifetime::queue", "flushing a launch another waits for: {e}");
+            }
+        }
         Turn {
             widths: self,
             launches,
@@ -143,9 +162,22 @@ impl Turn<'_> {
         Cow::Owned(list)
     }
 
-    /// Records the launch let through, and lists the program in the context's pins where
-    /// events keep their buffers.
+    /// Records the launch let through (in place of the kernel's launch before it on the
+    /// same in-order queue), and lists the program in the context's pins where events keep
+    /// their buffers.
     pub(crate) fn launched(mut self, ctx: &ContextCore, event: &Event) {
+        if let Some(queue) = event.inner.queue.as_ref().filter(|q| q.lane.in_order) {
+            let name = &self.name;
+            self.launches.pending.retain(|p| {
+                p.name != *name
+                    || !p
+                        .event
+                        .inner
+                        .queue
+                        .as_ref()
+                        .is_some_and(|q| Arc::ptr_eq(q, queue))
+            });
+        }
         self.launches.pending.push(Pending {
             name: self.name.clone(),
             event: event.clone(),
