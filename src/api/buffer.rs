@@ -315,6 +315,11 @@ impl<T: Pod> Drop for PendingRead<T> {
                     self.len,
                     crate::util::sites(&gates.sites())
                 );
+                // The library's thread only reads the read's status, which submits
+                // nothing: rusticl runs nothing that was not flushed.
+                if let Err(e) = queue.flush_if_dirty() {
+                    log::warn!(target: "cl_lifetime::queue", "flushing a dropped read: {e}");
+                }
                 let kept = KeptUntilEnded {
                     event: self.event.clone(),
                     _memory: Box::new(std::mem::take(&mut self.data)),
