@@ -18,6 +18,11 @@
 //!   `clFinish`.
 //! - **Failures end too.** A command that failed still ends: the memory is released
 //!   anyway and the failure is reported (design trap "a failed wait returns early").
+//! - **Zeroed before read.** A buffer made without contents (`Context::buffer`) is
+//!   *fresh*: its first command that may read it (a read, a map, a kernel argument, a copy
+//!   from it, a partial write) is preceded by a zero fill on that command's queue, enqueued
+//!   and recorded under the record's lock; a first command that writes all of it clears
+//!   the mark for nothing (design trap "a new buffer holds another's bytes").
 //! - **Every failure reported.** Once a failure is possible, the commands the tracker lets
 //!   go of unasked (superseded by a command with an empty wait list: ordered before it by
 //!   their queue, or already ended, a failed one included) are kept until seen ended, so
