@@ -9,7 +9,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use opencl3::error_codes as codes;
-use opencl3::types::cl_int;
+use opencl3::types::{cl_context, cl_int};
 
 use crate::status::{CommandKind, ExecStatus};
 
@@ -311,8 +311,8 @@ impl Error {
     /// with `used_with`.
     pub(crate) fn context_mismatch(
         object: impl Into<String>,
-        its: Option<crate::ffi::cl_context>,
-        used_with: crate::ffi::cl_context,
+        its: Option<cl_context>,
+        used_with: cl_context,
     ) -> Error {
         Error::ContextMismatch {
             object: object.into(),

@@ -51,8 +51,7 @@
 use std::fmt;
 
 use crate::error::{Error, Result};
-use crate::kernel::Ty;
-use crate::pod::Element;
+use crate::pod::{Element, Ty};
 use crate::tracker::Access;
 
 /// A device's limits that launches are checked against.

@@ -75,3 +75,19 @@ pod!(u8 => false, i8 => false, u16 => false, i16 => false, u32 => false, i32 => 
 unsafe impl<T: Pod, const N: usize> Pod for [T; N] {
     const ELEMENT: Option<Element> = Element::vector(T::ELEMENT, N);
 }
+
+/// The element type of a buffer or a scalar, for the launch checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ty {
+    pub(crate) element: Option<Element>,
+    pub(crate) rust: &'static str,
+}
+
+impl Ty {
+    pub(crate) fn of<T: Pod>() -> Ty {
+        Ty {
+            element: T::ELEMENT,
+            rust: std::any::type_name::<T>(),
+        }
+    }
+}

@@ -4,7 +4,7 @@ use std::fmt;
 use std::ptr;
 
 use crate::launch::Given;
-use crate::pod::{Element, Pod};
+use crate::pod::{Pod, Ty};
 use crate::record::block::Block;
 use crate::record::submit::Touch;
 use crate::tracker::Access;
@@ -20,22 +20,6 @@ pub(crate) enum ArgKind<'a> {
         ty: Ty,
     },
     Local(usize),
-}
-
-/// The element type of a buffer or a scalar, for the launch checks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Ty {
-    pub(crate) element: Option<Element>,
-    pub(crate) rust: &'static str,
-}
-
-impl Ty {
-    pub(crate) fn of<T: Pod>() -> Ty {
-        Ty {
-            element: T::ELEMENT,
-            rust: std::any::type_name::<T>(),
-        }
-    }
 }
 
 /// One kernel argument, naming how the kernel uses it.

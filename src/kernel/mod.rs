@@ -39,7 +39,6 @@ pub(crate) mod program;
 pub(crate) mod widths;
 
 pub use arg::Arg;
-pub(crate) use arg::Ty;
 pub use files::KERNELS_VAR;
 pub use object::Kernel;
 pub use program::Program;
