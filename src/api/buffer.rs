@@ -299,7 +299,7 @@ impl<T: Pod> PendingRead<T> {
 
 impl<T: Pod> Drop for PendingRead<T> {
     fn drop(&mut self) {
-        if self.data.capacity() == 0 || ended(self.event.as_raw()) {
+        if self.data.capacity() == 0 || ffi::has_ended(self.event.as_raw()) {
             return;
         }
         // The device may still be writing into `data`. Behind an unset gate, waiting here
@@ -332,11 +332,6 @@ impl<T: Pod> Drop for PendingRead<T> {
     }
 }
 
-/// Whether the command of `raw` has ended (an unreadable status counts as ended).
-fn ended(raw: ffi::cl_event) -> bool {
-    ffi::execution_status(raw).map_or(true, |s| s <= ffi::CL_COMPLETE)
-}
-
 /// Host memory a command still writes into, kept by the library's thread until the
 /// command has ended (a pending read dropped behind an unset gate).
 struct KeptUntilEnded {
@@ -346,7 +341,7 @@ struct KeptUntilEnded {
 
 impl Deferred for KeptUntilEnded {
     fn poll(&mut self, _hurry: bool) -> Step {
-        if ended(self.event.as_raw()) {
+        if ffi::has_ended(self.event.as_raw()) {
             Step::Done
         } else {
             Step::Pending

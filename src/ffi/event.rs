@@ -13,6 +13,12 @@ pub(crate) fn execution_status(raw: cl_event) -> std::result::Result<cl_int, cl_
     cl::get_event_info(raw, cl::CL_EVENT_COMMAND_EXECUTION_STATUS).map(|s| s.to_int())
 }
 
+/// Whether the command of `raw` has ended, completed or failed (an unreadable status
+/// counts as ended: nothing can wait on it either).
+pub(crate) fn has_ended(raw: cl_event) -> bool {
+    execution_status(raw).map_or(true, |s| s <= CL_COMPLETE)
+}
+
 /// `CL_EVENT_REFERENCE_COUNT`: stale as soon as read, and meant for finding leaks; the
 /// driver probes read it to see whether a command holds its dependencies.
 pub(crate) fn event_reference_count(raw: cl_event) -> Result<cl_uint> {

@@ -48,7 +48,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use crate::core::context::ContextCore;
 use crate::core::pins::LetGo;
 use crate::event::Event;
-use crate::ffi::{self, CL_COMPLETE, cl_event};
+use crate::ffi::{self, cl_event};
 
 /// The width PoCL compares: the largest dimension of the global size.
 pub(crate) fn width(global: &[usize]) -> usize {
@@ -155,7 +155,7 @@ impl Turn<'_> {
         let mut list = wait.to_vec();
         for event in &self.before {
             let raw = event.as_raw();
-            if ffi::execution_status(raw).is_ok_and(|s| s > CL_COMPLETE) {
+            if !ffi::has_ended(raw) {
                 list.push(raw);
             }
         }

@@ -341,9 +341,7 @@ fn wait_reporting_stalls(raws: &[cl_event], gates: &OpenGates, allocated_at: &Lo
     let start = Instant::now();
     let mut pause = Duration::from_micros(20);
     let mut said = false;
-    let ended =
-        |raw: &cl_event| ffi::execution_status(*raw).map_or(true, |s| s <= ffi::CL_COMPLETE);
-    while !raws.iter().all(ended) {
+    while !raws.iter().all(|&raw| ffi::has_ended(raw)) {
         if !said && start.elapsed() >= STALL_LOG_AFTER {
             said = true;
             log::warn!(

@@ -105,6 +105,24 @@ fn as_cl_sys(wait: &[cl_lifetime::opencl3::types::cl_event]) -> Vec<cl_sys::cl_e
     wait.iter().map(|&e| e as cl_sys::cl_event).collect()
 }
 
+/// A 4 KiB buffer of `ctx` made with a raw `clCreateBuffer`: the caller owns its one
+/// reference.
+fn raw_buffer(ctx: &Context) -> cl_sys::cl_mem {
+    let mut status = 0;
+    // SAFETY: a plain buffer of the library's context.
+    let raw = unsafe {
+        cl_sys::clCreateBuffer(
+            ctx.as_raw() as _,
+            cl_sys::CL_MEM_READ_WRITE,
+            4096,
+            ptr::null_mut(),
+            &mut status,
+        )
+    };
+    assert_eq!(status, 0);
+    raw
+}
+
 #[test]
 fn a_raw_command_told_to_the_library_waits_on_the_hazards_it_is_handed() {
     let ctx = device!();
@@ -342,18 +360,7 @@ fn a_buffer_made_by_raw_code_is_tracked_once_adopted_and_its_owner_keeps_it() {
         return;
     }
     let queue = ctx.queue().unwrap();
-    let mut status = 0;
-    // SAFETY: a plain buffer of the library's context.
-    let raw = unsafe {
-        cl_sys::clCreateBuffer(
-            ctx.as_raw() as _,
-            cl_sys::CL_MEM_READ_WRITE,
-            4096,
-            ptr::null_mut(),
-            &mut status,
-        )
-    };
-    assert_eq!(status, 0);
+    let raw = raw_buffer(&ctx);
     // SAFETY: `raw` is a valid memory object, kept by this test until the end.
     let buf = unsafe { ClBuffer::<u32>::from_raw(&ctx, raw as _) }.unwrap();
     assert_eq!(buf.len(), 1024);
@@ -797,18 +804,7 @@ fn a_raw_enqueue_returning_a_null_or_foreign_event_is_refused_and_the_buffer_sta
 fn adopting_one_memory_object_twice_is_refused_naming_the_buffer_that_holds_it() {
     let ctx = device!();
     let queue = ctx.queue().unwrap();
-    let mut status = 0;
-    // SAFETY: a plain buffer of the library's context.
-    let raw = unsafe {
-        cl_sys::clCreateBuffer(
-            ctx.as_raw() as _,
-            cl_sys::CL_MEM_READ_WRITE,
-            4096,
-            ptr::null_mut(),
-            &mut status,
-        )
-    };
-    assert_eq!(status, 0);
+    let raw = raw_buffer(&ctx);
     // SAFETY: `raw` is a valid memory object, kept by this test until the end.
     let first = unsafe { ClBuffer::<u32>::from_raw(&ctx, raw as _) }.unwrap();
     // SAFETY: as above.
