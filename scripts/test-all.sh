@@ -3,7 +3,8 @@
 # PoCL with one CPU device and with two, Mesa rusticl (llvmpipe), Oclgrind (with its API,
 # bounds and uninitialized-value checks; any error it reports fails the run), Intel's
 # OpenCL CPU runtime (from .opencl/intel), and it and PoCL with every driver treated as unknown.
-# ONLY="pocl-1 rusticl" runs a subset.
+# ONLY="pocl-1 rusticl" runs a subset; ONLY may also name rusticl-unknown and
+# oclgrind-unknown, which run only where named.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=target/test-all
@@ -17,6 +18,11 @@ has_platform() {
   local platforms
   platforms=$(clinfo -l 2>/dev/null || true)
   grep -qi "$1" <<<"$platforms"
+}
+
+# Whether ONLY names the run `$1` (the runs that go only where they are named).
+named() {
+  [ -n "${ONLY:-}" ] && grep -qw -- "$1" <<<"$ONLY"
 }
 
 # name, then env assignments; runs the unit, integration and harness tests.
@@ -65,6 +71,8 @@ run pocl-1 POCL_DEVICES=pthread CL_LIFETIME_DEVICE=pocl
 run pocl-2 POCL_DEVICES="pthread pthread" CL_LIFETIME_DEVICE=pocl CL_LIFETIME_REQUIRE_TWO_DEVICES=1
 if RUSTICL_ENABLE=llvmpipe has_platform rusticl; then
   run rusticl RUSTICL_ENABLE=llvmpipe CL_LIFETIME_DEVICE=rusticl
+  named rusticl-unknown &&
+    run rusticl-unknown RUSTICL_ENABLE=llvmpipe CL_LIFETIME_DEVICE=rusticl CL_LIFETIME_DRIVER=unknown
 else
   echo "=== rusticl: not installed (apt-get install mesa-opencl-icd); not run" | tee -a "$out/summary.tsv"
 fi
@@ -78,6 +86,13 @@ if [ -e "$icd" ]; then
   # One test at a time: Oclgrind's runtime keeps its queues' state in globals, unlocked.
   THREADS=1 CHECK_LOG=$CHECK_LOG run oclgrind OCL_ICD_VENDORS="$vendors" CL_LIFETIME_DEVICE=oclgrind \
     OCLGRIND_CHECK_API=1 OCLGRIND_UNINITIALIZED=1 OCLGRIND_LOG="$CHECK_LOG"
+  # With every device treated as unknown: only where ONLY names it (it takes as long again).
+  if named oclgrind-unknown; then
+    : >"$CHECK_LOG"
+    THREADS=1 CHECK_LOG=$CHECK_LOG run oclgrind-unknown OCL_ICD_VENDORS="$vendors" \
+      CL_LIFETIME_DEVICE=oclgrind CL_LIFETIME_DRIVER=unknown \
+      OCLGRIND_CHECK_API=1 OCLGRIND_UNINITIALIZED=1 OCLGRIND_LOG="$CHECK_LOG"
+  fi
 else
   echo "=== oclgrind: not installed (apt-get install oclgrind); not run" | tee -a "$out/summary.tsv"
 fi

@@ -22,7 +22,11 @@
 //! 3. **Workarounds are measured.** A driver fault that only a workaround survives, where
 //!    the workaround breaks another driver ([`Behaviour::mishandles_failures`]), has no
 //!    careful value: its probe runs under `CL_LIFETIME_DRIVER=unknown` too, as it would for
-//!    a driver never seen, and a probe that cannot tell leaves the workaround off.
+//!    a driver never seen, and a probe that cannot tell leaves the workaround off. So has a
+//!    careful path that would block a driver: a queue is flushed before a command that waits
+//!    on a user event ([`Behaviour::ends_batches_together`]) only where the probe saw a flush
+//!    return with a gated command in its queue, since a driver that runs a queue's commands
+//!    in its flush (Oclgrind) would wait there for the gate for ever.
 //! 4. **Named only where a probe would crash.** PoCL 5.0 to 6.x abort when one kernel runs
 //!    at two widths at once ([`Behaviour::orders_kernel_widths`]); a probe for it would be
 //!    that abort, so it is read from the version PoCL reports, and it is on wherever the
@@ -93,6 +97,8 @@ impl Behaviour {
     /// Whether a command flushed ahead of one that waits on other work (a user event,
     /// another queue's command) is reported ended only once that work has (rusticl 22.3).
     /// The library then flushes a queue before it enqueues a command waiting on such work.
+    /// Careful value: on, but off wherever a flush was measured to wait for a user event
+    /// (Oclgrind), even under `CL_LIFETIME_DRIVER=unknown`: that flush would block for ever.
     pub fn ends_batches_together(&self) -> bool {
         self.ends_batches_together
     }
@@ -134,14 +140,15 @@ impl Behaviour {
     }
 
     /// Whether the values were measured (`false`: every one is careful, under
-    /// `CL_LIFETIME_DRIVER=unknown`, but [`Behaviour::mishandles_failures`], which is
-    /// always measured).
+    /// `CL_LIFETIME_DRIVER=unknown`, but those of rule *workarounds are measured*:
+    /// [`Behaviour::mishandles_failures`], and [`Behaviour::ends_batches_together`] where a
+    /// flush waits for a gate).
     pub fn measured(&self) -> bool {
         self.measured
     }
 
     /// How long the probe took at the device's first context (under
-    /// `CL_LIFETIME_DRIVER=unknown`, the probe of [`Behaviour::mishandles_failures`] alone).
+    /// `CL_LIFETIME_DRIVER=unknown`, the probes of rule *workarounds are measured* alone).
     pub fn probe_time(&self) -> Duration {
         self.probe_time
     }
@@ -233,6 +240,8 @@ fn probe_workarounds(device: &Device, context: cl_context) -> Behaviour {
             release: ffi::release_queue,
         };
         found.mishandles_failures = reports_failed_complete(context, queue.raw) == Some(true);
+        // The careful value, where a flush before a gated command does not block the host.
+        found.ends_batches_together = flush_returns_behind_gates(context, queue.raw) == Some(true);
     }
     found.probe_time = start.elapsed();
     found
@@ -357,10 +366,41 @@ fn chains_events(context: cl_context, queue: ffi::cl_command_queue) -> Option<bo
 
 /// Whether a command flushed ahead of a gated one ends only with it: a fill, then a fill
 /// behind a user event, flushed; the first fill has not ended within [`PROBE_LIMIT`]
-/// while the gate is closed. A helper thread opens the gate at the limit whatever happens,
-/// so a driver whose flush waits for the gate (Oclgrind) cannot hang the probe; there the
-/// behaviour is not taken, since a flush before a gated command would block the host.
+/// while the gate is closed. Not taken where the flush itself waited for the gate
+/// ([`flush_returns_behind_gates`]): a flush before a gated command would block the host.
 fn ends_batches_together(context: cl_context, queue: ffi::cl_command_queue) -> Option<bool> {
+    flushed_behind_a_gate(context, queue, |first, opened| {
+        let deadline = Instant::now() + PROBE_LIMIT;
+        let ended_alone = loop {
+            match ffi::execution_status(first) {
+                Ok(CL_COMPLETE) => break !opened.load(Ordering::SeqCst),
+                Ok(s) if s < 0 => break false,
+                Err(_) => break false,
+                Ok(_) if Instant::now() >= deadline => break false,
+                Ok(_) => std::thread::sleep(Duration::from_micros(100)),
+            }
+        };
+        !ended_alone
+    })
+}
+
+/// Whether `clFlush` returns while the queue holds a command behind a closed user event:
+/// `false` where the flush runs the queue's commands itself and so waits for the gate
+/// (Oclgrind; rule *workarounds are measured*).
+fn flush_returns_behind_gates(context: cl_context, queue: ffi::cl_command_queue) -> Option<bool> {
+    flushed_behind_a_gate(context, queue, |_, _| true)
+}
+
+/// A fill, then a fill behind a user event, flushed, then `after_flush` given the first
+/// fill and whether the gate was opened yet. A helper thread opens the gate once
+/// `after_flush` has returned, or at twice [`PROBE_LIMIT`] whatever happens, so a driver
+/// whose flush waits for the gate (Oclgrind) cannot hang the probe: there the answer is
+/// `Some(false)`, without `after_flush`.
+fn flushed_behind_a_gate(
+    context: cl_context,
+    queue: ffi::cl_command_queue,
+    after_flush: impl FnOnce(cl_event, &AtomicBool) -> bool,
+) -> Option<bool> {
     let owned = buffer(context)?;
     let gate = gate(context)?;
     let first = fill(queue, owned.raw, &[])?;
@@ -382,26 +422,13 @@ fn ends_batches_together(context: cl_context, queue: ffi::cl_command_queue) -> O
     };
     let flushed = ffi::flush(queue).is_ok();
     // A flush that returned only once the helper opened the gate runs the queue's commands
-    // itself, gate included (Oclgrind): flushing before such a command would block the
-    // host there, so the behaviour is not taken (it is that driver's as it always was).
+    // itself, gate included (Oclgrind).
     let flush_waited = opened.load(Ordering::SeqCst);
-    let deadline = Instant::now() + PROBE_LIMIT;
-    let ended_alone = loop {
-        match ffi::execution_status(first.as_raw()) {
-            Ok(CL_COMPLETE) => break !opened.load(Ordering::SeqCst),
-            Ok(s) if s < 0 => break false,
-            Err(_) => break false,
-            Ok(_) if Instant::now() >= deadline => break false,
-            Ok(_) => std::thread::sleep(Duration::from_micros(100)),
-        }
-    };
+    let answer = (!flush_waited).then(|| after_flush(first.as_raw(), &opened));
     let _ = open_now.send(());
     let _ = helper.join();
     ffi::wait_terminal(&[first.as_raw(), gated.as_raw()]);
-    if flush_waited {
-        return flushed.then_some(false);
-    }
-    flushed.then_some(!ended_alone)
+    flushed.then_some(answer.unwrap_or(false))
 }
 
 /// Whether a command behind a failed user event reads `CL_COMPLETE`. The gate fails before

@@ -1,4 +1,4 @@
-//! Device selection (the *named device*, *default device* and *typed misses* rules), and "no ICD" as a typed error.
+//! Device selection (the *named device*, *default device* and *typed misses* rules), "no ICD" as a typed error, and the careful path of a driver never seen.
 
 use cl_lifetime::{Context, DEVICE_VAR, Device, Error};
 
@@ -183,6 +183,38 @@ fn missing_icd_is_a_typed_error_without_panic_or_stall() {
                 "{display}"
             );
             assert!(display.contains("pocl"), "{display}");
+        },
+    );
+}
+
+/// With every driver treated as unknown, a command behind a closed user event, enqueued
+/// on a queue that already holds such a command unflushed, is enqueued without blocking:
+/// the careful path flushes a queue before a command that waits on other work, and on a
+/// driver whose flush runs the queue's commands itself (Oclgrind) that flush would wait
+/// for the gate for ever. The body runs in a child process with a time limit.
+#[test]
+fn a_gated_command_on_a_queue_holding_gated_work_never_blocks_its_enqueue_when_drivers_are_unknown()
+{
+    common::isolated(
+        &test_path!(
+            a_gated_command_on_a_queue_holding_gated_work_never_blocks_its_enqueue_when_drivers_are_unknown
+        ),
+        common::CHILD_LIMIT,
+        &[("CL_LIFETIME_DRIVER", "unknown")],
+        || {
+            let ctx = device!();
+            assert!(!ctx.driver().measured(), "{:?}", ctx.driver());
+            let queue = ctx.queue().unwrap();
+            let a = ctx.buffer_from(&[7u32; 64]).unwrap();
+            let b = ctx.buffer::<u32>(64).unwrap();
+            let gate = ctx.user_event().unwrap();
+            let read = queue.after(&[gate.event()]).read_owned(&a).unwrap();
+            // Waits on the gate, with gated work of its queue not flushed yet.
+            let copy = queue.after(&[gate.event()]).copy(&a, &b).unwrap();
+            gate.complete().unwrap();
+            assert_eq!(read.wait().unwrap(), vec![7u32; 64]);
+            copy.wait().unwrap();
+            assert_eq!(queue.read_owned(&b).unwrap().wait().unwrap(), vec![7u32; 64]);
         },
     );
 }
