@@ -22,14 +22,15 @@ has_platform() {
 
 # Whether ONLY names the run `$1` (the runs that go only where they are named).
 named() {
-  [ -n "${ONLY:-}" ] && grep -qw -- "$1" <<<"$ONLY"
+  # Whole names only: "rusticl" does not name rusticl-unknown.
+  [[ " $(tr -s '[:space:]' ' ' <<<"${ONLY:-}") " == *" $1 "* ]]
 }
 
 # name, then env assignments; runs the unit, integration and harness tests.
 run() {
   local name=$1
   shift
-  if [ -n "${ONLY:-}" ] && ! grep -qw -- "$name" <<<"$ONLY"; then return; fi
+  if [ -n "${ONLY:-}" ] && ! named "$name"; then return; fi
   echo "=== $name"
   local log=$out/$name.log
   # Each test that cannot run here says so by name and why (tests/integration/common).
