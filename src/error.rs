@@ -253,6 +253,8 @@ pub enum Error {
     /// The closure of a raw enqueue ([`After::enqueue_raw`](crate::After::enqueue_raw))
     /// returned a null event: there is no command to track.
     NullEvent,
+    /// A future of the library's was polled again after it had handed back its result.
+    Polled,
     /// The host has the buffer mapped in a way that conflicts with this command: no
     /// device command may write a mapped buffer or read one mapped for writing.
     Mapped,
@@ -497,6 +499,10 @@ impl fmt::Display for Error {
             Error::NullEvent => write!(
                 f,
                 "the raw enqueue returned a null event: its command cannot be tracked"
+            ),
+            Error::Polled => write!(
+                f,
+                "the future was polled again after it had handed back its result"
             ),
             Error::ContextMismatch {
                 object,

@@ -43,6 +43,9 @@ pub(crate) struct EventInner {
     /// or from outside: a command that can fail other than by following a failed command
     /// of its in-order queue.
     may_fail_alone: bool,
+    /// Whether it was enqueued by the library while every user event of its context was
+    /// set: it ends without the program's help (the waiter's *covered* rule).
+    enqueued_ungated: bool,
 }
 
 /// [`EventInner::seen`] before a terminal status has been read.
@@ -122,6 +125,7 @@ impl EventInner {
         census::event_taken();
         let finish_count = queue.as_ref().map_or(0, |q| q.finish_count());
         let may_fail_alone = deps.is_some() || queue.is_none();
+        let enqueued_ungated = queue.as_ref().is_some_and(|q| q.ctx.gates.count() == 0);
         EventInner {
             raw,
             context,
@@ -132,6 +136,7 @@ impl EventInner {
             pending_in: AtomicU64::new(0),
             finish_count,
             may_fail_alone,
+            enqueued_ungated,
         }
     }
 }
@@ -454,10 +459,25 @@ impl Event {
     /// [`Error::CommandFailed`] when it ended with an error status.
     pub fn wait(&self) -> Result<()> {
         ffi::wait_terminal(&[self.inner.raw]);
+        self.outcome()
+    }
+
+    /// What [`Event::wait`] returns, for a command that has ended.
+    pub(crate) fn outcome(&self) -> Result<()> {
         match self.status()? {
             Status::Failed(status) => Err(Error::CommandFailed { status }),
             _ => Ok(()),
         }
+    }
+
+    /// Whether the command has ended (completed or failed), read from the driver now.
+    pub(crate) fn has_ended_now(&self) -> bool {
+        self.has_ended()
+    }
+
+    /// Whether the library enqueued it while every user event of its context was set.
+    pub(crate) fn enqueued_ungated(&self) -> bool {
+        self.inner.enqueued_ungated
     }
 
     /// Flushes the library queue this event came from, if it has unflushed work, so that

@@ -65,6 +65,7 @@
 
 mod alloc;
 mod api;
+mod awaiting;
 mod census;
 mod core;
 mod error;
@@ -80,11 +81,12 @@ pub mod tracker;
 mod util;
 
 pub use alloc::{Arena, POISON, Pool, PoolOptions, PoolStats};
-pub use api::buffer::{ClBuffer, PendingRead};
+pub use api::buffer::{ClBuffer, PendingRead, ReadFuture};
 pub use api::context::Context;
 pub use api::map::{Mapped, MappedMut};
 pub use api::queue::{After, Queue, QueueOptions};
 pub use api::raw::BufferUse;
+pub use awaiting::Ended;
 pub use census::{buffers_not_freed, events_held, longest_record};
 pub use core::context::FREE_GRACE;
 pub use core::device::{DEVICE_VAR, Device};

@@ -161,6 +161,26 @@ struct PoolState {
 struct Leaving {
     bytes: Mutex<u64>,
     done: Condvar,
+    /// The tasks of async allocations waiting for bytes to leave, woken with `done`.
+    wakers: Mutex<Vec<std::task::Waker>>,
+}
+
+/// What [`PoolInner::try_take`] did.
+enum Taken<T: Pod> {
+    Buffer(ClBuffer<T>),
+    /// Nothing: `seen` bytes were leaving, and the maximum leaves room once some have.
+    AfterLeaving {
+        seen: u64,
+    },
+}
+
+/// What [`PoolInner::try_reserve`] did.
+enum Reserved {
+    Yes,
+    /// Nothing: `seen` bytes were leaving, and the maximum leaves room once some have.
+    AfterLeaving {
+        seen: u64,
+    },
 }
 
 impl Leaving {
@@ -181,6 +201,26 @@ impl Leaving {
         *leaving = leaving.saturating_sub(bytes);
         drop(leaving);
         self.done.notify_all();
+        let wakers =
+            std::mem::take(&mut *self.wakers.lock().unwrap_or_else(PoisonError::into_inner));
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+
+    /// Whether the bytes are no longer `seen`; if they still are, `waker` is woken when
+    /// they change.
+    fn changed_or_wake(&self, seen: u64, waker: &std::task::Waker) -> bool {
+        let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        // Read under the wakers' lock, which `done` takes after changing the bytes: a
+        // change after this read finds the waker.
+        if self.bytes() != seen {
+            return true;
+        }
+        if !wakers.iter().any(|w| w.will_wake(waker)) {
+            wakers.push(waker.clone());
+        }
+        false
     }
 
     /// Waits until the bytes are no longer `seen`, for at most `limit`.
@@ -339,46 +379,83 @@ impl PoolInner {
     /// the blocks the pool let go count until their releases are done, and are waited
     /// for, unless a user event of the context is not set (one may hold them back for
     /// good): then, or when the blocks in use leave no room, it fails.
-    fn reserve(&self, class: u64) -> Result<()> {
+    /// A buffer of `len` elements, pooled or new, or the bytes that were leaving when the
+    /// maximum left no room for it (nothing was taken then).
+    fn try_take<T: Pod>(
+        self: &Arc<Self>,
+        len: usize,
+        queue: Option<&Queue>,
+        site: &'static Location<'static>,
+    ) -> Result<Taken<T>> {
+        let bytes = Block::check_size::<T>(&self.ctx, len)?;
+        let class = class_of(bytes, self.ctx.max_alloc);
+        let lane = queue.map(|q| q.core.lane);
+        let reused = self.pick(&mut self.lock(), class, lane);
+        let mut mem = match reused {
+            Some(mut mem) => {
+                mem.hand_out_again(site);
+                self.poison_fill(&mem, queue);
+                mem
+            }
+            None => {
+                if let Reserved::AfterLeaving { seen } = self.try_reserve(class as u64)? {
+                    return Ok(Taken::AfterLeaving { seen });
+                }
+                let created = match self.create_block(class, site) {
+                    Err(e) if is_out_of_memory(&e) => {
+                        self.trim(0);
+                        self.create_block(class, site)
+                    }
+                    other => other,
+                };
+                created.inspect_err(|_| self.unreserve(class as u64))?
+            }
+        };
+        mem.set_home(Home::Owner(self.clone()));
+        Ok(Taken::Buffer(ClBuffer::from_block(mem, len)))
+    }
+
+    /// The *maximum* rule: reserves `class` bytes, or says how many bytes
+    /// were leaving (deferred releases not done) when it could not. `Err` when waiting for
+    /// them could not help, or could be forever (a user event of the context is unset).
+    fn try_reserve(&self, class: u64) -> Result<Reserved> {
         let Some(max) = self.options.max_bytes else {
             self.lock().in_use += class;
-            return Ok(());
+            return Ok(Reserved::Yes);
         };
-        loop {
-            let mut released = Vec::new();
-            let waiting = {
-                let mut state = self.lock();
-                let exhausted = Error::PoolExhausted {
-                    requested: class,
-                    max,
-                    in_use: state.in_use,
-                };
-                if state.in_use + class > max {
-                    return Err(exhausted);
-                }
-                while state.in_use + state.pooled + class > max {
-                    match self.take_largest(&mut state) {
-                        Some(block) => released.push(block),
-                        None => break,
-                    }
-                }
-                let leaving = self.leaving.bytes();
-                if state.in_use + state.pooled + leaving + class <= max {
-                    state.in_use += class;
-                    None
-                } else {
-                    Some((leaving, exhausted))
-                }
+        let mut released = Vec::new();
+        let waiting = {
+            let mut state = self.lock();
+            let exhausted = Error::PoolExhausted {
+                requested: class,
+                max,
+                in_use: state.in_use,
             };
-            self.let_go(released);
-            let Some((leaving, exhausted)) = waiting else {
-                return Ok(());
-            };
-            if self.ctx.gates.count() != 0 {
+            if state.in_use + class > max {
                 return Err(exhausted);
             }
-            self.leaving.wait_change(leaving, WAIT_SLICE);
+            while state.in_use + state.pooled + class > max {
+                match self.take_largest(&mut state) {
+                    Some(block) => released.push(block),
+                    None => break,
+                }
+            }
+            let leaving = self.leaving.bytes();
+            if state.in_use + state.pooled + leaving + class <= max {
+                state.in_use += class;
+                None
+            } else {
+                Some((leaving, exhausted))
+            }
+        };
+        self.let_go(released);
+        let Some((seen, exhausted)) = waiting else {
+            return Ok(Reserved::Yes);
+        };
+        if self.ctx.gates.count() != 0 {
+            return Err(exhausted);
         }
+        Ok(Reserved::AfterLeaving { seen })
     }
 
     fn unreserve(&self, class: u64) {
@@ -571,31 +648,85 @@ impl Pool {
         queue: Option<&Queue>,
         site: &'static Location<'static>,
     ) -> Result<ClBuffer<T>> {
-        let inner = &self.inner;
-        let bytes = Block::check_size::<T>(&inner.ctx, len)?;
-        let class = class_of(bytes, inner.ctx.max_alloc);
-        let lane = queue.map(|q| q.core.lane);
-        let reused = inner.pick(&mut inner.lock(), class, lane);
-        let mut mem = match reused {
-            Some(mut mem) => {
-                mem.hand_out_again(site);
-                inner.poison_fill(&mem, queue);
-                mem
+        loop {
+            match self.inner.try_take::<T>(len, queue, site)? {
+                Taken::Buffer(buffer) => return Ok(buffer),
+                Taken::AfterLeaving { seen } => self.inner.leaving.wait_change(seen, WAIT_SLICE),
             }
-            None => {
-                inner.reserve(class as u64)?;
-                let created = match inner.create_block(class, site) {
-                    Err(e) if is_out_of_memory(&e) => {
-                        inner.trim(0);
-                        inner.create_block(class, site)
+        }
+    }
+
+    /// [`Pool::acquire`] as a future: where the pool is at [`PoolOptions::max_bytes`] and
+    /// bytes it let go are still leaving (deferred releases not done), the task waits for
+    /// them without blocking its thread, woken as each is done.
+    ///
+    /// # Errors
+    ///
+    /// As [`Pool::acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::{Context, Pool, PoolOptions};
+    /// let ctx = Context::from_env()?;
+    /// let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(1 << 20))?;
+    /// let buf = pollster::block_on(pool.acquire_async::<u32>(1024))?;
+    /// assert_eq!(buf.len(), 1024);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn acquire_async<T: Pod>(
+        &self,
+        len: usize,
+    ) -> impl std::future::Future<Output = Result<ClBuffer<T>>> + Send + 'static {
+        self.take_async(len, None, Location::caller())
+    }
+
+    /// [`Pool::acquire_on`] as a future, waiting as [`Pool::acquire_async`] does.
+    ///
+    /// # Errors
+    ///
+    /// As [`Pool::acquire_on`].
+    #[track_caller]
+    pub fn acquire_on_async<T: Pod>(
+        &self,
+        queue: &Queue,
+        len: usize,
+    ) -> impl std::future::Future<Output = Result<ClBuffer<T>>> + Send + 'static {
+        let mismatch = (queue.core.ctx.id != self.inner.ctx.id).then(|| {
+            Error::context_mismatch("queue", Some(queue.core.ctx.raw), self.inner.ctx.raw)
+        });
+        let taken = self.take_async(len, Some(queue.clone()), Location::caller());
+        async move {
+            match mismatch {
+                Some(e) => Err(e),
+                None => taken.await,
+            }
+        }
+    }
+
+    fn take_async<T: Pod>(
+        &self,
+        len: usize,
+        queue: Option<Queue>,
+        site: &'static Location<'static>,
+    ) -> impl std::future::Future<Output = Result<ClBuffer<T>>> + Send + 'static {
+        let inner = self.inner.clone();
+        std::future::poll_fn(move |cx| {
+            loop {
+                match inner.try_take::<T>(len, queue.as_ref(), site) {
+                    Err(e) => return std::task::Poll::Ready(Err(e)),
+                    Ok(Taken::Buffer(buffer)) => return std::task::Poll::Ready(Ok(buffer)),
+                    Ok(Taken::AfterLeaving { seen }) => {
+                        if !inner.leaving.changed_or_wake(seen, cx.waker()) {
+                            return std::task::Poll::Pending;
+                        }
                     }
-                    other => other,
-                };
-                created.inspect_err(|_| inner.unreserve(class as u64))?
+                }
             }
-        };
-        mem.set_home(Home::Owner(inner.clone()));
-        Ok(ClBuffer::from_block(mem, len))
+        })
     }
 
     /// Releases unused blocks until at most `to_bytes` are kept; returns the bytes let go.

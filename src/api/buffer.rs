@@ -156,6 +156,49 @@ impl<T: Pod> ClBuffer<T> {
         self.block.retire()
     }
 
+    /// [`ClBuffer::release`] as a future: it awaits every command that touched the buffer
+    /// without blocking the task's thread, then releases the buffer on the library's
+    /// waiter thread (where `clReleaseMemObject` may block on NVIDIA's driver, and the
+    /// wait for the driver's free runs), and hands back the same report.
+    ///
+    /// Dropped before it is done, the future releases the buffer deferred
+    /// ([`ClBuffer::release_deferred`]) if it still holds it; nothing on the device is
+    /// cancelled.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClBuffer::release`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<f32>(1024)?;
+    /// queue.fill(&buf, 1.0)?;
+    /// let report = pollster::block_on(buf.release_async())?;
+    /// assert!(report.failed.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn release_async(
+        mut self,
+    ) -> impl std::future::Future<Output = Result<ReleaseReport>> + Send + 'static {
+        let awaited = self.block.awaited_at_release();
+        let mut held = ReleasedIfDropped(Some(self));
+        async move {
+            for event in awaited {
+                // A failure is the report's, read by the release.
+                let _ = event.ended().await;
+            }
+            match held.0.take() {
+                Some(buffer) => crate::awaiting::off_thread(move || buffer.release()).await,
+                None => Err(crate::Error::Polled),
+            }
+        }
+    }
+
     /// Releases the buffer without blocking: its memory is freed on the context's reaper
     /// thread once every command that touched it has ended. The bytes show
     /// as pending release until then; [`Context::wait_deferred`](crate::Context::wait_deferred)
@@ -240,7 +283,20 @@ impl<T: Pod> ClBuffer<T> {
     }
 }
 
-/// A non-blocking read into an owned `Vec`; [`PendingRead::wait`] returns it.
+/// A buffer that an async release still holds: released deferred if the release's future
+/// is dropped before it hands the buffer to its thread.
+struct ReleasedIfDropped<T: Pod>(Option<ClBuffer<T>>);
+
+impl<T: Pod> Drop for ReleasedIfDropped<T> {
+    fn drop(&mut self) {
+        if let Some(buffer) = self.0.take() {
+            buffer.release_deferred();
+        }
+    }
+}
+
+/// A non-blocking read into an owned `Vec`; [`PendingRead::wait`] returns it, and
+/// `.await` on it does the same without blocking (see [`ReadFuture`]).
 ///
 /// Dropping it without waiting blocks until the read has ended, since the device is
 /// writing into its memory; but where the read may be behind a user event of its context
@@ -315,20 +371,94 @@ impl<T: Pod> Drop for PendingRead<T> {
                     self.len,
                     crate::util::sites(&gates.sites())
                 );
-                // The library's thread only reads the read's status, which submits
-                // nothing: rusticl runs nothing that was not flushed.
-                if let Err(e) = queue.flush_if_dirty() {
-                    log::warn!(target: "cl_lifetime::queue", "flushing a dropped read: {e}");
-                }
-                let kept = KeptUntilEnded {
-                    event: self.event.clone(),
-                    _memory: Box::new(std::mem::take(&mut self.data)),
-                };
-                queue.ctx.reaper.submit(Box::new(kept), true);
+                self.hand_over();
                 return;
             }
         }
         ffi::wait_terminal(&[self.event.as_raw()]);
+    }
+}
+
+impl<T: Pod> PendingRead<T> {
+    /// Hands the memory the read writes into to the library's thread, which frees it once
+    /// the read has ended; the read's queue is flushed first (the library's thread only
+    /// reads the read's status, which submits nothing: rusticl runs nothing that was not
+    /// flushed).
+    fn hand_over(&mut self) {
+        let Some(queue) = self.event.inner.queue.as_ref() else {
+            ffi::wait_terminal(&[self.event.as_raw()]);
+            return;
+        };
+        if let Err(e) = queue.flush_if_dirty() {
+            log::warn!(target: "cl_lifetime::queue", "flushing a dropped read: {e}");
+        }
+        let kept = KeptUntilEnded {
+            event: self.event.clone(),
+            _memory: Box::new(std::mem::take(&mut self.data)),
+        };
+        queue.ctx.reaper.submit(Box::new(kept), true);
+    }
+}
+
+/// A [`PendingRead`] as a future: its data once the read has ended, or the error
+/// [`PendingRead::wait`] would return (`.await` on a `PendingRead`). The task's thread
+/// never blocks; dropped before the read ended, it hands the memory the read writes into
+/// to the library's thread, which frees it once the read has ended.
+#[must_use = "a future does nothing unless awaited"]
+pub struct ReadFuture<T: Pod> {
+    read: Option<PendingRead<T>>,
+    ended: crate::awaiting::Ended,
+}
+
+impl<T: Pod> fmt::Debug for ReadFuture<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReadFuture")
+            .field("read", &self.read)
+            .finish()
+    }
+}
+
+// Nothing in it relies on staying where it is: it holds handles and a `Vec`.
+impl<T: Pod> Unpin for ReadFuture<T> {}
+
+impl<T: Pod> std::future::IntoFuture for PendingRead<T> {
+    type Output = Result<Vec<T>>;
+    type IntoFuture = ReadFuture<T>;
+
+    fn into_future(self) -> ReadFuture<T> {
+        ReadFuture {
+            ended: crate::awaiting::Ended::new(self.event.clone()),
+            read: Some(self),
+        }
+    }
+}
+
+impl<T: Pod> std::future::Future for ReadFuture<T> {
+    type Output = Result<Vec<T>>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<Vec<T>>> {
+        let this = self.get_mut();
+        match this.ended.poll_end(cx) {
+            std::task::Poll::Pending => std::task::Poll::Pending,
+            std::task::Poll::Ready(()) => match this.read.take() {
+                // The read has ended: `wait` does not block.
+                Some(read) => std::task::Poll::Ready(read.wait()),
+                None => std::task::Poll::Ready(Err(crate::Error::Polled)),
+            },
+        }
+    }
+}
+
+impl<T: Pod> Drop for ReadFuture<T> {
+    fn drop(&mut self) {
+        if let Some(mut read) = self.read.take() {
+            if read.data.capacity() != 0 && !ffi::has_ended(read.event.as_raw()) {
+                read.hand_over();
+            }
+        }
     }
 }
 

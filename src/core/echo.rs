@@ -249,6 +249,8 @@ pub(crate) struct RawEvent(cl_event);
 
 // SAFETY: OpenCL event handles may be used from any thread (OpenCL 3.0 appendix A.2).
 unsafe impl Send for RawEvent {}
+// SAFETY: as above; a `RawEvent` has no state but the handle.
+unsafe impl Sync for RawEvent {}
 
 impl RawEvent {
     /// Takes one more reference to `raw`.

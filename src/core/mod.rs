@@ -11,6 +11,7 @@
 //! - [`staging`]: pinned host memory that small blocking reads go through on GPUs;
 //! - [`stats`]: the enqueue counters and the memory ledger;
 //! - [`reaper`]: the thread that finishes deferred releases;
+//! - [`waiter`]: the threads that wake the tasks awaiting commands;
 //! - [`gates`]: whether failures are possible, the failure epoch, and a context's
 //!   user events not set yet.
 
@@ -24,3 +25,4 @@ pub(crate) mod queue;
 pub(crate) mod reaper;
 pub(crate) mod staging;
 pub(crate) mod stats;
+pub(crate) mod waiter;

@@ -359,6 +359,19 @@ impl Record {
     /// polls them (on the library's thread, or on the caller's while a gate is closed): a
     /// command never flushed may never start (Oclgrind and rusticl run nothing before a
     /// flush), and polling a status flushes nothing.
+    /// Every event the record holds for a release to wait on (its entries, its shadow and
+    /// the commands using lent host memory), each once.
+    pub(crate) fn pending_events(&self) -> Vec<Event> {
+        let entries = self.events.entries().iter().chain(self.events.shadow());
+        let mut events: Vec<Event> = entries
+            .map(|e| e.event.clone())
+            .chain(self.host.iter().map(|(e, _)| e.clone()))
+            .collect();
+        events.sort_by_key(|e| e.as_raw() as usize);
+        events.dedup_by_key(|e| e.as_raw());
+        events
+    }
+
     pub(crate) fn flush_producers(&self) {
         let entries = self.events.entries().iter().chain(self.events.shadow());
         let events = entries

@@ -206,6 +206,19 @@ impl Block {
         Ok((report, freed))
     }
 
+    /// The events a release would wait for now (every recorded command not seen ended),
+    /// with their queues flushed; none where the block goes back to its owner, whose
+    /// release waits for nothing. For a release that awaits them first.
+    pub(crate) fn awaited_at_release(&mut self) -> Vec<Event> {
+        if self.raw.is_null() || matches!(self.home, Some(Home::Owner(_))) {
+            return Vec::new();
+        }
+        let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
+        record.prune_ended();
+        record.flush_producers();
+        record.pending_events()
+    }
+
     /// Releases the block on the reaper thread (the reaper's rules, [`crate::core::reaper`]).
     pub(crate) fn release_deferred(self) {
         self.release_deferred_then(None);

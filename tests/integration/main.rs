@@ -12,6 +12,7 @@
 #[macro_use]
 mod common;
 
+mod asynchronous;
 mod bad_input;
 mod device;
 mod errors;

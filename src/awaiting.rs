@@ -1,0 +1,223 @@
+//! Async: a command's end, a pending read, a release and a pooled allocation as futures,
+//! for any executor, woken by the library's waiter threads (`core::waiter`).
+//!
+//! # Rules
+//!
+//! 1. **No executor.** The futures use std's `Future` and `Waker` only: tokio, async-std,
+//!    smol, `pollster` or a hand-written loop all drive them.
+//! 2. **Ended first.** A future whose command has ended when it is polled is ready at once:
+//!    one status read, no thread involved.
+//! 3. **Flushed, then watched.** A pending command's queue is flushed (a command not
+//!    submitted may never run on some drivers, and a wait in another thread flushes only
+//!    its own queue), then its event goes to the waiter with the task's waker. The waiter
+//!    blocks in `clWaitForEvents`, never in a driver callback, and never polls.
+//! 4. **Dropped, forgotten.** Dropping a future takes its command off the waiter. Nothing
+//!    on the device is cancelled, and no record changes: the command stays recorded on
+//!    its buffers as it was, and a buffer moved into a dropped release future is released
+//!    (deferred) as a dropped buffer is.
+//! 5. **Off the task's thread.** What would block a task on the device runs on the
+//!    waiter's threads: the release itself (`clReleaseMemObject`, which NVIDIA's driver
+//!    blocks while the memory is busy, and the wait for the driver's free).
+//! 6. **The sync result.** A future hands back what the blocking call would: `Event`'s
+//!    [`Ended`] what [`Event::wait`] returns, a pending read its data or the same error as
+//!    [`PendingRead::wait`](crate::PendingRead::wait), a release its
+//!    [`ReleaseReport`](crate::ReleaseReport).
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use crate::core::echo::RawEvent;
+use crate::core::waiter::{Order, Ticket, Watch, waiter};
+use crate::error::Result;
+use crate::event::Event;
+
+/// The end of a command: a future that is ready once the command has completed or failed,
+/// with what [`Event::wait`] returns ([`Event::ended`], or `.await` on an [`Event`]).
+///
+/// Dropping it cancels nothing: the command runs as it would have.
+#[must_use = "a future does nothing unless awaited"]
+pub struct Ended {
+    event: Event,
+    watching: Option<(Ticket, Arc<Watch>)>,
+}
+
+impl std::fmt::Debug for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ended")
+            .field("event", &self.event)
+            .field("watched", &self.watching.is_some())
+            .finish()
+    }
+}
+
+impl Ended {
+    pub(crate) fn new(event: Event) -> Ended {
+        Ended {
+            event,
+            watching: None,
+        }
+    }
+
+    /// Polls for the end alone (the caller reads the result): the rules *ended first* and
+    /// *flushed, then watched*.
+    pub(crate) fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if let Some((_, watch)) = &self.watching {
+            return if watch.ended_or_wake(cx.waker()) {
+                self.watching = None;
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            };
+        }
+        if self.event.has_ended_now() {
+            return Poll::Ready(());
+        }
+        if let Err(e) = self.event.flush_producer() {
+            log::warn!(target: "cl_lifetime::waiter", "flushing an awaited command's queue: {e}");
+        }
+        // SAFETY: the event is live (held by `self.event`).
+        let Some(raw) = (unsafe { RawEvent::retain(self.event.as_raw()) }) else {
+            return self.block_here();
+        };
+        let watch = Arc::new(Watch::default());
+        // Stored before the waiter can see the command, so a wake-up cannot come first.
+        if watch.ended_or_wake(cx.waker()) {
+            return Poll::Ready(());
+        }
+        match waiter().watch(Arc::new(raw), self.order(), watch.clone()) {
+            Ok(ticket) => {
+                self.watching = Some((ticket, watch));
+                Poll::Pending
+            }
+            Err(e) => {
+                log::error!(target: "cl_lifetime::waiter", "no waiter thread ({e}): waiting on the task's thread");
+                self.block_here()
+            }
+        }
+    }
+
+    /// Where no waiter thread can run: the wait happens on the caller's thread.
+    fn block_here(&self) -> Poll<()> {
+        crate::ffi::wait_terminal(&[self.event.as_raw()]);
+        Poll::Ready(())
+    }
+
+    fn order(&self) -> Order {
+        match &self.event.inner.queue {
+            Some(queue) => Order {
+                queue: Some(queue.lane.id),
+                in_order: queue.lane.in_order,
+                ends_on_its_own: self.event.enqueued_ungated(),
+                gates: Some(queue.ctx.gates.clone()),
+            },
+            None => Order {
+                queue: None,
+                in_order: false,
+                ends_on_its_own: false,
+                gates: None,
+            },
+        }
+    }
+}
+
+impl Future for Ended {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = self.get_mut();
+        match this.poll_end(cx) {
+            Poll::Ready(()) => Poll::Ready(this.event.outcome()),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        // The *dropped, forgotten* rule.
+        if let Some((ticket, _)) = self.watching.take() {
+            waiter().forget(&ticket);
+        }
+    }
+}
+
+impl Event {
+    /// A future that is ready once the command has ended, with what [`Event::wait`]
+    /// returns; the task's thread never blocks. `.await` on an `Event` does the same.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<u32>(1024)?;
+    /// let fill = queue.fill(&buf, 7)?;
+    /// pollster::block_on(fill.ended())?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn ended(&self) -> Ended {
+        Ended::new(self.clone())
+    }
+}
+
+impl IntoFuture for Event {
+    type Output = Result<()>;
+    type IntoFuture = Ended;
+
+    fn into_future(self) -> Ended {
+        Ended::new(self)
+    }
+}
+
+impl IntoFuture for &Event {
+    type Output = Result<()>;
+    type IntoFuture = Ended;
+
+    fn into_future(self) -> Ended {
+        self.ended()
+    }
+}
+
+/// The result of work done on a waiter thread (the *off the task's thread* rule).
+struct Slot<T> {
+    state: Mutex<(Option<T>, Option<Waker>)>,
+}
+
+/// A future of `job`'s result, run on a waiter thread (or here, where none can start).
+pub(crate) fn off_thread<T: Send + 'static>(
+    job: impl FnOnce() -> T + Send + 'static,
+) -> impl Future<Output = T> + Send + 'static {
+    let slot = Arc::new(Slot {
+        state: Mutex::new((None, None)),
+    });
+    let theirs = slot.clone();
+    let run: Box<dyn FnOnce() + Send> = Box::new(move || {
+        let value = job();
+        let waker = {
+            let mut state = theirs.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.0 = Some(value);
+            state.1.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    });
+    if let Err((e, run)) = waiter().run(run) {
+        log::error!(target: "cl_lifetime::waiter", "no waiter thread ({e}): running on the task's thread");
+        run();
+    }
+    std::future::poll_fn(move |cx| {
+        let mut state = slot.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match state.0.take() {
+            Some(value) => Poll::Ready(value),
+            None => {
+                state.1 = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    })
+}
