@@ -24,6 +24,7 @@ examples: setup
 # QUICK=1 runs the short version (under 2 minutes on PoCL).
 bench: setup
 	$(CARGO) run --release --example compare -- $(if $(QUICK),--quick,)
+	$(CARGO) run --release --example async_wake -- $(if $(QUICK),--quick,)
 
 # The OpenCL call counter (scripts/cl-calls.c): run a program with
 # OPENCL_DYLIB_PATH=$(CURDIR)/target/libcl-calls.so to get its OpenCL calls and their host time.

@@ -182,6 +182,35 @@ impl IntoFuture for &Event {
     }
 }
 
+/// Runs `f` on one of the library's threads and returns a future of its result: for a
+/// blocking call that has no async form (a blocking read into a slice, a map, a
+/// `Queue::finish`), or an enqueue on a driver that may block it (see the crate's
+/// *Blocking calls* table). The task's thread does not block; the library's thread does,
+/// for as long as `f` runs.
+///
+/// Dropping the future does not stop `f`: it runs to its end, and its result is dropped.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer_from(&[3u32; 256])?;
+/// let read = cl_lifetime::unblock(move || {
+///     let mut out = vec![0u32; 256];
+///     queue.read(&buf, &mut out).map(|()| out)
+/// });
+/// assert_eq!(pollster::block_on(read)?, vec![3u32; 256]);
+/// # Ok(())
+/// # }
+/// ```
+pub fn unblock<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> impl Future<Output = T> + Send + 'static {
+    off_thread(f)
+}
+
 /// The result of work done on a waiter thread (the *off the task's thread* rule).
 struct Slot<T> {
     state: Mutex<(Option<T>, Option<Waker>)>,

@@ -353,6 +353,7 @@ enum Task<E> {
         lane: LaneKey,
         id: u64,
         event: Arc<E>,
+        watch: Arc<Watch>,
     },
 }
 
@@ -377,6 +378,7 @@ impl<E: Awaited> State<E> {
             lane: lane.key,
             id: entry.id,
             event: entry.event.clone(),
+            watch: entry.watch.clone(),
         })
     }
 
@@ -392,23 +394,30 @@ impl<E: Awaited> State<E> {
         if let Some(i) = lane.entries.iter().position(|e| e.id == id) {
             ended.push(lane.entries.remove(i).watch);
         }
+        // Read oldest first; the ended leave in one pass (a lane can hold thousands).
         let mut pending_seen = 0;
-        let mut i = 0;
-        while i < lane.entries.len() {
-            let entry = &lane.entries[i];
+        let mut ended_ids = Vec::new();
+        for entry in &lane.entries {
             if entry.event.has_ended() {
-                let entry = lane.entries.remove(i);
-                ended.push(entry.watch);
+                ended_ids.push(entry.id);
                 continue;
             }
-            if lane.in_order {
-                break;
-            }
             pending_seen += 1;
-            if pending_seen >= SCAN {
+            if lane.in_order || pending_seen >= SCAN {
                 break;
             }
-            i += 1;
+        }
+        if !ended_ids.is_empty() {
+            let mut next = 0;
+            lane.entries.retain_mut(|e| {
+                if ended_ids.get(next) == Some(&e.id) {
+                    next += 1;
+                    ended.push(e.watch.clone());
+                    false
+                } else {
+                    true
+                }
+            });
         }
         // A command whose thread's wait is over is waited for again when it is next
         // uncovered.
@@ -482,9 +491,20 @@ fn run<E: Awaited>(shared: &Arc<Shared<E>>) {
                 job();
                 state = shared.lock();
             }
-            Some(Task::Wait { lane, id, event }) => {
+            Some(Task::Wait {
+                lane,
+                id,
+                event,
+                watch,
+            }) => {
                 drop(state);
                 event.wait();
+                // Its own task first, before the lane is read (a task whose command was
+                // forgotten meanwhile gets a wake-up it ignores).
+                if let Some(waker) = watch.end() {
+                    waker.wake();
+                }
+                drop(watch);
                 let ended = shared.lock().waited(lane, id);
                 // Outside the lock (the *wake outside the lock* rule); the event may be
                 // released here too.

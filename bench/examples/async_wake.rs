@@ -1,0 +1,303 @@
+//! The async benchmark: what awaiting a command costs against a thread blocked in
+//! `clWaitForEvents` on the same command, measured in one run.
+//!
+//! ```text
+//! make bench                                   # runs this after the comparisons
+//! cargo run --release -p cl-lifetime-bench --example async_wake -- --quick
+//! ```
+//!
+//! 1. **Wake latency.** Each trial enqueues a fill behind a user event, has a thread block
+//!    in `clWaitForEvents` on the fill's event and a task (on a `pollster` thread) await
+//!    the same event, then opens the gate: each side notes when it is back. Reported: p50
+//!    and p99 of gate-to-wake over the trials, each side's, and their ratios (goal: p99
+//!    within 1.5x of the blocked thread's). The two sides wait on the same command at the
+//!    same time, so its end is the same for both.
+//! 2. **Many at once.** 10,000 fills behind one gate, each awaited by its own tokio task
+//!    (2 worker threads), against one thread blocked in `clWaitForEvents` on all 10,000:
+//!    gate-to-all-done, interleaved repetitions, ratio of the medians.
+//! 3. **Quiet.** A task awaits a command behind a gate that stays closed for a second, and
+//!    a thread blocks in `clWaitForEvents` on the same command: the CPU time the library's
+//!    waiter threads use meanwhile (read from `/proc/self/task/*/schedstat`), against the
+//!    blocked thread's (goal: none; a driver whose `clWaitForEvents` spins shows it on both
+//!    sides).
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, anyhow};
+use cl_lifetime::{ClBuffer, Context, Event, Queue};
+use harness::{Stats, cl_err, interleave, print_device};
+use opencl3::event as cle;
+use opencl3::types::cl_event;
+
+fn main() -> anyhow::Result<()> {
+    env_logger::init();
+    let quick = std::env::args().any(|a| a == "--quick");
+    let ctx = Context::from_env()?;
+    print_device(&ctx);
+    let queue = ctx.queue()?;
+    let buf = ctx.buffer::<u32>(64)?;
+    println!("mode:     {}\n", if quick { "quick" } else { "full" });
+
+    wake_latency(&ctx, &queue, &buf, if quick { 100 } else { 400 })?;
+    many_at_once(&ctx, &queue, &buf, if quick { 3 } else { 7 })?;
+    quiet(&ctx, &queue, &buf)?;
+    Ok(())
+}
+
+/// A raw event handle handed to another thread.
+struct SendEvent(cl_event);
+// SAFETY: OpenCL event handles may be used from any thread (OpenCL 3.0 appendix A.2); the
+// sender keeps the event alive until the receiver has answered.
+unsafe impl Send for SendEvent {}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+fn wake_latency(
+    ctx: &Context,
+    queue: &Queue,
+    buf: &ClBuffer<u32>,
+    trials: usize,
+) -> anyhow::Result<()> {
+    // The blocked thread and the task's thread, each answering with when it was back.
+    let (to_blocked, blocked_gets) = mpsc::channel::<SendEvent>();
+    let (blocked_says, from_blocked) = mpsc::channel::<Instant>();
+    let blocked = thread::spawn(move || {
+        for event in blocked_gets {
+            let event = event;
+            let _ = cle::wait_for_events(&[event.0]);
+            let _ = blocked_says.send(Instant::now());
+        }
+    });
+    let (to_task, task_gets) = mpsc::channel::<Event>();
+    let (task_says, from_task) = mpsc::channel::<Instant>();
+    let task = thread::spawn(move || {
+        for event in task_gets {
+            let _ = pollster::block_on(event.ended());
+            let _ = task_says.send(Instant::now());
+        }
+    });
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for trial in 0..trials + 10 {
+        let gate = ctx.user_event()?;
+        let fill = queue.after(&[gate.event()]).fill(buf, trial as u32)?;
+        queue.flush()?;
+        to_blocked
+            .send(SendEvent(fill.as_raw()))
+            .map_err(|_| anyhow!("blocked thread gone"))?;
+        to_task
+            .send(fill.clone())
+            .map_err(|_| anyhow!("task thread gone"))?;
+        // Both sides settle into their waits (not an ordering claim: a side that came late
+        // would only look faster).
+        thread::sleep(Duration::from_millis(2));
+        let opened = Instant::now();
+        gate.complete()?;
+        let their = from_blocked.recv()?.duration_since(opened);
+        let our = from_task.recv()?.duration_since(opened);
+        fill.wait()?;
+        // The first trials warm up the threads and the driver.
+        if trial >= 10 {
+            theirs.push(their.as_secs_f64() * 1e6);
+            ours.push(our.as_secs_f64() * 1e6);
+        }
+    }
+    drop((to_blocked, to_task));
+    blocked
+        .join()
+        .map_err(|_| anyhow!("blocked thread panicked"))?;
+    task.join().map_err(|_| anyhow!("task thread panicked"))?;
+    ours.sort_by(f64::total_cmp);
+    theirs.sort_by(f64::total_cmp);
+    println!("1. wake latency, gate opened to back on the waiting thread ({trials} trials)");
+    println!("   {:<44} {:>9} {:>9}", "", "p50 µs", "p99 µs");
+    println!(
+        "   {:<44} {:>9.1} {:>9.1}",
+        "thread blocked in clWaitForEvents",
+        percentile(&theirs, 0.5),
+        percentile(&theirs, 0.99)
+    );
+    println!(
+        "   {:<44} {:>9.1} {:>9.1}",
+        "task awaiting Event::ended (pollster)",
+        percentile(&ours, 0.5),
+        percentile(&ours, 0.99)
+    );
+    println!(
+        "   ratio awaited / blocked: p50 {:.2}x, p99 {:.2}x (goal: p99 within 1.5x)\n",
+        percentile(&ours, 0.5) / percentile(&theirs, 0.5),
+        percentile(&ours, 0.99) / percentile(&theirs, 0.99)
+    );
+    Ok(())
+}
+
+const MANY: usize = 10_000;
+
+/// Gate-to-all-done in µs of `MANY` fills behind one gate, awaited by tokio tasks.
+fn many_awaited(
+    ctx: &Context,
+    queue: &Queue,
+    buf: &ClBuffer<u32>,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<f64> {
+    let gate = ctx.user_event()?;
+    let fills = (0..MANY)
+        .map(|i| queue.after(&[gate.event()]).fill(buf, i as u32))
+        .collect::<Result<Vec<_>, _>>()?;
+    queue.flush()?;
+    let tasks: Vec<_> = runtime.block_on(async {
+        fills
+            .into_iter()
+            .map(|f| tokio::spawn(f.into_future_owned()))
+            .collect()
+    });
+    // The tasks poll once, and their commands go to the waiter, before the gate opens.
+    thread::sleep(Duration::from_millis(20));
+    let opened = Instant::now();
+    gate.complete()?;
+    runtime.block_on(async {
+        for task in tasks {
+            task.await.map_err(|e| anyhow!("{e}"))??;
+        }
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(opened.elapsed().as_secs_f64() * 1e6)
+}
+
+/// The same with one thread blocked in `clWaitForEvents` on all of them.
+fn many_blocked(ctx: &Context, queue: &Queue, buf: &ClBuffer<u32>) -> anyhow::Result<f64> {
+    let gate = ctx.user_event()?;
+    let fills = (0..MANY)
+        .map(|i| queue.after(&[gate.event()]).fill(buf, i as u32))
+        .collect::<Result<Vec<_>, _>>()?;
+    queue.flush()?;
+    let raws: Vec<usize> = fills.iter().map(|f| f.as_raw() as usize).collect();
+    let (says, back) = mpsc::channel();
+    let waiter = thread::spawn(move || {
+        let raws: Vec<cl_event> = raws.into_iter().map(|r| r as cl_event).collect();
+        let waited = cle::wait_for_events(&raws).map_err(cl_err("clWaitForEvents"));
+        let _ = says.send(Instant::now());
+        waited
+    });
+    thread::sleep(Duration::from_millis(20));
+    let opened = Instant::now();
+    gate.complete()?;
+    let done = back.recv()?;
+    waiter
+        .join()
+        .map_err(|_| anyhow!("waiting thread panicked"))??;
+    drop(fills);
+    Ok(done.duration_since(opened).as_secs_f64() * 1e6)
+}
+
+/// The owned future of an event, for `tokio::spawn`.
+trait OwnedFuture {
+    fn into_future_owned(self) -> cl_lifetime::Ended;
+}
+
+impl OwnedFuture for Event {
+    fn into_future_owned(self) -> cl_lifetime::Ended {
+        std::future::IntoFuture::into_future(self)
+    }
+}
+
+fn many_at_once(
+    ctx: &Context,
+    queue: &Queue,
+    buf: &ClBuffer<u32>,
+    reps: usize,
+) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("a tokio runtime")?;
+    many_awaited(ctx, queue, buf, &runtime)?;
+    many_blocked(ctx, queue, buf)?;
+    let samples = interleave(
+        reps,
+        &mut [
+            Box::new(|| many_blocked(ctx, queue, buf)),
+            Box::new(|| many_awaited(ctx, queue, buf, &runtime)),
+        ],
+    )?;
+    let (theirs, ours) = (Stats::of(&samples[0]), Stats::of(&samples[1]));
+    println!("2. {MANY} commands behind one gate, gate opened to all done ({reps} repetitions)");
+    println!(
+        "   one thread blocked in clWaitForEvents on all   {:>10.0} µs (min {:.0}, max {:.0})",
+        theirs.median, theirs.min, theirs.max
+    );
+    println!(
+        "   a tokio task awaiting each                     {:>10.0} µs (min {:.0}, max {:.0})",
+        ours.median, ours.min, ours.max
+    );
+    println!(
+        "   ratio awaited / blocked: {:.2}x\n",
+        ours.median / theirs.median
+    );
+    Ok(())
+}
+
+/// CPU time in ns of this process's threads whose name starts with `prefix`.
+fn cpu_ns(prefix: &str) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let path = task?.path();
+        let Ok(comm) = std::fs::read_to_string(path.join("comm")) else {
+            continue;
+        };
+        if !comm.trim().starts_with(prefix) {
+            continue;
+        }
+        let Ok(sched) = std::fs::read_to_string(path.join("schedstat")) else {
+            continue;
+        };
+        total += sched
+            .split_whitespace()
+            .next()
+            .unwrap_or("0")
+            .parse::<u64>()
+            .unwrap_or(0);
+    }
+    Ok(total)
+}
+
+fn quiet(ctx: &Context, queue: &Queue, buf: &ClBuffer<u32>) -> anyhow::Result<()> {
+    let gate = ctx.user_event()?;
+    let fill = queue.after(&[gate.event()]).fill(buf, 1)?;
+    queue.flush()?;
+    let raw = SendEvent(fill.as_raw());
+    let blocked = thread::Builder::new()
+        .name("raw-blocked".into())
+        .spawn(move || {
+            let raw = raw;
+            let _ = cle::wait_for_events(&[raw.0]);
+        })?;
+    let awaited = fill.clone();
+    let task = thread::spawn(move || pollster::block_on(awaited.ended()));
+    thread::sleep(Duration::from_millis(50));
+    let (ours0, theirs0) = (cpu_ns("cl-lifetime-wai")?, cpu_ns("raw-blocked")?);
+    let quiet_for = Duration::from_secs(1);
+    thread::sleep(quiet_for);
+    let (ours1, theirs1) = (cpu_ns("cl-lifetime-wai")?, cpu_ns("raw-blocked")?);
+    gate.complete()?;
+    blocked
+        .join()
+        .map_err(|_| anyhow!("blocked thread panicked"))?;
+    task.join().map_err(|_| anyhow!("task thread panicked"))??;
+    let per_s = |ns: u64| ns as f64 / 1e3 / quiet_for.as_secs_f64();
+    println!("3. CPU time while an awaited command waits on a closed gate for {quiet_for:?}");
+    println!(
+        "   thread blocked in clWaitForEvents              {:>10.1} µs per second",
+        per_s(theirs1 - theirs0)
+    );
+    println!(
+        "   the library's waiter threads                   {:>10.1} µs per second (goal: none)",
+        per_s(ours1 - ours0)
+    );
+    Ok(())
+}
