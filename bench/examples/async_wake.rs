@@ -68,7 +68,6 @@ fn wake_latency(
     let (blocked_says, from_blocked) = mpsc::channel::<Instant>();
     let blocked = thread::spawn(move || {
         for event in blocked_gets {
-            let event = event;
             let _ = cle::wait_for_events(&[event.0]);
             let _ = blocked_says.send(Instant::now());
         }
