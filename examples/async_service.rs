@@ -59,11 +59,7 @@ fn request(number: usize) -> (Vec<f32>, f32) {
 }
 
 fn check(number: usize, input: &[f32], factor: f32, output: &[f32]) -> Result<(), String> {
-    match input
-        .iter()
-        .zip(output)
-        .position(|(x, y)| x * factor != *y)
-    {
+    match input.iter().zip(output).position(|(x, y)| x * factor != *y) {
         None if output.len() == input.len() => Ok(()),
         None => Err(format!("request {number}: {} results", output.len())),
         Some(i) => Err(format!(
@@ -190,7 +186,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for rep in 0..reps {
         // The order reverses every repetition, so drift falls on both alike.
-        for blocking in if rep % 2 == 0 { [false, true] } else { [true, false] } {
+        for blocking in if rep % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        } {
             let rate = run(&runtime, &service, requests, blocking)?;
             if blocking {
                 theirs.push(rate);

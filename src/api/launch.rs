@@ -87,9 +87,12 @@ impl After<'_> {
         let turn = core
             .orders_kernel_widths
             .then(|| kernel.width_turn(global, core.ctx.gates.count() > 0));
-        let event = self.submit().run(touches.iter(), |wait| match &turn {
-            Some(turn) => kernel.enqueue(queue, global, local, args, &turn.wait_list(wait)),
-            None => kernel.enqueue(queue, global, local, args, wait),
+        let event = self.submit().run(touches.iter(), |wait| {
+            let wait = match &turn {
+                Some(turn) => turn.wait_list(wait),
+                None => std::borrow::Cow::Borrowed(wait),
+            };
+            kernel.enqueue(queue, global, local, args, &wait)
         })?;
         if let Some(turn) = turn {
             turn.launched(&core.ctx, &event);

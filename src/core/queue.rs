@@ -320,8 +320,12 @@ impl QueueCore {
             }
         }
         let mut markers = Vec::new();
-        // SAFETY: the events of `wait` are live, as the caller vouches.
-        let raw = unsafe { self.one_event_wait(wait, &mut markers) }.and_then(|w| enqueue(&w));
+        let raw = if self.single_event_waits && wait.len() >= 2 {
+            // SAFETY: the events of `wait` are live, as the caller vouches.
+            unsafe { self.one_event_wait(wait, &mut markers) }.and_then(|w| enqueue(&w))
+        } else {
+            enqueue(wait)
+        };
         self.echo_open.store(echo.open(), Ordering::Release);
         let raw = match raw {
             Ok(raw) => raw,

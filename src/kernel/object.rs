@@ -264,6 +264,7 @@ impl Kernel {
 
     /// The *one lock per kernel* and *arguments set once* rules: sets the arguments that
     /// changed and enqueues, under the kernel's lock.
+    #[inline]
     pub(crate) fn enqueue(
         &self,
         queue: cl_command_queue,

@@ -166,22 +166,26 @@ impl Turn<'_> {
     /// same in-order queue), and lists the program in the context's pins where events keep
     /// their buffers.
     pub(crate) fn launched(mut self, ctx: &ContextCore, event: &Event) {
-        if let Some(queue) = event.inner.queue.as_ref().filter(|q| q.lane.in_order) {
-            let name = &self.name;
-            self.launches.pending.retain(|p| {
-                p.name != *name
-                    || !p
-                        .event
+        let queue = event.inner.queue.as_ref().filter(|q| q.lane.in_order);
+        let name = &self.name;
+        // In place of the kernel's launch before it on the same in-order queue, if listed.
+        let slot = queue.and_then(|queue| {
+            self.launches.pending.iter_mut().find(|p| {
+                p.name == *name
+                    && p.event
                         .inner
                         .queue
                         .as_ref()
                         .is_some_and(|q| Arc::ptr_eq(q, queue))
-            });
-        }
-        self.launches.pending.push(Pending {
-            name: self.name.clone(),
-            event: event.clone(),
+            })
         });
+        match slot {
+            Some(slot) => slot.event = event.clone(),
+            None => self.launches.pending.push(Pending {
+                name: self.name.clone(),
+                event: event.clone(),
+            }),
+        }
         drop(self.launches);
         if let Some(pins) = ctx.pins.as_ref() {
             if !self.widths.listed.swap(true, Ordering::AcqRel) {

@@ -231,8 +231,9 @@ impl Record {
                     Access::Read => lane.in_order && e.lane == lane && e.access == Access::Read,
                 }
         };
-        let entries = self.events.entries().iter().filter(dropped);
-        self.unasked.extend(entries.map(|e| e.event.clone()));
+        for entry in self.events.entries().iter().filter(dropped) {
+            self.unasked.push(entry.event.clone());
+        }
     }
 
     /// Drops every event that has ended, keeping the failures for the report.

@@ -152,6 +152,18 @@ struct Gathered {
     foreign: bool,
 }
 
+impl Gathered {
+    /// Nothing gathered yet, for a command with `deps` extra dependencies.
+    fn new(deps: usize) -> Gathered {
+        Gathered {
+            wait: inline::WaitList::new(),
+            holds: inline::List::new(),
+            unelided: deps,
+            foreign: false,
+        }
+    }
+}
+
 /// One command on `queue`, after the hazards of the buffers it touches and the extra
 /// dependencies `deps`.
 pub(crate) struct Submit<'a> {
@@ -187,8 +199,12 @@ impl Submit<'_> {
         queue.settle();
         // One answer per pending command for the whole enqueue (one gathering of it).
         let mut answers = snapshot::begin();
-        let mut locked = self.lock(touches)?;
-        self.zero_fresh(&mut locked)?;
+        // Filled in place (it is large, and the enqueue path would copy it otherwise).
+        let mut locked = inline::List::new();
+        self.lock(touches, &mut locked)?;
+        if locked.iter().any(|l| l.record.fresh) {
+            self.zero_fresh(&mut locked)?;
+        }
         // Reading an event's status costs microseconds on some drivers (NVIDIA), so the
         // statuses of dependencies and hazards are read only once a failure is possible.
         let failures_possible = failures_possible();
@@ -201,35 +217,34 @@ impl Submit<'_> {
         // this ends.
         let mut refusals = 0;
         let mut first_holds = None;
-        let ((raw, seq), holds, had_wait_list, traced_wait) = loop {
-            let Gathered {
-                wait,
-                holds,
-                unelided,
-                foreign,
-            } = self.gather(&mut locked, failures_possible)?;
+        // Filled in place (it is large, and the enqueue path would copy it otherwise).
+        let mut gathered = Gathered::new(self.deps.len());
+        let (raw, seq, traced_wait) = loop {
+            self.gather(&mut locked, failures_possible, &mut gathered)?;
             // The *batch* rule: where a driver ends a flushed batch's commands together
             // (rusticl), the commands before one that waits on other work go in a batch of
             // their own, so that none of them waits for that work.
-            if foreign && queue.flush_before_foreign_waits {
+            if gathered.foreign && queue.flush_before_foreign_waits {
                 queue.flush_if_dirty()?;
             }
-            let wait = wait.as_slice();
+            let wait = gathered.wait.as_slice();
             // SAFETY: the wait list holds live events (retained by the locked records and
-            // `holds`).
+            // `gathered.holds`).
             match unsafe { queue.enqueue_tracked(wait, &mut enqueue) } {
                 Ok((raw, seq, markers)) => {
-                    queue.ctx.stats.count_enqueue(wait.len(), unelided);
+                    queue.ctx.stats.count_enqueue(wait.len(), gathered.unelided);
                     let traced_wait = crate::trace::on().then(|| wait.to_vec());
-                    let mut holds = holds;
                     for marker in markers {
-                        holds.push(Event::from_enqueue(marker, queue, None, 0));
+                        gathered
+                            .holds
+                            .push(Event::from_enqueue(marker, queue, None, 0));
                     }
-                    break ((raw, seq), holds, !wait.is_empty(), traced_wait);
+                    break (raw, seq, traced_wait);
                 }
                 Err(e) => {
                     drop(answers);
                     answers = snapshot::begin();
+                    let holds = &gathered.holds;
                     let explained = failures_possible
                         && holds
                             .iter()
@@ -239,9 +254,12 @@ impl Submit<'_> {
                         return Err(e);
                     }
                     log::debug!(target: "cl_lifetime::queue", "enqueue refused after a dependency failed ({e}); gathering again");
+                    gathered = Gathered::new(self.deps.len());
                 }
             }
         };
+        let had_wait_list = !gathered.wait.as_slice().is_empty();
+        let holds = gathered.holds;
         queue.mark_dirty();
         let deps = (holds.len() != 0).then(|| holds.into_boxed_slice());
         let event = Event::from_enqueue(raw, queue, deps, seq);
@@ -272,6 +290,7 @@ impl Submit<'_> {
     /// command writes all of it and reads nothing is no longer fresh; one whose first
     /// command may read it gets a zero fill on this queue first, recorded as a write that
     /// replaces all of it, so the command orders after it like after any write.
+    #[cold]
     fn zero_fresh(&self, locked: &mut inline::List<Locked<'_>>) -> Result<()> {
         let queue = self.queue;
         for l in locked.iter_mut().filter(|l| l.record.fresh) {
@@ -313,11 +332,12 @@ impl Submit<'_> {
         Ok(())
     }
 
-    /// Step 1: the records of `touches`, locked in buffer-ID order.
+    /// Step 1: the records of `touches`, locked in buffer-ID order, into `locked`.
     fn lock<'t>(
         &self,
         touches: impl IntoIterator<Item = &'t Touch<'t>>,
-    ) -> Result<inline::List<Locked<'t>>> {
+        locked: &mut inline::List<Locked<'t>>,
+    ) -> Result<()> {
         let mut order: inline::List<&Touch<'_>> = inline::List::new();
         for touch in touches {
             if touch.block.ctx.id != self.queue.ctx.id {
@@ -326,7 +346,6 @@ impl Submit<'_> {
             order.push(touch);
         }
         order.sort_by_key(|t| t.block.id);
-        let mut locked: inline::List<Locked<'_>> = inline::List::new();
         for touch in order.iter() {
             match locked.last_mut() {
                 Some(last) if last.block.id == touch.block.id => {
@@ -348,7 +367,7 @@ impl Submit<'_> {
                 }),
             }
         }
-        Ok(locked)
+        Ok(())
     }
 }
 
@@ -360,7 +379,8 @@ impl Submit<'_> {
         &self,
         locked: &mut inline::List<Locked<'_>>,
         failures_possible: bool,
-    ) -> Result<Gathered> {
+        gathered: &mut Gathered,
+    ) -> Result<()> {
         for l in locked.iter() {
             l.record.check_map(l.access, l.map)?;
             // The failed write rule: nothing reads data whose write failed.
@@ -377,26 +397,20 @@ impl Submit<'_> {
                 return Err(failed.into());
             }
         }
-        let mut gathered = Gathered {
-            wait: inline::WaitList::new(),
-            holds: inline::List::new(),
-            unelided: self.deps.len(),
-            foreign: false,
-        };
         for dep in self.deps {
-            self.add(&mut gathered, dep, failures_possible)?;
+            self.add(gathered, dep, failures_possible)?;
         }
         // PoCL stops ordering an in-order queue's later commands after earlier pending
         // ones once a command on it has failed, so after a failure in the context the
         // queue's order is not trusted: every unended hazard goes in the wait list.
         let failure_seen = self.queue.ctx.gates.failure_seen();
         for l in locked.iter_mut() {
-            self.gather_hazards(l, failure_seen, failures_possible, &mut gathered)?;
+            self.gather_hazards(l, failure_seen, failures_possible, gathered)?;
         }
         if locked.len() > 1 || !self.deps.is_empty() {
             gathered.wait.sort_dedup();
         }
-        Ok(gathered)
+        Ok(())
     }
 
     /// The hazards of one record (the tracker's *hazards* and *same-queue elision* rules,

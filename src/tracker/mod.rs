@@ -246,6 +246,9 @@ impl<E> EventSet<E> {
         self.push(lane, access, event, had_wait_list, true, state);
     }
 
+    // Inlined into `record` and `record_late`: the enqueue path calls one of them per
+    // buffer touched.
+    #[inline(always)]
     fn push(
         &mut self,
         lane: Lane,
