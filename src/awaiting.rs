@@ -107,12 +107,14 @@ impl Ended {
     fn order(&self) -> Order {
         match &self.event.inner.queue {
             Some(queue) => Order {
+                driver: queue.ctx.raw as usize,
                 queue: Some(queue.lane.id),
                 in_order: queue.lane.in_order,
                 ends_on_its_own: self.event.enqueued_ungated(),
                 gates: Some(queue.ctx.gates.clone()),
             },
             None => Order {
+                driver: self.event.context_raw() as usize,
                 queue: None,
                 in_order: false,
                 ends_on_its_own: false,

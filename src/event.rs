@@ -475,6 +475,11 @@ impl Event {
         self.has_ended()
     }
 
+    /// Its context's handle.
+    pub(crate) fn context_raw(&self) -> cl_context {
+        self.inner.context
+    }
+
     /// Whether the library enqueued it while every user event of its context was set.
     pub(crate) fn enqueued_ungated(&self) -> bool {
         self.inner.enqueued_ungated

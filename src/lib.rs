@@ -132,6 +132,7 @@ pub use core::context::FREE_GRACE;
 pub use core::device::{DEVICE_VAR, Device};
 pub use core::driver::{Behaviour as DriverBehaviour, DRIVER_VAR};
 pub use core::stats::{HazardStats, LiveBuffer, LiveBuffers, MemoryStats};
+pub use core::waiter::WAIT_VAR;
 pub use error::{ClStatus, Error, Result, Transfer};
 pub use event::{Event, Profile, UserEvent, wait_all};
 pub use kernel::{Arg, KERNELS_VAR, Kernel, Program};

@@ -38,7 +38,12 @@ fn main() -> anyhow::Result<()> {
     print_device(&ctx);
     let queue = ctx.queue()?;
     let buf = ctx.buffer::<u32>(64)?;
-    println!("mode:     {}\n", if quick { "quick" } else { "full" });
+    println!("mode:     {}", if quick { "quick" } else { "full" });
+    println!(
+        "waits:    {}={} (spin: clWaitForEvents; quiet: a driver callback; unset: measured per driver)\n",
+        cl_lifetime::WAIT_VAR,
+        std::env::var(cl_lifetime::WAIT_VAR).unwrap_or_default()
+    );
 
     wake_latency(&ctx, &queue, &buf, if quick { 100 } else { 400 })?;
     many_at_once(&ctx, &queue, &buf, if quick { 3 } else { 7 })?;

@@ -39,6 +39,13 @@
 //! 8. **Only the handle.** The waiter holds the events it watches (retained raw handles)
 //!    and their contexts' open gates, never a context or a queue: a context dropped while
 //!    futures of its commands are alive goes when its last handle does.
+//! 9. **Quiet on a spinning driver.** A driver whose `clWaitForEvents` spins (NVIDIA's:
+//!    the blocked thread uses a whole core) is found by the first wait of 2 ms or more on
+//!    one of its commands, from the thread's CPU time; its later waits sleep until the
+//!    driver's callback at the command's end, one callback per wait, not per watched
+//!    command. That wakes later than a spinning wait (design trap "callbacks wake
+//!    slowly"); `CL_LIFETIME_WAIT=spin` keeps every wait in `clWaitForEvents`, and `quiet`
+//!    puts every wait through a callback.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,8 +69,13 @@ const STACK: usize = 256 * 1024;
 pub(crate) trait Awaited: Send + Sync + 'static {
     /// Whether the command has ended (completed or failed).
     fn has_ended(&self) -> bool;
-    /// Blocks until the command has ended.
+    /// Blocks until the command has ended (`clWaitForEvents`).
     fn wait(&self);
+    /// Blocks until the command has ended, asleep: woken by the driver's callback at the
+    /// command's end (the *quiet on a spinning driver* rule).
+    fn wait_quietly(&self) {
+        self.wait();
+    }
 }
 
 impl Awaited for super::echo::RawEvent {
@@ -74,11 +86,88 @@ impl Awaited for super::echo::RawEvent {
     fn wait(&self) {
         super::echo::RawEvent::wait(self);
     }
+
+    fn wait_quietly(&self) {
+        let bell = Arc::new(Bell::default());
+        let user = Arc::into_raw(bell.clone()) as *mut std::ffi::c_void;
+        // SAFETY: the event is live (held by `self`); `ring` takes back the one reference
+        // `user` carries, once, from whichever thread the driver calls it on.
+        if let Err(e) = unsafe { crate::ffi::on_end(self.as_raw(), ring, user) } {
+            // SAFETY: the driver refused the callback, so `user`'s reference is still ours.
+            drop(unsafe { Arc::from_raw(user.cast_const().cast::<Bell>()) });
+            log::debug!(target: "cl_lifetime::waiter", "waiting with clWaitForEvents: {e}");
+            self.wait();
+            return;
+        }
+        bell.wait();
+    }
 }
+
+/// Rung by a driver's callback at a command's end.
+#[derive(Default)]
+struct Bell {
+    rung: Mutex<bool>,
+    heard: Condvar,
+}
+
+impl Bell {
+    fn wait(&self) {
+        let rung = self.rung.lock().unwrap_or_else(PoisonError::into_inner);
+        let _rung = self
+            .heard
+            .wait_while(rung, |r| !*r)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+/// The driver's callback: rings the bell. Takes no lock but the bell's, which its waiter
+/// holds only to sleep (design trap "nothing blocking in callbacks").
+extern "C" fn ring(
+    _event: crate::ffi::cl_event,
+    _status: crate::ffi::cl_int,
+    user: *mut std::ffi::c_void,
+) {
+    // SAFETY: `user` is the reference `wait_quietly` gave the driver, taken back once here.
+    let bell = unsafe { Arc::from_raw(user.cast_const().cast::<Bell>()) };
+    *bell.rung.lock().unwrap_or_else(PoisonError::into_inner) = true;
+    bell.heard.notify_all();
+}
+
+/// How waiter threads wait (`CL_LIFETIME_WAIT`): `spin` always in `clWaitForEvents`, `quiet`
+/// always through a callback, otherwise as measured per driver (the *quiet on a spinning
+/// driver* rule).
+pub const WAIT_VAR: &str = "CL_LIFETIME_WAIT";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WaitMode {
+    Spin,
+    Quiet,
+    Measure,
+}
+
+fn wait_mode() -> WaitMode {
+    static MODE: std::sync::OnceLock<WaitMode> = std::sync::OnceLock::new();
+    *MODE.get_or_init(|| match std::env::var(WAIT_VAR).as_deref().map(str::trim) {
+        Ok("spin") => WaitMode::Spin,
+        Ok("quiet") => WaitMode::Quiet,
+        _ => WaitMode::Measure,
+    })
+}
+
+/// The CPU time this thread has used, in nanoseconds, where the system says.
+fn thread_cpu_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    stat.split_whitespace().next()?.parse().ok()
+}
+
+/// A wait at least this long tells whether a driver's `clWaitForEvents` spins.
+const MEASURED_WAIT: Duration = Duration::from_millis(2);
 
 /// Where a watched command runs (the *lanes* rule), and whether it ends on its own.
 #[derive(Clone)]
 pub(crate) struct Order {
+    /// Its driver (its context's handle): whether waits spin is known per driver.
+    pub(crate) driver: usize,
     /// The queue's lane id, `None` for a lane of its own.
     pub(crate) queue: Option<u64>,
     /// Whether the queue runs its commands in order.
@@ -143,6 +232,7 @@ enum LaneKey {
 
 struct Entry<E> {
     id: u64,
+    driver: usize,
     event: Arc<E>,
     watch: Arc<Watch>,
     ends_on_its_own: bool,
@@ -196,6 +286,8 @@ struct Shared<E> {
     state: Mutex<State<E>>,
     work: Condvar,
     next_id: AtomicU64,
+    /// Per driver, whether its `clWaitForEvents` was measured to spin.
+    spins: Mutex<Vec<(usize, bool)>>,
 }
 
 impl<E> Shared<E> {
@@ -223,6 +315,7 @@ impl<E: Awaited> Waiter<E> {
                     closed: false,
                 }),
                 work: Condvar::new(),
+                spins: Mutex::new(Vec::new()),
                 next_id: AtomicU64::new(1),
             }),
         }
@@ -244,6 +337,7 @@ impl<E: Awaited> Waiter<E> {
         };
         let entry = Entry {
             id,
+            driver: order.driver,
             event,
             watch,
             ends_on_its_own: order.ends_on_its_own,
@@ -352,6 +446,7 @@ enum Task<E> {
     Wait {
         lane: LaneKey,
         id: u64,
+        driver: usize,
         event: Arc<E>,
         watch: Arc<Watch>,
     },
@@ -377,6 +472,7 @@ impl<E: Awaited> State<E> {
         Some(Task::Wait {
             lane: lane.key,
             id: entry.id,
+            driver: entry.driver,
             event: entry.event.clone(),
             watch: entry.watch.clone(),
         })
@@ -468,6 +564,42 @@ fn summon<E: Awaited>(
     }
 }
 
+/// The *quiet on a spinning driver* rule: waits for `event` of `driver` in
+/// `clWaitForEvents`, unless that driver's was measured to spin (NVIDIA's does: a thread
+/// blocked there uses a whole core), where it sleeps until the driver's callback at the
+/// command's end. The first wait of a driver's of at least [`MEASURED_WAIT`] measures it.
+fn wait_for<E: Awaited>(shared: &Shared<E>, event: &E, driver: usize) {
+    let known = || {
+        let spins = shared.spins.lock().unwrap_or_else(PoisonError::into_inner);
+        spins.iter().find(|(d, _)| *d == driver).map(|&(_, s)| s)
+    };
+    match (wait_mode(), known()) {
+        (WaitMode::Spin, _) | (WaitMode::Measure, Some(false)) => event.wait(),
+        (WaitMode::Quiet, _) | (WaitMode::Measure, Some(true)) => event.wait_quietly(),
+        (WaitMode::Measure, None) => {
+            let (start, cpu) = (std::time::Instant::now(), thread_cpu_ns());
+            event.wait();
+            let wall = start.elapsed();
+            let (Some(before), Some(after)) = (cpu, thread_cpu_ns()) else {
+                return;
+            };
+            if wall >= MEASURED_WAIT {
+                let spun = after.saturating_sub(before) as u128 * 2 >= wall.as_nanos();
+                log::debug!(
+                    target: "cl_lifetime::waiter",
+                    "a wait of {wall:?} used {} µs of CPU: waits {}",
+                    after.saturating_sub(before) / 1000,
+                    if spun { "go through callbacks" } else { "block in clWaitForEvents" }
+                );
+                let mut spins = shared.spins.lock().unwrap_or_else(PoisonError::into_inner);
+                if !spins.iter().any(|(d, _)| *d == driver) {
+                    spins.push((driver, spun));
+                }
+            }
+        }
+    }
+}
+
 /// A waiter thread.
 fn run<E: Awaited>(shared: &Arc<Shared<E>>) {
     let mut state = shared.lock();
@@ -494,11 +626,12 @@ fn run<E: Awaited>(shared: &Arc<Shared<E>>) {
             Some(Task::Wait {
                 lane,
                 id,
+                driver,
                 event,
                 watch,
             }) => {
                 drop(state);
-                event.wait();
+                wait_for(shared, &*event, driver);
                 // Its own task first, before the lane is read (a task whose command was
                 // forgotten meanwhile gets a wake-up it ignores).
                 if let Some(waker) = watch.end() {
@@ -635,6 +768,7 @@ mod tests {
 
     fn order(queue: Option<u64>, ends_on_its_own: bool, gates: &Arc<OpenGates>) -> Order {
         Order {
+            driver: 0,
             queue,
             in_order: true,
             ends_on_its_own,
@@ -768,6 +902,7 @@ mod tests {
                 };
                 let gated = next(3) == 0;
                 let order = Order {
+                    driver: 0,
                     queue,
                     in_order: next(2) == 0,
                     ends_on_its_own: !gated,

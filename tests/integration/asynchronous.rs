@@ -340,3 +340,39 @@ fn an_async_pool_allocation_refused_by_the_maximum_is_the_same_error() {
     );
     drop(held);
 }
+
+/// With every wait through a driver callback (`CL_LIFETIME_WAIT=quiet`, what a driver whose
+/// `clWaitForEvents` spins gets), an awaited command behind a gate is woken when the gate
+/// opens, and a failed one is its failure. In a child process: the mode is the process's.
+#[test]
+fn an_awaited_command_wakes_through_a_driver_callback_when_waits_are_quiet() {
+    common::isolated(
+        &test_path!(an_awaited_command_wakes_through_a_driver_callback_when_waits_are_quiet),
+        common::CHILD_LIMIT,
+        &[(cl_lifetime::WAIT_VAR, "quiet")],
+        || {
+            let Some(ctx) = async_context() else { return };
+            let queue = ctx.queue().unwrap();
+            let buf = ctx.buffer::<u32>(256).unwrap();
+            for fail in [false, true] {
+                let gate = ctx.user_event().unwrap();
+                let fill = queue.after(&[gate.event()]).fill(&buf, 3).unwrap();
+                let mut ended = fill.ended();
+                let task = Arc::new(Counting::default());
+                assert!(poll_once(&mut ended, &task).is_pending());
+                assert_eq!(task.woken(), 0);
+                if fail {
+                    gate.fail(-9).unwrap();
+                } else {
+                    gate.complete().unwrap();
+                }
+                task.wait_woken("the fill's task, woken through a callback");
+                match poll_once(&mut ended, &task) {
+                    Poll::Ready(Ok(())) if !fail => {}
+                    Poll::Ready(Err(Error::CommandFailed { .. })) if fail => {}
+                    other => panic!("failed: {fail}: {other:?}"),
+                }
+            }
+        },
+    );
+}
