@@ -121,7 +121,7 @@ pub mod tracker;
 mod util;
 
 pub use alloc::{Arena, POISON, Pool, PoolOptions, PoolStats};
-pub use api::buffer::{ClBuffer, PendingRead, ReadFuture};
+pub use api::buffer::{ClBuffer, PendingRead, PendingWrite, ReadFuture, WriteFuture};
 pub use api::context::Context;
 pub use api::map::{Mapped, MappedMut};
 pub use api::queue::{After, Queue, QueueOptions};

@@ -462,8 +462,135 @@ impl<T: Pod> Drop for ReadFuture<T> {
     }
 }
 
-/// Host memory a command still writes into, kept by the library's thread until the
-/// command has ended (a pending read dropped behind an unset gate).
+/// A non-blocking write from a `Vec` the library hands back once the write has ended
+/// ([`After::write_lent`](crate::After::write_lent)): [`PendingWrite::wait`] returns it,
+/// and `.await` on it does the same without blocking.
+///
+/// Dropped before the write has ended, it returns at once: the `Vec` goes to the library's
+/// thread, which frees it once the write has ended.
+pub struct PendingWrite<T: Pod> {
+    event: Event,
+    /// Read by the device until the write has ended; `None` once handed back.
+    data: Option<Vec<T>>,
+}
+
+impl<T: Pod> fmt::Debug for PendingWrite<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingWrite")
+            .field("event", &self.event)
+            .field("len", &self.data.as_ref().map(Vec::len))
+            .finish()
+    }
+}
+
+impl<T: Pod> PendingWrite<T> {
+    pub(crate) fn new(event: Event, data: Vec<T>) -> Self {
+        PendingWrite {
+            event,
+            data: Some(data),
+        }
+    }
+
+    /// The write's event.
+    pub fn event(&self) -> &Event {
+        &self.event
+    }
+
+    /// Blocks until the write has ended and hands the `Vec` back, as it was.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CommandFailed`](crate::Error::CommandFailed) when the write failed (the
+    /// `Vec` is freed).
+    pub fn wait(mut self) -> Result<Vec<T>> {
+        let outcome = self.event.wait();
+        // The write has ended: the device no longer reads the memory.
+        let data = self.data.take().unwrap_or_default();
+        outcome.map(|()| data)
+    }
+}
+
+impl<T: Pod> Drop for PendingWrite<T> {
+    fn drop(&mut self) {
+        let Some(data) = self.data.take() else {
+            return;
+        };
+        if ffi::has_ended(self.event.as_raw()) {
+            return;
+        }
+        // The device may still read `data`: it goes to the library's thread, never freed
+        // under the write, and this drop does not wait.
+        match self.event.inner.queue.as_ref() {
+            Some(queue) => {
+                if let Err(e) = queue.flush_if_dirty() {
+                    log::warn!(target: "cl_lifetime::queue", "flushing a dropped write: {e}");
+                }
+                let kept = KeptUntilEnded {
+                    event: self.event.clone(),
+                    _memory: Box::new(data),
+                };
+                queue.ctx.reaper.submit(Box::new(kept), true);
+            }
+            None => {
+                ffi::wait_terminal(&[self.event.as_raw()]);
+                drop(data);
+            }
+        }
+    }
+}
+
+/// A [`PendingWrite`] as a future: the `Vec` once the write has ended, or the error
+/// [`PendingWrite::wait`] would return (`.await` on a `PendingWrite`).
+#[must_use = "a future does nothing unless awaited"]
+pub struct WriteFuture<T: Pod> {
+    write: Option<PendingWrite<T>>,
+    ended: crate::awaiting::Ended,
+}
+
+impl<T: Pod> fmt::Debug for WriteFuture<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriteFuture")
+            .field("write", &self.write)
+            .finish()
+    }
+}
+
+// Nothing in it relies on staying where it is: it holds handles and a `Vec`.
+impl<T: Pod> Unpin for WriteFuture<T> {}
+
+impl<T: Pod> std::future::IntoFuture for PendingWrite<T> {
+    type Output = Result<Vec<T>>;
+    type IntoFuture = WriteFuture<T>;
+
+    fn into_future(self) -> WriteFuture<T> {
+        WriteFuture {
+            ended: crate::awaiting::Ended::new(self.event.clone()),
+            write: Some(self),
+        }
+    }
+}
+
+impl<T: Pod> std::future::Future for WriteFuture<T> {
+    type Output = Result<Vec<T>>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<Vec<T>>> {
+        let this = self.get_mut();
+        match this.ended.poll_end(cx) {
+            std::task::Poll::Pending => std::task::Poll::Pending,
+            std::task::Poll::Ready(()) => match this.write.take() {
+                // The write has ended: `wait` does not block.
+                Some(write) => std::task::Poll::Ready(write.wait()),
+                None => std::task::Poll::Ready(Err(crate::Error::Polled)),
+            },
+        }
+    }
+}
+
+/// Host memory a command still uses, kept by the library's thread until the command has
+/// ended (a pending read dropped behind an unset gate, a lent write dropped early).
 struct KeptUntilEnded {
     event: Event,
     _memory: Box<dyn Send>,

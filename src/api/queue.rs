@@ -14,7 +14,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::buffer::{ClBuffer, PendingRead};
+use super::buffer::{ClBuffer, PendingRead, PendingWrite};
 use super::map::{Mapped, MappedMut};
 use crate::core::queue::QueueCore;
 use crate::error::Result;
@@ -220,6 +220,12 @@ impl Queue {
         fn read_owned<T>(&self, buffer: &ClBuffer<T>) -> Result<PendingRead<T>>;
         /// Reads elements `range` into a new `Vec` without blocking.
         fn read_owned_range<T>(&self, buffer: &ClBuffer<T>, range: Range<usize>) -> Result<PendingRead<T>>;
+        /// Writes `data` without blocking, and hands it back once the write has ended.
+        fn write_lent<T>(&self, buffer: &ClBuffer<T>, data: Vec<T>) -> Result<PendingWrite<T>>;
+        /// Reads the whole buffer into `data`'s allocation without blocking.
+        fn read_into<T>(&self, buffer: &ClBuffer<T>, data: Vec<T>) -> Result<PendingRead<T>>;
+        /// Reads elements `range` into `data`'s allocation without blocking.
+        fn read_range_into<T>(&self, buffer: &ClBuffer<T>, range: Range<usize>, data: Vec<T>) -> Result<PendingRead<T>>;
         /// Copies all of `src` to the start of `dst`.
         fn copy<T>(&self, src: &ClBuffer<T>, dst: &ClBuffer<T>) -> Result<Event>;
         /// Copies `len` elements between the given offsets.

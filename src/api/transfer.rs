@@ -3,7 +3,7 @@
 use std::ops::Range;
 use std::ptr;
 
-use super::buffer::{ClBuffer, PendingRead};
+use super::buffer::{ClBuffer, PendingRead, PendingWrite};
 use super::queue::After;
 use crate::error::{Error, Result, Transfer};
 use crate::event::Event;
@@ -172,6 +172,41 @@ impl After<'_> {
         Ok(event)
     }
 
+    /// Writes `data` to the start of `buffer` without blocking, and hands `data` back once
+    /// the write has ended ([`PendingWrite::wait`], or `.await`): a streaming program reuses
+    /// one allocation for every frame instead of a new `Vec` per write.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::write_owned`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<u32>(1024)?;
+    /// let mut frame = vec![0u32; 1024];
+    /// for i in 0..3 {
+    ///     frame.fill(i);
+    ///     frame = queue.write_lent(&buf, frame)?.wait()?; // the same allocation back
+    /// }
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, vec![2; 1024]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn write_lent<T: Pod>(
+        &self,
+        buffer: &ClBuffer<T>,
+        data: Vec<T>,
+    ) -> Result<PendingWrite<T>> {
+        // The device reads `data`'s heap memory, which moving the `Vec` does not move; the
+        // `PendingWrite` owns it until the write has ended (the *lent host memory* rule).
+        let event = self.enqueue_write(buffer, 0, &data)?;
+        Ok(PendingWrite::new(event, data))
+    }
+
     /// Reads the start of `buffer` into `out` and blocks until that read is done.
     ///
     /// # Errors
@@ -260,8 +295,51 @@ impl After<'_> {
         buffer: &ClBuffer<T>,
         range: Range<usize>,
     ) -> Result<PendingRead<T>> {
+        self.read_range_into(buffer, range, Vec::new())
+    }
+
+    /// Reads the whole buffer without blocking into `data`, whose allocation is reused
+    /// (grown if it is too small; its contents are replaced): [`PendingRead::wait`] hands it
+    /// back filled. A streaming program reads every frame into one allocation.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::read_owned_range`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer_from(&[5u32; 256])?;
+    /// let mut frame = Vec::with_capacity(256);
+    /// for _ in 0..3 {
+    ///     frame = queue.read_into(&buf, frame)?.wait()?;
+    ///     assert_eq!(frame, vec![5u32; 256]);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn read_into<T: Pod>(&self, buffer: &ClBuffer<T>, data: Vec<T>) -> Result<PendingRead<T>> {
+        self.read_range_into(buffer, 0..buffer.len(), data)
+    }
+
+    /// Reads elements `range` of `buffer` without blocking into `data`, whose allocation is
+    /// reused; see [`After::read_into`].
+    ///
+    /// # Errors
+    ///
+    /// As [`After::read_owned_range`].
+    pub fn read_range_into<T: Pod>(
+        &self,
+        buffer: &ClBuffer<T>,
+        range: Range<usize>,
+        mut data: Vec<T>,
+    ) -> Result<PendingRead<T>> {
         let len = check_span(Transfer::Read, &range, buffer.len())?;
-        let mut data: Vec<T> = Vec::with_capacity(len);
+        data.clear();
+        data.reserve_exact(len);
         // The device fills the spare capacity; `PendingRead` sets the length only after
         // the read has completed, and owns the allocation until then (the *lent host memory* rule).
         let mut writers = Writes::default();

@@ -376,3 +376,21 @@ fn an_awaited_command_wakes_through_a_driver_callback_when_waits_are_quiet() {
         },
     );
 }
+
+#[test]
+fn a_lent_write_awaited_hands_its_vec_back() {
+    let Some(ctx) = async_context() else { return };
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer::<u32>(2048).unwrap();
+    let frames = runtime().block_on(async {
+        let mut frame = vec![0u32; 2048];
+        let ptr = frame.as_ptr();
+        for i in 0..4 {
+            frame.fill(i);
+            frame = queue.write_lent(&buf, frame).unwrap().await.unwrap();
+            assert_eq!(frame.as_ptr(), ptr);
+        }
+        queue.read_into(&buf, frame).unwrap().await.unwrap()
+    });
+    assert_eq!(frames, vec![3u32; 2048]);
+}

@@ -806,3 +806,107 @@ isolated_test! {
         });
     }
 }
+
+#[test]
+fn a_lent_write_hands_its_vec_back_unmoved_once_the_write_has_ended() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer::<u32>(4096).unwrap();
+    let data = pattern(4096, 3);
+    let (ptr, capacity) = (data.as_ptr(), data.capacity());
+    let gate = ctx.user_event().unwrap();
+    let write = queue.after(&[gate.event()]).write_lent(&buf, data).unwrap();
+    assert!(
+        !write.event().is_terminal(),
+        "the write ran before its gate opened"
+    );
+    gate.complete().unwrap();
+    let back = write.wait().unwrap();
+    assert_eq!(
+        (back.as_ptr(), back.capacity()),
+        (ptr, capacity),
+        "not the same allocation"
+    );
+    assert_eq!(back, pattern(4096, 3), "the Vec came back changed");
+    assert_eq!(common::contents(&queue, &buf), pattern(4096, 3));
+}
+
+#[test]
+fn one_allocation_streams_frames_both_ways() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer::<u32>(1024).unwrap();
+    let mut up = vec![0u32; 1024];
+    let mut down = Vec::with_capacity(1024);
+    let (up_ptr, down_ptr) = (up.as_ptr(), down.as_ptr());
+    for frame in 0..5u32 {
+        up.iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = frame * 10_000 + i as u32);
+        up = queue.write_lent(&buf, up).unwrap().wait().unwrap();
+        down = queue.read_into(&buf, down).unwrap().wait().unwrap();
+        assert_eq!(down, up, "frame {frame}");
+    }
+    assert_eq!(up.as_ptr(), up_ptr, "the write's Vec was reallocated");
+    assert_eq!(down.as_ptr(), down_ptr, "the read's Vec was reallocated");
+}
+
+#[test]
+fn a_read_into_a_short_vec_grows_it_and_replaces_its_contents() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer_from(&pattern(300, 9)).unwrap();
+    let stale = vec![7u32; 10];
+    let read = queue.read_range_into(&buf, 100..300, stale).unwrap();
+    assert_eq!(read.wait().unwrap(), pattern(300, 9)[100..300].to_vec());
+    let refused = queue.read_range_into(&buf, 200..301, Vec::new());
+    assert!(
+        matches!(refused, Err(Error::OutOfRange { .. })),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn a_lent_write_dropped_behind_its_gate_returns_at_once_and_still_lands() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer::<u32>(1 << 16).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let write = queue
+        .after(&[gate.event()])
+        .write_lent(&buf, pattern(1 << 16, 5))
+        .unwrap();
+    let event = write.event().clone();
+    // Returns although the device has not read the memory yet: the library keeps it.
+    drop(write);
+    gate.complete().unwrap();
+    event.wait().unwrap();
+    assert_eq!(common::contents(&queue, &buf), pattern(1 << 16, 5));
+}
+
+#[test]
+fn a_lent_write_behind_a_failed_gate_is_its_failure() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer::<u32>(64).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let write = queue
+        .after(&[gate.event()])
+        .write_lent(&buf, vec![1; 64])
+        .unwrap();
+    gate.fail(-31).unwrap();
+    let failed = write.wait();
+    assert!(
+        matches!(failed, Err(Error::CommandFailed { .. })),
+        "{failed:?}"
+    );
+}
