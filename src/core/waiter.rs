@@ -43,8 +43,9 @@
 //!    the blocked thread uses a whole core) is found by the first wait of 2 ms or more on
 //!    one of its commands, from the thread's CPU time; its later waits sleep until the
 //!    driver's callback at the command's end, one callback per wait, not per watched
-//!    command. That wakes later than a spinning wait (design trap "callbacks wake
-//!    slowly"); `CL_LIFETIME_WAIT=spin` keeps every wait in `clWaitForEvents`, and `quiet`
+//!    command, with the status read again at growing intervals (10 ms doubling to 1 s)
+//!    for a driver that skips the callback of a failed command (rusticl 22.3). That wakes
+//!    later than a spinning wait (design trap "callbacks wake slowly"); `CL_LIFETIME_WAIT=spin` keeps every wait in `clWaitForEvents`, and `quiet`
 //!    puts every wait through a callback.
 
 use std::collections::VecDeque;
@@ -99,7 +100,16 @@ impl Awaited for super::echo::RawEvent {
             self.wait();
             return;
         }
-        bell.wait();
+        // A net for a driver that skips the callback of a command that failed (rusticl
+        // 22.3): the status is read again at growing intervals, about once a second at
+        // most after the first seconds, so a missed callback costs a delay, never a hang.
+        let mut pause = Duration::from_millis(10);
+        while !bell.wait_for(pause) {
+            if self.has_ended() {
+                return;
+            }
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
     }
 }
 
@@ -111,12 +121,14 @@ struct Bell {
 }
 
 impl Bell {
-    fn wait(&self) {
+    /// Whether it rang within `limit`.
+    fn wait_for(&self, limit: Duration) -> bool {
         let rung = self.rung.lock().unwrap_or_else(PoisonError::into_inner);
-        let _rung = self
+        let (rung, _) = self
             .heard
-            .wait_while(rung, |r| !*r)
+            .wait_timeout_while(rung, limit, |r| !*r)
             .unwrap_or_else(PoisonError::into_inner);
+        *rung
     }
 }
 
