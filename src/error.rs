@@ -255,6 +255,13 @@ pub enum Error {
     NullEvent,
     /// A future of the library's was polled again after it had handed back its result.
     Polled,
+    /// A read into a [`HostBuffer`](crate::HostBuffer) shorter than the read.
+    HostTooSmall {
+        /// Elements the read brings.
+        needed: usize,
+        /// Elements the host buffer holds.
+        len: usize,
+    },
     /// The host has the buffer mapped in a way that conflicts with this command: no
     /// device command may write a mapped buffer or read one mapped for writing.
     Mapped,
@@ -503,6 +510,10 @@ impl fmt::Display for Error {
             Error::Polled => write!(
                 f,
                 "the future was polled again after it had handed back its result"
+            ),
+            Error::HostTooSmall { needed, len } => write!(
+                f,
+                "the read brings {needed} elements and the host buffer holds {len}"
             ),
             Error::ContextMismatch {
                 object,

@@ -123,6 +123,7 @@ mod util;
 pub use alloc::{Arena, POISON, Pool, PoolOptions, PoolStats};
 pub use api::buffer::{ClBuffer, PendingRead, PendingWrite, ReadFuture, WriteFuture};
 pub use api::context::Context;
+pub use api::host::{HostBuffer, HostMemory};
 pub use api::map::{Mapped, MappedMut};
 pub use api::queue::{After, Queue, QueueOptions};
 pub use api::raw::BufferUse;

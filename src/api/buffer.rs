@@ -11,6 +11,7 @@ use std::panic::Location;
 use std::ptr;
 use std::sync::Arc;
 
+use super::host::HostMemory;
 use super::queue::Queue;
 use crate::core::context::ContextCore;
 use crate::core::reaper::{Deferred, Step};
@@ -303,17 +304,19 @@ impl<T: Pod> Drop for ReleasedIfDropped<T> {
 /// that is not set (the caller may be about to set it, or unwinding past it), the drop
 /// returns at once and the memory goes to the library's thread, which frees it once the
 /// read has ended (and says so in the log).
-pub struct PendingRead<T: Pod> {
+pub struct PendingRead<T: Pod, H: HostMemory<T> = Vec<T>> {
     event: Event,
     /// The writes the buffer's contents came from when the read was enqueued (the
     /// *failed write* rule).
     writers: Writes,
-    /// Capacity `len`; length 0 until the read has completed.
-    data: Vec<T>,
+    /// Room for `len` elements, filled once the read has completed; `None` once handed
+    /// back or handed over.
+    data: Option<H>,
     len: usize,
+    _elements: PhantomData<T>,
 }
 
-impl<T: Pod> fmt::Debug for PendingRead<T> {
+impl<T: Pod, H: HostMemory<T>> fmt::Debug for PendingRead<T, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PendingRead")
             .field("event", &self.event)
@@ -322,13 +325,15 @@ impl<T: Pod> fmt::Debug for PendingRead<T> {
     }
 }
 
-impl<T: Pod> PendingRead<T> {
-    pub(crate) fn new(event: Event, writers: Writes, data: Vec<T>, len: usize) -> Self {
+impl<T: Pod, H: HostMemory<T>> PendingRead<T, H> {
+    /// A read of `len` elements into `data`'s room for them ([`HostMemory::room_for`]).
+    pub(crate) fn new(event: Event, writers: Writes, data: H, len: usize) -> Self {
         PendingRead {
             event,
             writers,
-            data,
+            data: Some(data),
             len,
+            _elements: PhantomData,
         }
     }
 
@@ -344,18 +349,19 @@ impl<T: Pod> PendingRead<T> {
     /// [`Error::DependencyFailed`](crate::Error::DependencyFailed) when the buffer's last write before the read failed
     /// (the *failed write* rule), [`Error::CommandFailed`](crate::Error::CommandFailed) when the read
     /// itself failed.
-    pub fn wait(mut self) -> Result<Vec<T>> {
+    pub fn wait(mut self) -> Result<H> {
         settle(&self.event, &self.writers)?;
-        // SAFETY: the read completed, so the device wrote all `len` elements, and the
-        // capacity is at least `len` (allocated with it).
-        unsafe { self.data.set_len(self.len) };
-        Ok(std::mem::take(&mut self.data))
+        let mut data = self.data.take().ok_or(crate::Error::Polled)?;
+        // SAFETY: the read completed, so the device wrote all `len` elements into the
+        // room `room_for` gave it.
+        unsafe { data.filled(self.len) };
+        Ok(data)
     }
 }
 
-impl<T: Pod> Drop for PendingRead<T> {
+impl<T: Pod, H: HostMemory<T>> Drop for PendingRead<T, H> {
     fn drop(&mut self) {
-        if self.data.capacity() == 0 || ffi::has_ended(self.event.as_raw()) {
+        if self.data.is_none() || ffi::has_ended(self.event.as_raw()) {
             return;
         }
         // The device may still be writing into `data`. Behind an unset gate, waiting here
@@ -379,7 +385,7 @@ impl<T: Pod> Drop for PendingRead<T> {
     }
 }
 
-impl<T: Pod> PendingRead<T> {
+impl<T: Pod, H: HostMemory<T>> PendingRead<T, H> {
     /// Hands the memory the read writes into to the library's thread, which frees it once
     /// the read has ended; the read's queue is flushed first (the library's thread only
     /// reads the read's status, which submits nothing: rusticl runs nothing that was not
@@ -392,9 +398,12 @@ impl<T: Pod> PendingRead<T> {
         if let Err(e) = queue.flush_if_dirty() {
             log::warn!(target: "cl_lifetime::queue", "flushing a dropped read: {e}");
         }
+        let Some(data) = self.data.take() else {
+            return;
+        };
         let kept = KeptUntilEnded {
             event: self.event.clone(),
-            _memory: Box::new(std::mem::take(&mut self.data)),
+            _memory: Box::new(data),
         };
         queue.ctx.reaper.submit(Box::new(kept), true);
     }
@@ -405,12 +414,12 @@ impl<T: Pod> PendingRead<T> {
 /// never blocks; dropped before the read ended, it hands the memory the read writes into
 /// to the library's thread, which frees it once the read has ended.
 #[must_use = "a future does nothing unless awaited"]
-pub struct ReadFuture<T: Pod> {
-    read: Option<PendingRead<T>>,
+pub struct ReadFuture<T: Pod, H: HostMemory<T> = Vec<T>> {
+    read: Option<PendingRead<T, H>>,
     ended: crate::awaiting::Ended,
 }
 
-impl<T: Pod> fmt::Debug for ReadFuture<T> {
+impl<T: Pod, H: HostMemory<T>> fmt::Debug for ReadFuture<T, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReadFuture")
             .field("read", &self.read)
@@ -419,13 +428,13 @@ impl<T: Pod> fmt::Debug for ReadFuture<T> {
 }
 
 // Nothing in it relies on staying where it is: it holds handles and a `Vec`.
-impl<T: Pod> Unpin for ReadFuture<T> {}
+impl<T: Pod, H: HostMemory<T>> Unpin for ReadFuture<T, H> {}
 
-impl<T: Pod> std::future::IntoFuture for PendingRead<T> {
-    type Output = Result<Vec<T>>;
-    type IntoFuture = ReadFuture<T>;
+impl<T: Pod, H: HostMemory<T>> std::future::IntoFuture for PendingRead<T, H> {
+    type Output = Result<H>;
+    type IntoFuture = ReadFuture<T, H>;
 
-    fn into_future(self) -> ReadFuture<T> {
+    fn into_future(self) -> ReadFuture<T, H> {
         ReadFuture {
             ended: crate::awaiting::Ended::new(self.event.clone()),
             read: Some(self),
@@ -433,13 +442,13 @@ impl<T: Pod> std::future::IntoFuture for PendingRead<T> {
     }
 }
 
-impl<T: Pod> std::future::Future for ReadFuture<T> {
-    type Output = Result<Vec<T>>;
+impl<T: Pod, H: HostMemory<T>> std::future::Future for ReadFuture<T, H> {
+    type Output = Result<H>;
 
     fn poll(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<Vec<T>>> {
+    ) -> std::task::Poll<Result<H>> {
         let this = self.get_mut();
         match this.ended.poll_end(cx) {
             std::task::Poll::Pending => std::task::Poll::Pending,
@@ -452,10 +461,10 @@ impl<T: Pod> std::future::Future for ReadFuture<T> {
     }
 }
 
-impl<T: Pod> Drop for ReadFuture<T> {
+impl<T: Pod, H: HostMemory<T>> Drop for ReadFuture<T, H> {
     fn drop(&mut self) {
         if let Some(mut read) = self.read.take() {
-            if read.data.capacity() != 0 && !ffi::has_ended(read.event.as_raw()) {
+            if read.data.is_some() && !ffi::has_ended(read.event.as_raw()) {
                 read.hand_over();
             }
         }
@@ -468,26 +477,28 @@ impl<T: Pod> Drop for ReadFuture<T> {
 ///
 /// Dropped before the write has ended, it returns at once: the `Vec` goes to the library's
 /// thread, which frees it once the write has ended.
-pub struct PendingWrite<T: Pod> {
+pub struct PendingWrite<T: Pod, H: HostMemory<T> = Vec<T>> {
     event: Event,
     /// Read by the device until the write has ended; `None` once handed back.
-    data: Option<Vec<T>>,
+    data: Option<H>,
+    _elements: PhantomData<T>,
 }
 
-impl<T: Pod> fmt::Debug for PendingWrite<T> {
+impl<T: Pod, H: HostMemory<T>> fmt::Debug for PendingWrite<T, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PendingWrite")
             .field("event", &self.event)
-            .field("len", &self.data.as_ref().map(Vec::len))
+            .field("len", &self.data.as_ref().map(|d| d.elements().len()))
             .finish()
     }
 }
 
-impl<T: Pod> PendingWrite<T> {
-    pub(crate) fn new(event: Event, data: Vec<T>) -> Self {
+impl<T: Pod, H: HostMemory<T>> PendingWrite<T, H> {
+    pub(crate) fn new(event: Event, data: H) -> Self {
         PendingWrite {
             event,
             data: Some(data),
+            _elements: PhantomData,
         }
     }
 
@@ -502,15 +513,15 @@ impl<T: Pod> PendingWrite<T> {
     ///
     /// [`Error::CommandFailed`](crate::Error::CommandFailed) when the write failed (the
     /// `Vec` is freed).
-    pub fn wait(mut self) -> Result<Vec<T>> {
+    pub fn wait(mut self) -> Result<H> {
         let outcome = self.event.wait();
         // The write has ended: the device no longer reads the memory.
-        let data = self.data.take().unwrap_or_default();
+        let data = self.data.take().ok_or(crate::Error::Polled)?;
         outcome.map(|()| data)
     }
 }
 
-impl<T: Pod> Drop for PendingWrite<T> {
+impl<T: Pod, H: HostMemory<T>> Drop for PendingWrite<T, H> {
     fn drop(&mut self) {
         let Some(data) = self.data.take() else {
             return;
@@ -542,12 +553,12 @@ impl<T: Pod> Drop for PendingWrite<T> {
 /// A [`PendingWrite`] as a future: the `Vec` once the write has ended, or the error
 /// [`PendingWrite::wait`] would return (`.await` on a `PendingWrite`).
 #[must_use = "a future does nothing unless awaited"]
-pub struct WriteFuture<T: Pod> {
-    write: Option<PendingWrite<T>>,
+pub struct WriteFuture<T: Pod, H: HostMemory<T> = Vec<T>> {
+    write: Option<PendingWrite<T, H>>,
     ended: crate::awaiting::Ended,
 }
 
-impl<T: Pod> fmt::Debug for WriteFuture<T> {
+impl<T: Pod, H: HostMemory<T>> fmt::Debug for WriteFuture<T, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WriteFuture")
             .field("write", &self.write)
@@ -556,13 +567,13 @@ impl<T: Pod> fmt::Debug for WriteFuture<T> {
 }
 
 // Nothing in it relies on staying where it is: it holds handles and a `Vec`.
-impl<T: Pod> Unpin for WriteFuture<T> {}
+impl<T: Pod, H: HostMemory<T>> Unpin for WriteFuture<T, H> {}
 
-impl<T: Pod> std::future::IntoFuture for PendingWrite<T> {
-    type Output = Result<Vec<T>>;
-    type IntoFuture = WriteFuture<T>;
+impl<T: Pod, H: HostMemory<T>> std::future::IntoFuture for PendingWrite<T, H> {
+    type Output = Result<H>;
+    type IntoFuture = WriteFuture<T, H>;
 
-    fn into_future(self) -> WriteFuture<T> {
+    fn into_future(self) -> WriteFuture<T, H> {
         WriteFuture {
             ended: crate::awaiting::Ended::new(self.event.clone()),
             write: Some(self),
@@ -570,13 +581,13 @@ impl<T: Pod> std::future::IntoFuture for PendingWrite<T> {
     }
 }
 
-impl<T: Pod> std::future::Future for WriteFuture<T> {
-    type Output = Result<Vec<T>>;
+impl<T: Pod, H: HostMemory<T>> std::future::Future for WriteFuture<T, H> {
+    type Output = Result<H>;
 
     fn poll(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<Vec<T>>> {
+    ) -> std::task::Poll<Result<H>> {
         let this = self.get_mut();
         match this.ended.poll_end(cx) {
             std::task::Poll::Pending => std::task::Poll::Pending,

@@ -332,6 +332,20 @@ impl Context {
         ClBuffer::create(self.core(), data.len(), Some(data), false)
     }
 
+    /// A zeroed [`HostBuffer`](crate::HostBuffer) of `len` elements: host memory this
+    /// context's first device transfers to and from directly (pinned), for
+    /// [`After::write_lent`](crate::After::write_lent) and
+    /// [`After::read_into`](crate::After::read_into).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ZeroLength`](crate::Error::ZeroLength), or the driver's error making or
+    /// mapping it.
+    pub fn host_buffer<T: Pod>(&self, len: usize) -> Result<crate::HostBuffer<T>> {
+        let device = &self.core().device;
+        crate::HostBuffer::new(self.core().raw, device.id, device.version(), len)
+    }
+
     /// A closed gate: commands that depend on it wait until it is completed or failed.
     ///
     /// # Errors

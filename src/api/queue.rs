@@ -15,6 +15,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::buffer::{ClBuffer, PendingRead, PendingWrite};
+use super::host::HostMemory;
 use super::map::{Mapped, MappedMut};
 use crate::core::queue::QueueCore;
 use crate::error::Result;
@@ -220,12 +221,7 @@ impl Queue {
         fn read_owned<T>(&self, buffer: &ClBuffer<T>) -> Result<PendingRead<T>>;
         /// Reads elements `range` into a new `Vec` without blocking.
         fn read_owned_range<T>(&self, buffer: &ClBuffer<T>, range: Range<usize>) -> Result<PendingRead<T>>;
-        /// Writes `data` without blocking, and hands it back once the write has ended.
-        fn write_lent<T>(&self, buffer: &ClBuffer<T>, data: Vec<T>) -> Result<PendingWrite<T>>;
-        /// Reads the whole buffer into `data`'s allocation without blocking.
-        fn read_into<T>(&self, buffer: &ClBuffer<T>, data: Vec<T>) -> Result<PendingRead<T>>;
-        /// Reads elements `range` into `data`'s allocation without blocking.
-        fn read_range_into<T>(&self, buffer: &ClBuffer<T>, range: Range<usize>, data: Vec<T>) -> Result<PendingRead<T>>;
+
         /// Copies all of `src` to the start of `dst`.
         fn copy<T>(&self, src: &ClBuffer<T>, dst: &ClBuffer<T>) -> Result<Event>;
         /// Copies `len` elements between the given offsets.
@@ -238,6 +234,48 @@ impl Queue {
         fn launch(&self, kernel: &Kernel, global: &[usize], args: &[Arg<'_>]) -> Result<Event>;
         /// Launches `kernel` over `global` work items in work groups of `local`.
         fn launch_local(&self, kernel: &Kernel, global: &[usize], local: Option<&[usize]>, args: &[Arg<'_>]) -> Result<Event>;
+    }
+
+    /// Writes `data` (a `Vec` or a [`HostBuffer`](crate::HostBuffer)) without blocking,
+    /// and hands it back once the write has ended; see [`After::write_lent`].
+    ///
+    /// # Errors
+    ///
+    /// As [`After::write_lent`].
+    pub fn write_lent<T: Pod, H: HostMemory<T>>(
+        &self,
+        buffer: &ClBuffer<T>,
+        data: H,
+    ) -> Result<PendingWrite<T, H>> {
+        self.after(&[]).write_lent(buffer, data)
+    }
+
+    /// Reads the whole buffer into `data` (a `Vec`'s allocation, or a
+    /// [`HostBuffer`](crate::HostBuffer)) without blocking; see [`After::read_into`].
+    ///
+    /// # Errors
+    ///
+    /// As [`After::read_into`].
+    pub fn read_into<T: Pod, H: HostMemory<T>>(
+        &self,
+        buffer: &ClBuffer<T>,
+        data: H,
+    ) -> Result<PendingRead<T, H>> {
+        self.after(&[]).read_into(buffer, data)
+    }
+
+    /// Reads elements `range` into `data` without blocking; see [`After::read_range_into`].
+    ///
+    /// # Errors
+    ///
+    /// As [`After::read_range_into`].
+    pub fn read_range_into<T: Pod, H: HostMemory<T>>(
+        &self,
+        buffer: &ClBuffer<T>,
+        range: Range<usize>,
+        data: H,
+    ) -> Result<PendingRead<T, H>> {
+        self.after(&[]).read_range_into(buffer, range, data)
     }
 
     /// Maps elements `range` for reading on the host; blocks on the buffer's writers only.

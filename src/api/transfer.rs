@@ -4,6 +4,7 @@ use std::ops::Range;
 use std::ptr;
 
 use super::buffer::{ClBuffer, PendingRead, PendingWrite};
+use super::host::HostMemory;
 use super::queue::After;
 use crate::error::{Error, Result, Transfer};
 use crate::event::Event;
@@ -196,14 +197,15 @@ impl After<'_> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn write_lent<T: Pod>(
+    pub fn write_lent<T: Pod, H: HostMemory<T>>(
         &self,
         buffer: &ClBuffer<T>,
-        data: Vec<T>,
-    ) -> Result<PendingWrite<T>> {
-        // The device reads `data`'s heap memory, which moving the `Vec` does not move; the
-        // `PendingWrite` owns it until the write has ended (the *lent host memory* rule).
-        let event = self.enqueue_write(buffer, 0, &data)?;
+        data: H,
+    ) -> Result<PendingWrite<T, H>> {
+        // The device reads `data`'s elements, which moving `data` does not move (a `Vec`'s
+        // heap memory, a host buffer's mapping); the `PendingWrite` owns them until the
+        // write has ended (the *lent host memory* rule).
+        let event = self.enqueue_write(buffer, 0, data.elements())?;
         Ok(PendingWrite::new(event, data))
     }
 
@@ -321,7 +323,11 @@ impl After<'_> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn read_into<T: Pod>(&self, buffer: &ClBuffer<T>, data: Vec<T>) -> Result<PendingRead<T>> {
+    pub fn read_into<T: Pod, H: HostMemory<T>>(
+        &self,
+        buffer: &ClBuffer<T>,
+        data: H,
+    ) -> Result<PendingRead<T, H>> {
         self.read_range_into(buffer, 0..buffer.len(), data)
     }
 
@@ -331,26 +337,20 @@ impl After<'_> {
     /// # Errors
     ///
     /// As [`After::read_owned_range`].
-    pub fn read_range_into<T: Pod>(
+    pub fn read_range_into<T: Pod, H: HostMemory<T>>(
         &self,
         buffer: &ClBuffer<T>,
         range: Range<usize>,
-        mut data: Vec<T>,
-    ) -> Result<PendingRead<T>> {
+        mut data: H,
+    ) -> Result<PendingRead<T, H>> {
         let len = check_span(Transfer::Read, &range, buffer.len())?;
-        data.clear();
-        data.reserve_exact(len);
-        // The device fills the spare capacity; `PendingRead` sets the length only after
-        // the read has completed, and owns the allocation until then (the *lent host memory* rule).
+        let room = data.room_for(len)?;
+        // The device fills the room (a `Vec`'s spare capacity, a host buffer's first `len`
+        // elements), which moving `data` does not move; `PendingRead` owns it until the
+        // read has completed (the *lent host memory* rule).
         let mut writers = Writes::default();
-        let event = self.enqueue_read(
-            buffer,
-            range.start,
-            data.as_mut_ptr(),
-            len,
-            &mut writers,
-            MapStep::None,
-        )?;
+        let event =
+            self.enqueue_read(buffer, range.start, room, len, &mut writers, MapStep::None)?;
         Ok(PendingRead::new(event, writers, data, len))
     }
 }

@@ -56,7 +56,11 @@ impl Pinned {
     }
 
     /// A new block of at least `bytes`, mapped through `queue`.
-    fn create(context: cl_context, queue: cl_command_queue, bytes: usize) -> Result<Pinned> {
+    pub(crate) fn create(
+        context: cl_context,
+        queue: cl_command_queue,
+        bytes: usize,
+    ) -> Result<Pinned> {
         let bytes = bytes.next_power_of_two().max(4096);
         let mem = ffi::create_pinned_buffer(context, bytes)?;
         // SAFETY: `queue` and `mem` are live; the map waits on nothing.
@@ -84,7 +88,7 @@ impl Pinned {
     }
 
     /// Unmaps the block through `queue` and releases it; logs what went wrong.
-    fn release(self, queue: cl_command_queue) {
+    pub(crate) fn release(self, queue: cl_command_queue) {
         if !self.ptr.is_null() {
             // SAFETY: `ptr` is this buffer's mapping, unmapped once, here; nothing uses it.
             match unsafe { ffi::enqueue_unmap(queue, self.mem, self.ptr, &[]) } {

@@ -910,3 +910,70 @@ fn a_lent_write_behind_a_failed_gate_is_its_failure() {
         "{failed:?}"
     );
 }
+
+#[test]
+fn a_host_buffer_starts_zeroed_and_streams_frames_both_ways_in_place() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer::<u32>(4096).unwrap();
+    let mut up = ctx.host_buffer::<u32>(4096).unwrap();
+    let mut down = ctx.host_buffer::<u32>(4096).unwrap();
+    assert!(up.iter().chain(down.iter()).all(|&x| x == 0), "not zeroed");
+    let (up_ptr, down_ptr) = (up.as_ptr(), down.as_ptr());
+    for frame in 0..4u32 {
+        up.iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = frame * 100_000 + i as u32);
+        up = queue.write_lent(&buf, up).unwrap().wait().unwrap();
+        down = queue.read_into(&buf, down).unwrap().wait().unwrap();
+        assert_eq!(&down[..], &up[..], "frame {frame}");
+    }
+    assert_eq!((up.as_ptr(), down.as_ptr()), (up_ptr, down_ptr));
+}
+
+#[test]
+fn a_read_into_a_host_buffer_shorter_than_the_read_is_refused_before_any_command() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer_from(&[1u32; 100]).unwrap();
+    let short = ctx.host_buffer::<u32>(99).unwrap();
+    let refused = queue.read_into(&buf, short);
+    assert!(
+        matches!(
+            refused,
+            Err(Error::HostTooSmall {
+                needed: 100,
+                len: 99
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(buf.record_len(), 0, "a command was recorded");
+    // A range that fits is read.
+    let fits = ctx.host_buffer::<u32>(99).unwrap();
+    let got = queue
+        .read_range_into(&buf, 1..100, fits)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(got.iter().all(|&x| x == 1));
+    assert!(matches!(ctx.host_buffer::<u32>(0), Err(Error::ZeroLength)));
+}
+
+#[test]
+fn a_host_buffer_read_dropped_behind_its_gate_returns_at_once_and_loses_nothing() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer_from(&pattern(1 << 14, 4)).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let host = ctx.host_buffer::<u32>(1 << 14).unwrap();
+    let read = queue.after(&[gate.event()]).read_into(&buf, host).unwrap();
+    let event = read.event().clone();
+    drop(read);
+    gate.complete().unwrap();
+    event.wait().unwrap();
+    assert_eq!(common::contents(&queue, &buf), pattern(1 << 14, 4));
+}
