@@ -52,6 +52,13 @@
 //!    order still orders it on the device, so rule 2 still leaves it out of its queue's
 //!    hazards.
 //!
+//! 9. **Byte ranges.** Each command touches a [`Span`] of the buffer's bytes (the whole
+//!    buffer unless it says otherwise). Rules 1 and 5 count only entries whose span
+//!    overlaps the new command's: commands on disjoint ranges never wait on each other.
+//!    Rules 3 and 4 supersede only entries whose span the new command's contains; an entry
+//!    it overlaps in part stays live, a hazard for the rest of its range. A fold's marker
+//!    (rule 7) spans the hull of the reads it stands for.
+//!
 //! Together these keep every command that may still touch the buffer covered: each is in
 //! the set, or completes before an event that is.
 
@@ -65,6 +72,46 @@ pub enum Access {
     Read,
     /// The command may write the buffer (a read-write kernel argument counts as a write).
     Write,
+}
+
+/// The bytes of a buffer a command touches: `start..end` (rule 9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Span {
+    /// The first byte.
+    pub start: u64,
+    /// One past the last byte.
+    pub end: u64,
+}
+
+impl Span {
+    /// Every byte of the buffer, whatever its size.
+    pub const ALL: Span = Span {
+        start: 0,
+        end: u64::MAX,
+    };
+
+    /// Bytes `start..end`.
+    pub const fn new(start: u64, end: u64) -> Span {
+        Span { start, end }
+    }
+
+    /// Whether the two share a byte.
+    pub fn overlaps(self, other: Span) -> bool {
+        self.start < other.end && other.start < self.end
+    }
+
+    /// Whether every byte of `other` is in `self`.
+    pub fn contains(self, other: Span) -> bool {
+        self.start <= other.start && other.end <= self.end
+    }
+
+    /// The smallest span holding both.
+    pub fn hull(self, other: Span) -> Span {
+        Span {
+            start: self.start.min(other.start),
+            end: self.end.max(other.end),
+        }
+    }
 }
 
 /// The queue a command ran on, as far as ordering is concerned.
@@ -83,6 +130,8 @@ pub struct Entry<E> {
     pub lane: Lane,
     /// How it used the buffer.
     pub access: Access,
+    /// The bytes it touched (rule 9).
+    pub span: Span,
     /// Its event.
     pub event: E,
     /// Its place in the order of records (rule 6).
@@ -154,22 +203,42 @@ impl<E> EventSet<E> {
         Self::default()
     }
 
-    /// Rules 1 and 2: the recorded entries a new command with `access` on `lane` must
-    /// wait on.
+    /// Rules 1 and 2: the recorded entries a new command with `access` on `lane`, on the
+    /// whole buffer, must wait on.
     pub fn hazards(&self, lane: Lane, access: Access) -> impl Iterator<Item = &Entry<E>> {
+        self.hazards_in(lane, access, Span::ALL)
+    }
+
+    /// Rules 1, 2 and 9: the recorded entries a new command with `access` on `lane`,
+    /// touching `span`, must wait on.
+    pub fn hazards_in(
+        &self,
+        lane: Lane,
+        access: Access,
+        span: Span,
+    ) -> impl Iterator<Item = &Entry<E>> {
         self.entries.iter().filter(move |e| {
             let conflicts = access == Access::Write || e.access == Access::Write;
             let ordered_by_queue = lane.in_order && e.lane == lane;
-            conflicts && !ordered_by_queue
+            conflicts && !ordered_by_queue && e.span.overlaps(span)
         })
     }
 
     /// Rule 5: after a failure, every recorded entry that conflicts with `access`, live or
     /// shadow, with nothing left out for queue order.
     pub fn hazards_after_failure(&self, access: Access) -> impl Iterator<Item = &Entry<E>> {
-        self.shadow()
-            .chain(&self.entries)
-            .filter(move |e| access == Access::Write || e.access == Access::Write)
+        self.hazards_after_failure_in(access, Span::ALL)
+    }
+
+    /// Rules 5 and 9: [`EventSet::hazards_after_failure`] for a command touching `span`.
+    pub fn hazards_after_failure_in(
+        &self,
+        access: Access,
+        span: Span,
+    ) -> impl Iterator<Item = &Entry<E>> {
+        self.shadow().chain(&self.entries).filter(move |e| {
+            (access == Access::Write || e.access == Access::Write) && e.span.overlaps(span)
+        })
     }
 
     /// The superseded entries not yet known to have ended (rule 5), lane by lane.
@@ -212,9 +281,16 @@ impl<E> EventSet<E> {
     /// How many entries rule 1 alone would ask for, before rule 2 leaves out the command's
     /// own in-order queue. For statistics.
     pub fn hazards_without_elision(&self, access: Access) -> usize {
+        self.hazards_without_elision_in(access, Span::ALL)
+    }
+
+    /// [`EventSet::hazards_without_elision`] for a command touching `span`.
+    pub fn hazards_without_elision_in(&self, access: Access, span: Span) -> usize {
         self.entries
             .iter()
-            .filter(|e| access == Access::Write || e.access == Access::Write)
+            .filter(|e| {
+                (access == Access::Write || e.access == Access::Write) && e.span.overlaps(span)
+            })
             .count()
     }
 
@@ -230,7 +306,20 @@ impl<E> EventSet<E> {
         had_wait_list: bool,
         state: impl FnMut(&E) -> State,
     ) {
-        self.push(lane, access, event, had_wait_list, false, state);
+        self.push(lane, access, Span::ALL, event, had_wait_list, false, state);
+    }
+
+    /// [`record`](EventSet::record) for a command touching `span` (rule 9).
+    pub fn record_in(
+        &mut self,
+        lane: Lane,
+        access: Access,
+        span: Span,
+        event: E,
+        had_wait_list: bool,
+        state: impl FnMut(&E) -> State,
+    ) {
+        self.push(lane, access, span, event, had_wait_list, false, state);
     }
 
     /// [`record`](EventSet::record), for a command that may end after later commands of
@@ -243,30 +332,51 @@ impl<E> EventSet<E> {
         had_wait_list: bool,
         state: impl FnMut(&E) -> State,
     ) {
-        self.push(lane, access, event, had_wait_list, true, state);
+        self.push(lane, access, Span::ALL, event, had_wait_list, true, state);
+    }
+
+    /// [`record_late`](EventSet::record_late) for a command touching `span` (rule 9).
+    pub fn record_late_in(
+        &mut self,
+        lane: Lane,
+        access: Access,
+        span: Span,
+        event: E,
+        had_wait_list: bool,
+        state: impl FnMut(&E) -> State,
+    ) {
+        self.push(lane, access, span, event, had_wait_list, true, state);
     }
 
     // Inlined into `record` and `record_late`: the enqueue path calls one of them per
     // buffer touched.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn push(
         &mut self,
         lane: Lane,
         access: Access,
+        span: Span,
         event: E,
         had_wait_list: bool,
         late: bool,
         state: impl FnMut(&E) -> State,
     ) {
-        let superseded = |e: &Entry<E>| match access {
-            Access::Write => true,
-            Access::Read => lane.in_order && e.lane == lane && e.access == Access::Read,
+        // Rules 3, 4 and 9.
+        let superseded = |e: &Entry<E>| {
+            span.contains(e.span)
+                && match access {
+                    Access::Write => true,
+                    Access::Read => lane.in_order && e.lane == lane && e.access == Access::Read,
+                }
         };
         // Rule 5, and rule 8 for what may end late.
         let keep = |old: &Entry<E>| had_wait_list || old.late;
-        if access == Access::Write && !had_wait_list && !self.entries.iter().any(|e| e.late) {
+        let covers_all =
+            access == Access::Write && self.entries.iter().all(|e| span.contains(e.span));
+        if covers_all && !had_wait_list && !self.entries.iter().any(|e| e.late) {
             self.entries.clear();
-        } else if access == Access::Write {
+        } else if covers_all {
             // Taken and put back, so that the set keeps its allocation.
             let mut superseded = std::mem::take(&mut self.entries);
             for old in superseded.drain(..) {
@@ -295,6 +405,7 @@ impl<E> EventSet<E> {
         self.entries.push(Entry {
             lane,
             access,
+            span,
             event,
             seq,
             late,
@@ -408,13 +519,16 @@ impl<E> EventSet<E> {
     }
 
     /// Replaces the reads [`reads_to_fold`](EventSet::reads_to_fold) returned (`count` of
-    /// them) with `marker`, a command on `lane` that waited on them all.
+    /// them) with `marker`, a command on `lane` that waited on them all, spanning their
+    /// hull (rule 9).
     pub fn fold(&mut self, count: usize, lane: Lane, marker: E) {
         let seq = self.take_seq();
         let mut left = count;
+        let mut hull: Option<Span> = None;
         self.entries.retain(|e| {
             if left > 0 && e.access == Access::Read {
                 left -= 1;
+                hull = Some(hull.map_or(e.span, |h| h.hull(e.span)));
                 false
             } else {
                 true
@@ -425,6 +539,7 @@ impl<E> EventSet<E> {
             Entry {
                 lane,
                 access: Access::Read,
+                span: hull.unwrap_or(Span::ALL),
                 event: marker,
                 seq,
                 late: false,

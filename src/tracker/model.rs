@@ -9,6 +9,8 @@ use proptest::prelude::*;
 struct Command {
     lane: usize,
     access: Access,
+    /// The bytes it touches (rule 9).
+    span: Span,
     /// Its wait list: it starts once each of them is done.
     wait: Vec<usize>,
     /// The previous command of its lane when that lane is in order: it starts once that
@@ -36,6 +38,8 @@ enum Step {
         lane: usize,
         write: bool,
         late: bool,
+        /// Which of [`SPANS`] it touches.
+        span: usize,
     },
     /// Runs every command that may start (and completes it, unless it is late), and
     /// completes every late command that has run, each with probability `percent` (in
@@ -43,10 +47,21 @@ enum Step {
     Complete { percent: u8 },
 }
 
+/// The byte ranges commands touch (rule 9): the whole buffer, its bytes given as a range,
+/// its halves, a middle overlapping both, and a piece of the first half.
+const SPANS: [Span; 6] = [
+    Span::ALL,
+    Span::new(0, 100),
+    Span::new(0, 50),
+    Span::new(50, 100),
+    Span::new(25, 75),
+    Span::new(10, 20),
+];
+
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        4 => (0usize..4, any::<bool>(), prop::bool::weighted(0.25))
-            .prop_map(|(lane, write, late)| Step::Enqueue { lane, write, late }),
+        4 => (0usize..4, any::<bool>(), prop::bool::weighted(0.25), 0..SPANS.len())
+            .prop_map(|(lane, write, late, span)| Step::Enqueue { lane, write, late, span }),
         1 => (0u8..=100).prop_map(|percent| Step::Complete { percent }),
     ]
 }
@@ -122,12 +137,22 @@ fn run(in_order: [bool; 4], steps: Vec<Step>, seed: u64) -> Result<(), TestCaseE
                     }
                 }
             }
-            Step::Enqueue { lane, write, late } => {
+            Step::Enqueue {
+                lane,
+                write,
+                late,
+                span,
+            } => {
                 let access = if write { Access::Write } else { Access::Read };
+                let span = SPANS[span];
                 let l = lanes[lane];
-                let wait: Vec<usize> = set.hazards(l, access).map(|e| e.event).collect();
+                let wait: Vec<usize> = set.hazards_in(l, access, span).map(|e| e.event).collect();
                 waits += wait.len();
-                waits_unelided += set.hazards_without_elision(access);
+                waits_unelided += set.hazards_without_elision_in(access, span);
+                // Rule 9: nothing on bytes it does not touch.
+                for &w in &wait {
+                    prop_assert!(cmds[w].span.overlaps(span));
+                }
                 // Rule 1: reads never wait on reads.
                 if access == Access::Read {
                     for &w in &wait {
@@ -145,6 +170,7 @@ fn run(in_order: [bool; 4], steps: Vec<Step>, seed: u64) -> Result<(), TestCaseE
                 cmds.push(Command {
                     lane,
                     access,
+                    span,
                     wait,
                     prev: last_on_lane[lane].filter(|_| l.in_order),
                     late,
@@ -157,7 +183,8 @@ fn run(in_order: [bool; 4], steps: Vec<Step>, seed: u64) -> Result<(), TestCaseE
                 // done its device work once it has run, in its queue's order, though its
                 // event may not have completed: the release check below waits for that.
                 for p in 0..id {
-                    let conflict = access == Access::Write || cmds[p].access == Access::Write;
+                    let conflict = (access == Access::Write || cmds[p].access == Access::Write)
+                        && cmds[p].span.overlaps(span);
                     if conflict && !cmds[p].ran {
                         prop_assert!(
                             covered(&cmds, id, p),
@@ -170,17 +197,23 @@ fn run(in_order: [bool; 4], steps: Vec<Step>, seed: u64) -> Result<(), TestCaseE
                 let done: Vec<bool> = cmds.iter().map(|c| c.done).collect();
                 let state = done_if(|&e: &usize| done[e]);
                 if late {
-                    set.record_late(l, access, id, had_wait_list, state);
+                    set.record_late_in(l, access, span, id, had_wait_list, state);
                 } else {
-                    set.record(l, access, id, had_wait_list, state);
+                    set.record_in(l, access, span, id, had_wait_list, state);
                 }
                 // Rule 7: fold, as the library does, with a marker on this lane.
                 let folded: Vec<usize> = set.reads_to_fold().into_iter().copied().collect();
                 if !folded.is_empty() {
                     let marker = cmds.len();
+                    let hull = folded
+                        .iter()
+                        .map(|&f| cmds[f].span)
+                        .reduce(Span::hull)
+                        .unwrap_or(Span::ALL);
                     cmds.push(Command {
                         lane,
                         access: Access::Read,
+                        span: hull,
                         wait: folded.clone(),
                         prev: last_on_lane[lane].filter(|_| l.in_order),
                         late: false,
@@ -233,6 +266,7 @@ fn a_late_write_followed_by_a_completed_write_of_its_queue_needs_no_wait() {
         lane,
         write: false,
         late: false,
+        span: 0,
     };
     let mut steps: Vec<Step> = (0..11).map(|_| read(0)).collect();
     steps.extend([
@@ -242,11 +276,13 @@ fn a_late_write_followed_by_a_completed_write_of_its_queue_needs_no_wait() {
             lane: 3,
             write: true,
             late: true,
+            span: 0,
         },
         Step::Enqueue {
             lane: 3,
             write: true,
             late: false,
+            span: 0,
         },
         read(0),
         Step::Complete { percent: 93 },
@@ -263,11 +299,13 @@ fn long_out_of_order_read_runs_stay_bounded() {
         lane: 0,
         write: true,
         late: false,
+        span: 0,
     })
     .chain((0..600).map(|i| Step::Enqueue {
         lane: i % 2,
         write: false,
         late: false,
+        span: i % SPANS.len(),
     }))
     .collect();
     run([false, false, true, true], steps, 7).unwrap();

@@ -371,3 +371,87 @@ fn take_empties_the_set() {
     assert_eq!(set.take().len(), 1);
     assert!(set.is_empty());
 }
+
+const FIRST_HALF: Span = Span::new(0, 512);
+const SECOND_HALF: Span = Span::new(512, 1024);
+
+fn hazards_in(set: &EventSet<u32>, lane: Lane, access: Access, span: Span) -> Vec<u32> {
+    set.hazards_in(lane, access, span)
+        .map(|e| e.event)
+        .collect()
+}
+
+#[test]
+fn commands_on_disjoint_byte_ranges_never_wait_on_each_other() {
+    let mut set = EventSet::new();
+    set.record_in(IN_ORDER_A, Access::Write, FIRST_HALF, 1, false, pending);
+    assert!(hazards_in(&set, IN_ORDER_B, Access::Write, SECOND_HALF).is_empty());
+    set.record_in(IN_ORDER_B, Access::Write, SECOND_HALF, 2, false, pending);
+    // A reader of one half waits for that half's writer only.
+    assert_eq!(
+        hazards_in(&set, OUT_OF_ORDER, Access::Read, FIRST_HALF),
+        [1]
+    );
+    assert_eq!(
+        hazards_in(&set, OUT_OF_ORDER, Access::Read, SECOND_HALF),
+        [2]
+    );
+    // A command on the whole buffer waits for both, and the reverse.
+    assert_eq!(hazards(&set, OUT_OF_ORDER, Access::Read), [1, 2]);
+}
+
+#[test]
+fn a_write_supersedes_only_what_its_range_contains() {
+    let mut set = EventSet::new();
+    set.record_in(
+        IN_ORDER_A,
+        Access::Write,
+        Span::new(0, 600),
+        1,
+        false,
+        pending,
+    );
+    set.record_in(IN_ORDER_B, Access::Write, FIRST_HALF, 2, true, pending);
+    // The first write still holds bytes 512..600: a reader there waits for it alone.
+    assert_eq!(
+        hazards_in(&set, OUT_OF_ORDER, Access::Read, Span::new(550, 560)),
+        [1]
+    );
+    assert_eq!(
+        hazards_in(&set, OUT_OF_ORDER, Access::Read, Span::new(0, 10)),
+        [1, 2]
+    );
+    set.record_in(
+        IN_ORDER_B,
+        Access::Write,
+        Span::new(0, 1024),
+        3,
+        true,
+        pending,
+    );
+    // Both are now contained: only the last write is live, the rest in the shadow.
+    assert_eq!(
+        hazards_in(&set, OUT_OF_ORDER, Access::Read, Span::new(550, 560)),
+        [3]
+    );
+    assert_eq!(set.shadow_len(), 2);
+}
+
+#[test]
+fn a_fold_marker_spans_the_hull_of_its_reads() {
+    let mut set = EventSet::new();
+    for i in 0..=FOLD_AT as u32 {
+        let span = if i % 2 == 0 {
+            Span::new(0, 10)
+        } else {
+            Span::new(20, 30)
+        };
+        set.record_in(OUT_OF_ORDER, Access::Read, span, i, false, pending);
+    }
+    let folded = set.reads_to_fold().len();
+    assert!(folded > 0);
+    set.fold(folded, OUT_OF_ORDER, 1000);
+    let marker = set.entries().iter().find(|e| e.event == 1000).unwrap();
+    assert_eq!(marker.span, Span::new(0, 30));
+    assert!(hazards_in(&set, IN_ORDER_A, Access::Write, Span::new(40, 50)).is_empty());
+}
