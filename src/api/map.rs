@@ -19,7 +19,7 @@ use crate::record::failure::settle;
 use crate::record::history::MapStep;
 use crate::record::history::Writes;
 use crate::record::submit::Touch;
-use crate::tracker::Access;
+use crate::tracker::{Access, Span};
 
 impl After<'_> {
     /// Maps elements `range` of `buffer` for reading on the host; blocks until the map is
@@ -90,6 +90,8 @@ impl After<'_> {
             reads: true,
             covers: false,
             host: true,
+            // The *mapped* rule holds for the whole buffer.
+            span: Span::ALL,
         };
         let queue = core.raw;
         let mut writers = Writes::default();
@@ -212,6 +214,7 @@ impl<T: Pod> Mapping<'_, T> {
             reads: false,
             covers: false,
             host: true,
+            span: Span::ALL,
         };
         let unmapped = self.queue.after(&[]).submit().run(&[touch], |wait| {
             // SAFETY: the queue and the buffer are live (borrowed); `mapped` came from

@@ -13,7 +13,7 @@ use crate::pod::Pod;
 use crate::record::failure::settle;
 use crate::record::history::{MapStep, Writes};
 use crate::record::submit::Touch;
-use crate::tracker::Access;
+use crate::tracker::{Access, Span};
 
 /// Checks `range` against the buffer as [`check_range`] does, and returns its length; a
 /// reversed range is [`Error::ReversedRange`].
@@ -32,6 +32,17 @@ pub(super) fn check_span(
         })?;
     check_range(transfer, range.start, len, buffer_len)?;
     Ok(len)
+}
+
+/// The bytes of `len` elements at element `offset` of a buffer of `buffer_len` elements
+/// (checked against it before), for the tracker's *byte ranges* rule: [`Span::ALL`] when
+/// they are the whole buffer, as a kernel argument's are.
+pub(super) fn span_of<T: Pod>(offset: usize, len: usize, buffer_len: usize) -> Span {
+    if offset == 0 && len == buffer_len {
+        return Span::ALL;
+    }
+    let size = size_of::<T>() as u64;
+    Span::new(offset as u64 * size, (offset + len) as u64 * size)
 }
 
 pub(super) fn check_range(
@@ -65,23 +76,27 @@ impl After<'_> {
         let block = buffer.block();
         let queue = self.queue.core.raw;
         let covers = offset == 0 && data.len() == buffer.len();
-        self.submit()
-            .run(&[Touch::host(block, Access::Write, covers)], |wait| {
-                // SAFETY: the queue and the buffer are live (borrowed); the range was checked
-                // against the buffer; `data` stays alive until the command ends: the callers
-                // either wait for it or own the memory (the *lent host memory* rule); the
-                // wait list holds live events (retained by the locked records).
-                unsafe {
-                    ffi::enqueue_write(
-                        queue,
-                        block.raw(),
-                        offset * size_of::<T>(),
-                        size_of_val(data),
-                        data.as_ptr().cast(),
-                        wait,
-                    )
-                }
-            })
+        let touch = Touch::host(block, Access::Write, covers).within(span_of::<T>(
+            offset,
+            data.len(),
+            buffer.len(),
+        ));
+        self.submit().run(&[touch], |wait| {
+            // SAFETY: the queue and the buffer are live (borrowed); the range was checked
+            // against the buffer; `data` stays alive until the command ends: the callers
+            // either wait for it or own the memory (the *lent host memory* rule); the
+            // wait list holds live events (retained by the locked records).
+            unsafe {
+                ffi::enqueue_write(
+                    queue,
+                    block.raw(),
+                    offset * size_of::<T>(),
+                    size_of_val(data),
+                    data.as_ptr().cast(),
+                    wait,
+                )
+            }
+        })
     }
 
     /// Enqueues a non-blocking read of `len` elements at `offset` of `buffer` into `out`,
@@ -102,7 +117,11 @@ impl After<'_> {
         let queue = self.queue.core.raw;
         let touch = [Touch {
             map,
-            ..Touch::host(block, Access::Read, false)
+            ..Touch::host(block, Access::Read, false).within(span_of::<T>(
+                offset,
+                len,
+                buffer.len(),
+            ))
         }];
         self.submit().run_reading(
             &touch,
@@ -385,8 +404,12 @@ impl After<'_> {
         let (s, d) = (src.block(), dst.block());
         let queue = self.queue.core.raw;
         let touches = [
-            Touch::new(s, Access::Read),
-            Touch::write(d, dst_offset == 0 && len == dst.len()),
+            Touch::new(s, Access::Read).within(span_of::<T>(src_offset, len, src.len())),
+            Touch::write(d, dst_offset == 0 && len == dst.len()).within(span_of::<T>(
+                dst_offset,
+                len,
+                dst.len(),
+            )),
         ];
         self.submit().run(&touches, |wait| {
             // SAFETY: the queue and both buffers are live (borrowed); both ranges were
@@ -431,7 +454,9 @@ impl After<'_> {
         let block = buffer.block();
         let queue = self.queue.core.raw;
         let covers = len == buffer.len();
-        self.submit().run(&[Touch::write(block, covers)], |wait| {
+        let touch =
+            Touch::write(block, covers).within(span_of::<T>(range.start, len, buffer.len()));
+        self.submit().run(&[touch], |wait| {
             // SAFETY: the queue and the buffer are live (borrowed); the range was checked;
             // the wait list holds live events; `value` is `size_of::<T>()` readable bytes,
             // copied by OpenCL before it returns.

@@ -11,7 +11,7 @@ use crate::core::pins::LetGo;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::status::Status;
-use crate::tracker::{Access, Entry, EventSet, Lane, State};
+use crate::tracker::{Access, Entry, EventSet, Lane, Span, State};
 
 /// How a command changes a buffer's mapping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +47,8 @@ pub(crate) struct Recorded {
     /// Whether it moves data between the buffer and host memory, so that it may end
     /// after later commands of its queue (the tracker's *late ends* rule).
     pub(crate) host: bool,
+    /// The bytes it touched (the tracker's *byte ranges* rule).
+    pub(crate) span: Span,
 }
 
 /// The size at which the *every failure reported* rule first asks about the commands it
@@ -180,22 +182,23 @@ impl Record {
             access,
             replaces,
             host,
+            span,
         } = how;
         self.trust_queue_order(failures_possible);
         if access == Access::Write {
-            self.record_write(&event, failures_possible, replaces);
+            self.record_write(&event, failures_possible, replaces, span);
         }
         if failures_possible && !had_wait_list {
-            self.keep_unasked(lane, access);
+            self.keep_unasked(lane, access, span);
         }
         let (failed, saw) = (&mut self.failed, &mut self.saw_failure);
         let state = |e: &Event| Self::ended(e, failed, saw);
         if host {
             self.events
-                .record_late(lane, access, event, had_wait_list, state);
+                .record_late_in(lane, access, span, event, had_wait_list, state);
         } else {
             self.events
-                .record(lane, access, event, had_wait_list, state);
+                .record_in(lane, access, span, event, had_wait_list, state);
         }
         if self.saw_failure {
             self.tainted = true;
@@ -211,7 +214,7 @@ impl Record {
     /// The *every failure reported* rule: the entries a command with no wait list, `access`
     /// on `lane`, supersedes and the tracker drops unasked (its rule 5: they are ordered
     /// before it or have ended; rule 8 keeps what may end late), kept until seen ended.
-    fn keep_unasked(&mut self, lane: Lane, access: Access) {
+    fn keep_unasked(&mut self, lane: Lane, access: Access, span: Span) {
         // What was kept before and has ended goes, its failure kept, once the list has
         // doubled since it was last asked about.
         if self.unasked.len() >= self.unasked_prune_at.max(UNASKED_FIRST_PRUNE) {
@@ -225,6 +228,7 @@ impl Record {
         // command itself fails with it, and is recorded).
         let dropped = |e: &&Entry<Event>| {
             !e.late
+                && span.contains(e.span)
                 && (e.lane != lane || !lane.in_order || e.event.may_fail_alone())
                 && match access {
                     Access::Write => true,
@@ -282,11 +286,7 @@ impl Record {
     /// the *failed write* rule). Returns whether it still holds an event.
     fn let_go_of_ended(&mut self) -> bool {
         self.prune_ended();
-        let writes = &mut self.writes;
-        writes.newest = writes
-            .newest
-            .take()
-            .filter(|w| !matches!(w.status(), Ok(Status::Complete)));
+        self.writes.let_go_of_complete();
         let holds = !self.events.is_empty()
             || self.events.shadow_len() != 0
             || !self.unasked.is_empty()
@@ -400,25 +400,28 @@ impl Record {
     /// those only one that has failed needs keeping: one still running is in the new
     /// write's wait list (a write waits on every earlier write, or follows it on an
     /// in-order queue), so if it fails, the new write fails too.
-    fn record_write(&mut self, event: &Event, failures_possible: bool, replaces: bool) {
-        let failed = |w: &Event| matches!(w.status(), Ok(Status::Failed(_)));
-        let writes = &mut self.writes;
-        writes.failed_before = if replaces || !failures_possible {
-            None
+    fn record_write(&mut self, event: &Event, failures_possible: bool, replaces: bool, span: Span) {
+        let writes = &mut self.writes.list;
+        if replaces && span == Span::ALL || !failures_possible {
+            writes.clear();
         } else {
-            writes
-                .failed_before
-                .take()
-                .filter(failed)
-                .or_else(|| writes.newest.take().filter(failed))
-        };
-        writes.newest = Some(event.clone());
+            // A write of bytes `span` waited on the earlier writes it overlaps, so it fails
+            // if they do: those whose bytes it holds all of go, unless one failed already
+            // (it may not have waited for that). Those it leaves bytes of stay.
+            let failed = |w: &Event| matches!(w.status(), Ok(Status::Failed(_)));
+            writes.retain(|(old, w)| !span.contains(*old) || failed(w));
+            if writes.len() >= WRITES_PRUNE_AT {
+                // Only a failed write matters: one that completed goes.
+                writes.retain(|(_, w)| !matches!(w.status(), Ok(Status::Complete)));
+            }
+        }
+        writes.push((span, event.clone()));
     }
 
-    /// The *failed write* rule: the failure of a write the buffer's contents come from,
-    /// if one failed (asks the driver until each write has ended, then remembers).
-    pub(crate) fn failed_write(&self) -> Option<FailedCommand> {
-        self.writes.iter().find_map(failure::failure_of)
+    /// The *failed write* rule: the failure of a write the contents of bytes `span` come
+    /// from, if one failed (asks the driver until each write has ended, then remembers).
+    pub(crate) fn failed_write(&self, span: Span) -> Option<FailedCommand> {
+        self.writes.of(span).find_map(failure::failure_of)
     }
 
     /// The writes the buffer's contents come from, for a host read to check once it has
@@ -439,18 +442,47 @@ impl LetGo for Mutex<Record> {
     }
 }
 
-/// The writes a buffer's contents come from (the *failed write* rule): at most two, kept
-/// inline (a record is made per buffer, and most never see a failure).
+/// The writes a buffer's contents come from (the *failed write* rule), each with the
+/// bytes it wrote: a write stays until a later one holds all its bytes (and it has not
+/// failed), so writes of disjoint ranges, which do not wait on each other, all stay.
 #[derive(Clone, Default)]
 pub(crate) struct Writes {
-    /// A write that failed before `newest`, which did not replace all of the buffer.
-    failed_before: Option<Event>,
-    newest: Option<Event>,
+    /// Oldest first.
+    list: Vec<(Span, Event)>,
 }
+
+/// How many writes a record keeps before it lets go of those that completed.
+const WRITES_PRUNE_AT: usize = 8;
 
 impl Writes {
     /// Each write, the older first.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Event> {
-        self.failed_before.iter().chain(self.newest.iter())
+        self.list.iter().map(|(_, w)| w)
+    }
+
+    /// The writes the contents of bytes `span` come from, the older first.
+    pub(crate) fn of(&self, span: Span) -> impl Iterator<Item = &Event> {
+        self.list
+            .iter()
+            .filter(move |(s, _)| s.overlaps(span))
+            .map(|(_, w)| w)
+    }
+
+    /// Those of bytes `span`, for a host read to check once it has ended.
+    pub(crate) fn only(&self, span: Span) -> Writes {
+        Writes {
+            list: self
+                .list
+                .iter()
+                .filter(|(s, _)| s.overlaps(span))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// Lets go of the writes that completed: only a failed one matters.
+    fn let_go_of_complete(&mut self) {
+        self.list
+            .retain(|(_, w)| !matches!(w.status(), Ok(Status::Complete)));
     }
 }

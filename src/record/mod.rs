@@ -55,8 +55,13 @@
 //!   nothing of the buffer and covers all of it (`write`, `write_owned`, `fill`, a copy
 //!   into all of it) replaces the failed one, and reads succeed again; a partial write
 //!   (`write_at`, `fill_range`, `copy_range`) leaves the rest of the buffer to the failed
-//!   one, and does not. On a driver whose failures echo on their queue (NVIDIA), a command
-//!   that followed a failed one on its queue counts as failed ([`crate::core::echo`]).
+//!   one, and does not. The rule holds per byte range, as hazards do (the tracker's *byte
+//!   ranges* rule): each write is kept with the bytes it wrote until a later write holds
+//!   all of them (a failed one until a write of the whole buffer), and a command is refused
+//!   only for a failed write of bytes it reads: a read of one half of a buffer is not
+//!   refused for a failed write of the other half. A map counts as a read of the whole
+//!   buffer. On a driver whose failures echo on their queue (NVIDIA), a command that
+//!   followed a failed one on its queue counts as failed ([`crate::core::echo`]).
 //! - **Mapped.** A mapped buffer refuses device commands that conflict with the mapping
 //!   ([`Error::Mapped`](crate::Error::Mapped)): nothing writes memory the host reads, and a
 //!   writable mapping is exclusive.

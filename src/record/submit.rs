@@ -68,7 +68,7 @@ use crate::error::Result;
 use crate::event::{Event, graveyard, snapshot};
 use crate::ffi::{self, cl_event};
 use crate::status::Status;
-use crate::tracker::{Access, Entry};
+use crate::tracker::{Access, Entry, Span};
 use crate::util::inline;
 
 /// One buffer a command touches, and how.
@@ -87,9 +87,17 @@ pub(crate) struct Touch<'a> {
     /// event may end after later commands of its queue (the tracker's *late ends* rule;
     /// design trap "pageable reads complete late").
     pub(crate) host: bool,
+    /// The bytes it touches (the tracker's *byte ranges* rule): all of them unless
+    /// [`Touch::within`] says otherwise.
+    pub(crate) span: Span,
 }
 
 impl<'a> Touch<'a> {
+    /// The same touch, of the bytes `span` only.
+    pub(crate) fn within(self, span: Span) -> Self {
+        Touch { span, ..self }
+    }
+
     /// A command that reads the buffer when `access` is `Read`, and only writes it
     /// otherwise.
     pub(crate) fn new(block: &'a Block, access: Access) -> Self {
@@ -100,6 +108,7 @@ impl<'a> Touch<'a> {
             reads: access == Access::Read,
             covers: false,
             host: false,
+            span: Span::ALL,
         }
     }
 
@@ -138,6 +147,7 @@ struct Locked<'a> {
     reads: bool,
     covers: bool,
     host: bool,
+    span: Span,
     record: MutexGuard<'a, Record>,
 }
 
@@ -325,6 +335,7 @@ impl Submit<'_> {
                 access: Access::Write,
                 replaces: true,
                 host: false,
+                span: Span::ALL,
             };
             l.record.record(how, event, false, failures_possible());
             l.record.fresh = false;
@@ -355,6 +366,7 @@ impl Submit<'_> {
                     last.reads |= touch.reads;
                     last.covers |= touch.covers;
                     last.host |= touch.host;
+                    last.span = last.span.hull(touch.span);
                 }
                 _ => locked.push(Locked {
                     block: touch.block,
@@ -363,6 +375,7 @@ impl Submit<'_> {
                     reads: touch.reads,
                     covers: touch.covers,
                     host: touch.host,
+                    span: touch.span,
                     record: touch.block.lock_record(),
                 }),
             }
@@ -385,7 +398,7 @@ impl Submit<'_> {
             l.record.check_map(l.access, l.map)?;
             // The failed write rule: nothing reads data whose write failed.
             if failures_possible && l.reads {
-                if let Some(failed) = l.record.failed_write() {
+                if let Some(failed) = l.record.failed_write(l.span) {
                     return Err(failed.into());
                 }
             }
@@ -422,7 +435,10 @@ impl Submit<'_> {
         failures_possible: bool,
         gathered: &mut Gathered,
     ) -> Result<()> {
-        gathered.unelided += l.record.events().hazards_without_elision(l.access);
+        gathered.unelided += l
+            .record
+            .events()
+            .hazards_without_elision_in(l.access, l.span);
         let after_failure = l.record.after_failure() || failure_seen;
         let record: &Record = &l.record;
         let reads = l.reads;
@@ -435,7 +451,7 @@ impl Submit<'_> {
                 (failures_possible || self.queue.drop_ended_hazards) && entry.event.is_terminal();
             if ended && reads && entry.access == Access::Write {
                 let raw = entry.event.as_raw();
-                if record.writes().iter().any(|w| w.as_raw() == raw) {
+                if record.writes().of(l.span).any(|w| w.as_raw() == raw) {
                     if let Some(failed) = failure_of(&entry.event) {
                         return Err(failed.into());
                     }
@@ -449,11 +465,11 @@ impl Submit<'_> {
         let events = record.events();
         if after_failure {
             events
-                .hazards_after_failure(l.access)
+                .hazards_after_failure_in(l.access, l.span)
                 .try_for_each(&mut add)
         } else {
             events
-                .hazards(self.queue.lane, l.access)
+                .hazards_in(self.queue.lane, l.access, l.span)
                 .try_for_each(&mut add)
         }
     }
@@ -487,13 +503,14 @@ impl Submit<'_> {
     ) {
         for l in locked.iter_mut() {
             if let Some(writer) = writer.as_deref_mut() {
-                *writer = l.record.writes().clone();
+                *writer = l.record.writes().only(l.span);
             }
             let how = Recorded {
                 lane: self.queue.lane,
                 access: l.access,
                 replaces: l.covers || l.reads,
                 host: l.host,
+                span: l.span,
             };
             l.record
                 .record(how, event.clone(), had_wait_list, failures_possible);

@@ -372,8 +372,8 @@ impl<E> EventSet<E> {
         };
         // Rule 5, and rule 8 for what may end late.
         let keep = |old: &Entry<E>| had_wait_list || old.late;
-        let covers_all =
-            access == Access::Write && self.entries.iter().all(|e| span.contains(e.span));
+        let covers_all = access == Access::Write
+            && (span == Span::ALL || self.entries.iter().all(|e| span.contains(e.span)));
         if covers_all && !had_wait_list && !self.entries.iter().any(|e| e.late) {
             self.entries.clear();
         } else if covers_all {

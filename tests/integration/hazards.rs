@@ -1029,3 +1029,42 @@ isolated_test! {
         assert_eq!(behind.wait().unwrap(), vec![2; 1024]);
     }
 }
+
+/// The tracker's *byte ranges* rule on a real queue pair: a fill of one half does not wait
+/// for a gated fill of the other half, and a read of the gated half waits for it.
+#[test]
+fn commands_on_disjoint_halves_of_a_buffer_do_not_wait_on_each_other() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let (first, second) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let buf = ctx.buffer::<u32>(1024).unwrap();
+    first.fill(&buf, 0).unwrap().wait().unwrap();
+    let gate = ctx.user_event().unwrap();
+    let gated = first
+        .after(&[gate.event()])
+        .fill_range(&buf, 1, 0..512)
+        .unwrap();
+    // Ends while the gate is closed: it waits for nothing on the other half.
+    second
+        .fill_range(&buf, 2, 512..1024)
+        .unwrap()
+        .wait()
+        .unwrap();
+    second.write_at(&buf, 700, &[9u32; 10]).unwrap();
+    assert!(
+        !gated.is_terminal(),
+        "the gated fill ran before its gate opened"
+    );
+    // Overlaps the gated half: ordered after it.
+    let read = second.read_owned_range(&buf, 500..520).unwrap();
+    gate.complete().unwrap();
+    let mut expected = vec![1u32; 12];
+    expected.extend([2u32; 8]);
+    assert_eq!(read.wait().unwrap(), expected);
+    let mut all = vec![1u32; 512];
+    all.extend(vec![2u32; 512]);
+    all[700..710].fill(9);
+    assert_eq!(common::contents(&second, &buf), all);
+}

@@ -339,6 +339,58 @@ impl Kind {
         }
     }
 
+    /// The elements the command reads, per buffer, as the library tracks them: a kernel,
+    /// a whole copy and a map touch the whole buffer (the library's mapped rule holds for
+    /// the whole buffer), a range command its range, and a copy within one buffer the span
+    /// from the first element it touches to the last (the library records one range per
+    /// buffer and command).
+    fn read_ranges(&self, len: usize) -> Vec<(usize, Range<usize>)> {
+        match *self {
+            Kind::CopyRange {
+                src,
+                src_at,
+                dst,
+                dst_at,
+                len: n,
+            } if src == dst => vec![(src, src_at.min(dst_at)..(src_at.max(dst_at) + n))],
+            Kind::CopyRange {
+                src,
+                src_at,
+                len: n,
+                ..
+            } => vec![(src, src_at..src_at + n)],
+            Kind::Read { b, ref range } | Kind::ReadOwned { b, ref range, .. } => {
+                vec![(b, range.clone())]
+            }
+            _ => self.reads().into_iter().map(|b| (b, 0..len)).collect(),
+        }
+    }
+
+    /// The elements the command writes, per buffer, as the library tracks them (see
+    /// [`Kind::read_ranges`]).
+    fn write_ranges(&self, len: usize) -> Vec<(usize, Range<usize>)> {
+        match *self {
+            Kind::Write { b, at, len: n, .. } | Kind::WriteOwned { b, at, len: n, .. } => {
+                vec![(b, at..at + n)]
+            }
+            Kind::FillRange { b, ref range, .. } => vec![(b, range.clone())],
+            Kind::CopyRange {
+                src,
+                src_at,
+                dst,
+                dst_at,
+                len: n,
+            } if src == dst => vec![(dst, src_at.min(dst_at)..(src_at.max(dst_at) + n))],
+            Kind::CopyRange {
+                dst,
+                dst_at,
+                len: n,
+                ..
+            } => vec![(dst, dst_at..dst_at + n)],
+            _ => self.writes().into_iter().map(|b| (b, 0..len)).collect(),
+        }
+    }
+
     /// Whether the host reads the data back (a read or a map).
     fn is_host_read(&self) -> bool {
         matches!(
@@ -1913,9 +1965,9 @@ fn outcome(issue: &Issue) -> String {
     }
 }
 
-/// Per buffer in [`replay`]: the step of its last write (not refused at enqueue), and
-/// whether that write failed.
-type LastWrite = Option<(String, bool)>;
+/// Per buffer in [`replay`], per element: the step of its last write (not refused at
+/// enqueue), and whether that write failed.
+type LastWrite = Vec<Option<(std::rc::Rc<str>, bool)>>;
 
 /// Walks `plan` in program order with a sequential model in which a command changes the
 /// buffers only if it completed, and checks every observed outcome against the failure
@@ -1928,7 +1980,7 @@ fn replay(
 ) -> Vec<String> {
     let len = plan.len;
     let mut model: Vec<Vec<i32>> = plan.initial.iter().map(|p| p.values(len)).collect();
-    let mut last_write: Vec<LastWrite> = vec![None; model.len()];
+    let mut last_write: Vec<LastWrite> = vec![vec![None; len]; model.len()];
     let mut failed_gates = 0u32;
     let mut failures = Vec::new();
     for (i, step) in plan.steps.iter().enumerate() {
@@ -1995,13 +2047,21 @@ fn check_outcome(
     use cl_lifetime::Error::{CommandFailed, DependencyFailed};
     use cl_lifetime::Status;
 
-    // The buffers it reads whose last write failed, described.
+    let len = model[0].len();
+    // The buffers it reads an element of whose last write failed, described.
     let poisoned: Vec<String> = kind
-        .reads()
+        .read_ranges(len)
         .into_iter()
-        .filter_map(|b| match &last_write[b] {
-            Some((writer, true)) => Some(format!("b{b}, last written by {writer}, which failed")),
-            _ => None,
+        .filter_map(|(b, range)| {
+            last_write[b][range.clone()]
+                .iter()
+                .zip(range)
+                .find_map(|(w, i)| match w {
+                    Some((writer, true)) => Some(format!(
+                        "b{b}, element {i} last written by {writer}, which failed"
+                    )),
+                    _ => None,
+                })
         })
         .collect();
     let reason = match (dead, poisoned.is_empty()) {
@@ -2085,11 +2145,14 @@ fn check_outcome(
             }
             // A write that completed but left part of the buffer to a failed one before
             // it does not make the buffer readable again.
-            let replaces = kind.replaces(model[0].len());
-            for b in kind.writes() {
-                let failed_before = matches!(last_write[b], Some((_, true)));
-                if !completed || replaces || !failed_before {
-                    last_write[b] = Some((what.to_string(), !completed));
+            let replaces = kind.replaces(len);
+            let writer: std::rc::Rc<str> = what.into();
+            for (b, range) in kind.write_ranges(len) {
+                for element in &mut last_write[b][range] {
+                    let failed_before = matches!(element, Some((_, true)));
+                    if !completed || replaces || !failed_before {
+                        *element = Some((writer.clone(), !completed));
+                    }
                 }
             }
         }
