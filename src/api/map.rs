@@ -72,6 +72,7 @@ impl After<'_> {
             Access::Write => Transfer::MapMut,
         };
         let len = check_span(transfer, &range, buffer.len())?;
+        let span = super::transfer::span_of::<T>(range.start, len, buffer.len());
         let block = buffer.block();
         let bytes = len * size_of::<T>();
         let core = &self.queue.core;
@@ -90,8 +91,9 @@ impl After<'_> {
             reads: true,
             covers: false,
             host: true,
-            // The *mapped* rule holds for the whole buffer.
-            span: Span::ALL,
+            // Its bytes, for hazards and failed writes; the *mapped* rule holds for the
+            // whole buffer.
+            span,
         };
         let queue = core.raw;
         let mut writers = Writes::default();
@@ -123,6 +125,7 @@ impl After<'_> {
             ptr: mapped.cast(),
             len,
             access,
+            span,
             unmapped: false,
             staged: None,
             _elements: PhantomData,
@@ -168,6 +171,7 @@ impl After<'_> {
             ptr: at.cast(),
             len,
             access: Access::Read,
+            span: Span::ALL,
             unmapped: false,
             staged: Some((pinned, read)),
             _elements: PhantomData,
@@ -183,6 +187,8 @@ struct Mapping<'b, T: Pod> {
     ptr: *mut T,
     len: usize,
     access: Access,
+    /// The bytes mapped (the tracker's *byte ranges* rule).
+    span: Span,
     /// Whether the unmap was enqueued (or refused) already.
     unmapped: bool,
     /// A staged read mapping's pinned block, which `ptr` points into, and the event of
@@ -214,7 +220,7 @@ impl<T: Pod> Mapping<'_, T> {
             reads: false,
             covers: false,
             host: true,
-            span: Span::ALL,
+            span: self.span,
         };
         let unmapped = self.queue.after(&[]).submit().run(&[touch], |wait| {
             // SAFETY: the queue and the buffer are live (borrowed); `mapped` came from

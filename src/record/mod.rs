@@ -59,8 +59,7 @@
 //!   ranges* rule): each write is kept with the bytes it wrote until a later write holds
 //!   all of them (a failed one until a write of the whole buffer), and a command is refused
 //!   only for a failed write of bytes it reads: a read of one half of a buffer is not
-//!   refused for a failed write of the other half. A map counts as a read of the whole
-//!   buffer. On a driver whose failures echo on their queue (NVIDIA), a command that
+//!   refused for a failed write of the other half. On a driver whose failures echo on their queue (NVIDIA), a command that
 //!   followed a failed one on its queue counts as failed ([`crate::core::echo`]).
 //! - **Mapped.** A mapped buffer refuses device commands that conflict with the mapping
 //!   ([`Error::Mapped`](crate::Error::Mapped)): nothing writes memory the host reads, and a

@@ -339,11 +339,10 @@ impl Kind {
         }
     }
 
-    /// The elements the command reads, per buffer, as the library tracks them: a kernel,
-    /// a whole copy and a map touch the whole buffer (the library's mapped rule holds for
-    /// the whole buffer), a range command its range, and a copy within one buffer the span
-    /// from the first element it touches to the last (the library records one range per
-    /// buffer and command).
+    /// The elements the command reads, per buffer, as the library tracks them: a kernel
+    /// and a whole copy touch the whole buffer, a range command or a map its range, and a
+    /// copy within one buffer the span from the first element it touches to the last (the
+    /// library records one range per buffer and command).
     fn read_ranges(&self, len: usize) -> Vec<(usize, Range<usize>)> {
         match *self {
             Kind::CopyRange {
@@ -359,9 +358,9 @@ impl Kind {
                 len: n,
                 ..
             } => vec![(src, src_at..src_at + n)],
-            Kind::Read { b, ref range } | Kind::ReadOwned { b, ref range, .. } => {
-                vec![(b, range.clone())]
-            }
+            Kind::Read { b, ref range }
+            | Kind::ReadOwned { b, ref range, .. }
+            | Kind::Map { b, ref range } => vec![(b, range.clone())],
             _ => self.reads().into_iter().map(|b| (b, 0..len)).collect(),
         }
     }
