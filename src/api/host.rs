@@ -123,7 +123,7 @@ impl<T: Pod> HostBuffer<T> {
         }
         let bytes = len.checked_mul(size_of::<T>()).ok_or(Error::TooLarge {
             bytes: u64::MAX,
-            max: u64::MAX,
+            max: usize::MAX as u64,
         })?;
         let major = crate::core::queue::opencl_major(version);
         let queue = ffi::create_queue(context, device, false, false, major)?;

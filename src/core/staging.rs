@@ -55,13 +55,12 @@ impl Pinned {
         self.ptr
     }
 
-    /// A new block of at least `bytes`, mapped through `queue`.
+    /// A new block of exactly `bytes`, mapped through `queue`.
     pub(crate) fn create(
         context: cl_context,
         queue: cl_command_queue,
         bytes: usize,
     ) -> Result<Pinned> {
-        let bytes = bytes.next_power_of_two().max(4096);
         let mem = ffi::create_pinned_buffer(context, bytes)?;
         // SAFETY: `queue` and `mem` are live; the map waits on nothing.
         let mapped = unsafe { ffi::enqueue_map(queue, mem, true, 0, bytes, &[]) };
@@ -136,7 +135,8 @@ impl Staging {
                 return Ok(free.swap_remove(i));
             }
         }
-        Pinned::create(context, queue, bytes)
+        // Sizes rounded up, so that blocks serve reads of other sizes.
+        Pinned::create(context, queue, bytes.next_power_of_two().max(4096))
     }
 
     /// Gives `block` back after its read has ended; lets the smallest go past [`KEEP`].
