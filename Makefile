@@ -58,7 +58,7 @@ stress: setup
 trace: setup
 	$(CARGO) run --release --example trace -- target/trace/pipeline.json
 
-# That trace drawn by scripts/trace-view.html in headless Chromium: docs/trace.png
+# That trace drawn by src/trace/view.html in headless Chromium: docs/trace.png
 # (scripts/trace-picture.sh; installs Debian's chromium when missing).
 trace-picture: trace
 	bash scripts/trace-picture.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make trace-picture`: the traced pipeline's trace (`make trace`, target/trace/pipeline.json)
-# drawn by scripts/trace-view.html in headless Chromium, to docs/trace.png. Installs
+# drawn by the trace's viewer page (src/trace/view.html) in headless Chromium, to docs/trace.png. Installs
 # Debian's chromium when it is missing (as `make setup` installs packages: root, or sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +24,7 @@ page=target/trace/view.html
 python3 - "$json" "$page" <<'PY'
 import sys
 json_text = open(sys.argv[1]).read().replace("</", "<\\/")
-html = open("scripts/trace-view.html").read()
+html = open("src/trace/view.html").read()
 empty = '{"traceEvents":[]}</script>'
 assert empty in html, "the viewer's trace element"
 open(sys.argv[2], "w").write(html.replace(empty, json_text.strip() + "</script>", 1))

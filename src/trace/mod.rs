@@ -4,7 +4,9 @@
 //!
 //! Turn it on with [`start`] (and write it with [`finish`]), or for a whole program with
 //! the environment variable [`TRACE_VAR`] (`CL_LIFETIME_TRACE=trace.json`): the file is then
-//! written when the program's last [`Context`](crate::Context) is dropped.
+//! written when the program's last [`Context`](crate::Context) is dropped. Beside the JSON
+//! goes a page that draws it, with no dependency ([`viewer_path`]: `trace.html` for
+//! `trace.json`): open it in a browser.
 //!
 //! ```
 //! # fn main() -> Result<(), cl_lifetime::Error> {
@@ -18,6 +20,8 @@
 //! assert_eq!(cl_lifetime::trace::finish()?, Some(path.clone()));
 //! let json = std::fs::read_to_string(&path).expect("the trace was written");
 //! assert!(json.starts_with("{\"traceEvents\":["));
+//! let page = std::fs::read_to_string(cl_lifetime::trace::viewer_path(&path)).unwrap();
+//! assert!(page.contains("<svg id=\"view\""));
 //! # Ok(())
 //! # }
 //! ```
@@ -299,17 +303,47 @@ impl Tracer {
         micros(self.t0.elapsed())
     }
 
+    /// Writes the JSON to its path, and beside it the viewer page with the same trace in
+    /// it ([`viewer_path`]).
     fn write_file(&self) -> Result<PathBuf> {
-        let unwritable = |source| Error::TraceUnwritable {
+        let mut text = Vec::new();
+        json::write(&self.records, self.now(), &mut text).map_err(|source| {
+            Error::TraceUnwritable {
+                path: self.path.clone(),
+                source,
+            }
+        })?;
+        std::fs::write(&self.path, &text).map_err(|source| Error::TraceUnwritable {
             path: self.path.clone(),
             source,
-        };
-        let file = std::fs::File::create(&self.path).map_err(unwritable)?;
-        let mut out = std::io::BufWriter::new(file);
-        json::write(&self.records, self.now(), &mut out).map_err(unwritable)?;
-        std::io::Write::flush(&mut out).map_err(unwritable)?;
+        })?;
+        let page = viewer_path(&self.path);
+        std::fs::write(&page, viewer_page(&String::from_utf8_lossy(&text))).map_err(|source| {
+            Error::TraceUnwritable {
+                path: page.clone(),
+                source,
+            }
+        })?;
         Ok(self.path.clone())
     }
+}
+
+/// The viewer page: a static HTML file with no dependency that draws a trace (one row per
+/// track, commands as boxes, the memory counters as areas, hazard waits as arrows).
+const VIEWER: &str = include_str!("view.html");
+
+/// Where the viewer page of the trace written to `json` goes: beside it, its name ending
+/// in `.html` (`trace.json` gives `trace.html`).
+pub fn viewer_path(json: &Path) -> PathBuf {
+    json.with_extension("html")
+}
+
+/// The viewer page with `trace_json` in it, escaped so that no string in the JSON can end
+/// the page's script element.
+fn viewer_page(trace_json: &str) -> String {
+    const EMPTY: &str = r#"{"traceEvents":[]}</script>"#;
+    let escaped = trace_json.trim().replace("</", r"<\/");
+    VIEWER.replacen(EMPTY, &format!("{escaped}</script>"), 1)
 }
 
 fn micros(d: Duration) -> f64 {

@@ -329,3 +329,22 @@ isolated_test! {
         std::fs::remove_file(&second).unwrap();
     }
 }
+
+isolated_test! {
+    fn a_written_trace_has_beside_it_a_page_that_holds_the_same_trace() {
+        let path = trace_path("page");
+        scripted_run(&path);
+        let json = std::fs::read_to_string(&path).expect("the trace file");
+        let page_path = cl_lifetime::trace::viewer_path(&path);
+        assert_eq!(page_path.extension().and_then(|e| e.to_str()), Some("html"));
+        let page = std::fs::read_to_string(&page_path).expect("the viewer page beside it");
+        // The trace is in the page's trace element, as JSON the page parses back.
+        let start = page.find(r#"<script id="trace" type="application/json">"#).unwrap();
+        let body = &page[start..];
+        let body = &body[body.find('>').unwrap() + 1..body.find("</script>").unwrap()];
+        let embedded: Value = serde_json::from_str(&body.replace(r"<\/", "</")).unwrap();
+        let written: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(embedded, written);
+        assert!(!page.contains(r#"{"traceEvents":[]}"#), "the page's empty trace is left");
+    }
+}
