@@ -306,6 +306,15 @@ impl Queue {
 
     /// Submits this queue's commands to the device (`clFlush`).
     ///
+    /// An enqueue does not flush its queue: the driver submits when it chooses, and some
+    /// (rusticl) run nothing that was not flushed. The library flushes for you wherever
+    /// waiting could stall otherwise: before a queue's command enters another queue's wait
+    /// list, in every blocking call and wait (`Event::wait`, blocking reads, writes and
+    /// maps, `release`), when a future of a command is first polled, and before a deferred
+    /// release or a dropped pending read is handed to the library's thread. Call `flush`
+    /// yourself when you want the device to start on work nothing waits for yet (say,
+    /// before host work that overlaps it).
+    ///
     /// # Errors
     ///
     /// [`Error::Cl`](crate::Error::Cl) from `clFlush`.
