@@ -31,8 +31,9 @@
 //!    its [`Watch`] is marked ended under the watch's own lock, which the future takes
 //!    to store its waker and read the mark: a wake-up is never lost between the two.
 //! 6. **Forgotten on drop.** A future dropped before its command ended takes its command
-//!    off the waiter ([`Waiter::forget`]); the device is not touched. A thread blocked on
-//!    that command keeps its own reference to the event until its wait returns.
+//!    off the waiter ([`Waiter::forget`]), and its waker with it; the device is not
+//!    touched. A thread blocked on that command keeps its own reference to the event until
+//!    its wait returns, and wakes no one.
 //! 7. **Jobs.** Work that would block an async task on the device (a release's
 //!    `clReleaseMemObject` and its wait for the free) runs on the waiter's threads
 //!    ([`Waiter::run`]), ahead of new waits.
@@ -221,6 +222,12 @@ impl Watch {
         false
     }
 
+    /// Lets go of the waker: a forgotten command wakes no one (the *forgotten on drop*
+    /// rule), even where a thread's wait on it is under way.
+    fn disarm(&self) {
+        self.lock().waker = None;
+    }
+
     /// Marks the command ended and hands back the waker to wake.
     fn end(&self) -> Option<Waker> {
         let mut state = self.lock();
@@ -401,6 +408,9 @@ impl<E: Awaited> Waiter<E> {
             }
             removed
         };
+        if let Some(entry) = &removed {
+            entry.watch.disarm();
+        }
         // Outside the lock: the event may be released here.
         drop(removed);
     }
@@ -644,8 +654,8 @@ fn run<E: Awaited>(shared: &Arc<Shared<E>>) {
             }) => {
                 drop(state);
                 wait_for(shared, &*event, driver);
-                // Its own task first, before the lane is read (a task whose command was
-                // forgotten meanwhile gets a wake-up it ignores).
+                // Its own task first, before the lane is read (a forgotten command's watch
+                // holds no waker).
                 if let Some(waker) = watch.end() {
                     waker.wake();
                 }
