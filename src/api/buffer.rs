@@ -386,26 +386,109 @@ impl<T: Pod, H: HostMemory<T>> Drop for PendingRead<T, H> {
 }
 
 impl<T: Pod, H: HostMemory<T>> PendingRead<T, H> {
-    /// Hands the memory the read writes into to the library's thread, which frees it once
-    /// the read has ended; the read's queue is flushed first (the library's thread only
-    /// reads the read's status, which submits nothing: rusticl runs nothing that was not
-    /// flushed).
+    /// Hands the memory the read writes into to the library's thread (see
+    /// [`keep_until_ended`]).
     fn hand_over(&mut self) {
-        let Some(queue) = self.event.inner.queue.as_ref() else {
-            ffi::wait_terminal(&[self.event.as_raw()]);
-            return;
-        };
-        if let Err(e) = queue.flush_if_dirty() {
-            log::warn!(target: "cl_lifetime::queue", "flushing a dropped read: {e}");
+        if let Some(data) = self.data.take() {
+            keep_until_ended(&self.event, Box::new(data));
         }
-        let Some(data) = self.data.take() else {
-            return;
-        };
-        let kept = KeptUntilEnded {
-            event: self.event.clone(),
-            _memory: Box::new(data),
-        };
-        queue.ctx.reaper.submit(Box::new(kept), true);
+    }
+}
+
+/// Hands `memory`, which `event`'s command still uses, to the library's thread, which
+/// frees it once the command has ended; the command's queue is flushed first (the
+/// library's thread only reads its status, which submits nothing: rusticl runs nothing
+/// that was not flushed). An event of no queue of the library's is waited for here.
+fn keep_until_ended(event: &Event, memory: Box<dyn Send>) {
+    let Some(queue) = event.inner.queue.as_ref() else {
+        ffi::wait_terminal(&[event.as_raw()]);
+        return;
+    };
+    if let Err(e) = queue.flush_if_dirty() {
+        log::warn!(target: "cl_lifetime::queue", "flushing a dropped transfer's queue: {e}");
+    }
+    let kept = KeptUntilEnded {
+        event: event.clone(),
+        _memory: memory,
+    };
+    queue.ctx.reaper.submit(Box::new(kept), true);
+}
+
+/// A pending transfer that lends host memory, as [`Settled`] awaits it.
+trait Lends: Sized {
+    type Output;
+    fn event(&self) -> &Event;
+    /// Its result; does not block once the command has ended.
+    fn wait(self) -> Result<Self::Output>;
+    /// Lets go of it without waiting: memory the command may still use goes to the
+    /// library's thread.
+    fn let_go(self);
+}
+
+impl<T: Pod, H: HostMemory<T>> Lends for PendingRead<T, H> {
+    type Output = H;
+
+    fn event(&self) -> &Event {
+        &self.event
+    }
+
+    fn wait(self) -> Result<H> {
+        PendingRead::wait(self)
+    }
+
+    fn let_go(mut self) {
+        if self.data.is_some() && !ffi::has_ended(self.event.as_raw()) {
+            self.hand_over();
+        }
+    }
+}
+
+impl<T: Pod, H: HostMemory<T>> Lends for PendingWrite<T, H> {
+    type Output = H;
+
+    fn event(&self) -> &Event {
+        &self.event
+    }
+
+    fn wait(self) -> Result<H> {
+        PendingWrite::wait(self)
+    }
+
+    /// Its drop does not wait.
+    fn let_go(self) {}
+}
+
+/// A pending transfer awaited: ready once its command has ended, with what its `wait`
+/// returns; dropped early, it lets go of the transfer without waiting.
+struct Settled<P: Lends> {
+    pending: Option<P>,
+    ended: crate::awaiting::Ended,
+}
+
+impl<P: Lends> Settled<P> {
+    fn new(pending: P) -> Self {
+        Settled {
+            ended: crate::awaiting::Ended::new(pending.event().clone()),
+            pending: Some(pending),
+        }
+    }
+
+    fn poll(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<P::Output>> {
+        match self.ended.poll_end(cx) {
+            std::task::Poll::Pending => std::task::Poll::Pending,
+            std::task::Poll::Ready(()) => std::task::Poll::Ready(match self.pending.take() {
+                Some(pending) => pending.wait(),
+                None => Err(crate::Error::Polled),
+            }),
+        }
+    }
+}
+
+impl<P: Lends> Drop for Settled<P> {
+    fn drop(&mut self) {
+        if let Some(pending) = self.pending.take() {
+            pending.let_go();
+        }
     }
 }
 
@@ -414,20 +497,17 @@ impl<T: Pod, H: HostMemory<T>> PendingRead<T, H> {
 /// never blocks; dropped before the read ended, it hands the memory the read writes into
 /// to the library's thread, which frees it once the read has ended.
 #[must_use = "a future does nothing unless awaited"]
-pub struct ReadFuture<T: Pod, H: HostMemory<T> = Vec<T>> {
-    read: Option<PendingRead<T, H>>,
-    ended: crate::awaiting::Ended,
-}
+pub struct ReadFuture<T: Pod, H: HostMemory<T> = Vec<T>>(Settled<PendingRead<T, H>>);
 
 impl<T: Pod, H: HostMemory<T>> fmt::Debug for ReadFuture<T, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReadFuture")
-            .field("read", &self.read)
+            .field("read", &self.0.pending)
             .finish()
     }
 }
 
-// Nothing in it relies on staying where it is: it holds handles and a `Vec`.
+// Nothing in it relies on staying where it is: it holds handles and host memory.
 impl<T: Pod, H: HostMemory<T>> Unpin for ReadFuture<T, H> {}
 
 impl<T: Pod, H: HostMemory<T>> std::future::IntoFuture for PendingRead<T, H> {
@@ -435,10 +515,7 @@ impl<T: Pod, H: HostMemory<T>> std::future::IntoFuture for PendingRead<T, H> {
     type IntoFuture = ReadFuture<T, H>;
 
     fn into_future(self) -> ReadFuture<T, H> {
-        ReadFuture {
-            ended: crate::awaiting::Ended::new(self.event.clone()),
-            read: Some(self),
-        }
+        ReadFuture(Settled::new(self))
     }
 }
 
@@ -449,25 +526,7 @@ impl<T: Pod, H: HostMemory<T>> std::future::Future for ReadFuture<T, H> {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Result<H>> {
-        let this = self.get_mut();
-        match this.ended.poll_end(cx) {
-            std::task::Poll::Pending => std::task::Poll::Pending,
-            std::task::Poll::Ready(()) => match this.read.take() {
-                // The read has ended: `wait` does not block.
-                Some(read) => std::task::Poll::Ready(read.wait()),
-                None => std::task::Poll::Ready(Err(crate::Error::Polled)),
-            },
-        }
-    }
-}
-
-impl<T: Pod, H: HostMemory<T>> Drop for ReadFuture<T, H> {
-    fn drop(&mut self) {
-        if let Some(mut read) = self.read.take() {
-            if read.data.is_some() && !ffi::has_ended(read.event.as_raw()) {
-                read.hand_over();
-            }
-        }
+        self.get_mut().0.poll(cx)
     }
 }
 
@@ -523,28 +582,11 @@ impl<T: Pod, H: HostMemory<T>> PendingWrite<T, H> {
 
 impl<T: Pod, H: HostMemory<T>> Drop for PendingWrite<T, H> {
     fn drop(&mut self) {
-        let Some(data) = self.data.take() else {
-            return;
-        };
-        if ffi::has_ended(self.event.as_raw()) {
-            return;
-        }
         // The device may still read `data`: it goes to the library's thread, never freed
         // under the write, and this drop does not wait.
-        match self.event.inner.queue.as_ref() {
-            Some(queue) => {
-                if let Err(e) = queue.flush_if_dirty() {
-                    log::warn!(target: "cl_lifetime::queue", "flushing a dropped write: {e}");
-                }
-                let kept = KeptUntilEnded {
-                    event: self.event.clone(),
-                    _memory: Box::new(data),
-                };
-                queue.ctx.reaper.submit(Box::new(kept), true);
-            }
-            None => {
-                ffi::wait_terminal(&[self.event.as_raw()]);
-                drop(data);
+        if let Some(data) = self.data.take() {
+            if !ffi::has_ended(self.event.as_raw()) {
+                keep_until_ended(&self.event, Box::new(data));
             }
         }
     }
@@ -553,20 +595,17 @@ impl<T: Pod, H: HostMemory<T>> Drop for PendingWrite<T, H> {
 /// A [`PendingWrite`] as a future: the `Vec` once the write has ended, or the error
 /// [`PendingWrite::wait`] would return (`.await` on a `PendingWrite`).
 #[must_use = "a future does nothing unless awaited"]
-pub struct WriteFuture<T: Pod, H: HostMemory<T> = Vec<T>> {
-    write: Option<PendingWrite<T, H>>,
-    ended: crate::awaiting::Ended,
-}
+pub struct WriteFuture<T: Pod, H: HostMemory<T> = Vec<T>>(Settled<PendingWrite<T, H>>);
 
 impl<T: Pod, H: HostMemory<T>> fmt::Debug for WriteFuture<T, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WriteFuture")
-            .field("write", &self.write)
+            .field("write", &self.0.pending)
             .finish()
     }
 }
 
-// Nothing in it relies on staying where it is: it holds handles and a `Vec`.
+// Nothing in it relies on staying where it is: it holds handles and host memory.
 impl<T: Pod, H: HostMemory<T>> Unpin for WriteFuture<T, H> {}
 
 impl<T: Pod, H: HostMemory<T>> std::future::IntoFuture for PendingWrite<T, H> {
@@ -574,10 +613,7 @@ impl<T: Pod, H: HostMemory<T>> std::future::IntoFuture for PendingWrite<T, H> {
     type IntoFuture = WriteFuture<T, H>;
 
     fn into_future(self) -> WriteFuture<T, H> {
-        WriteFuture {
-            ended: crate::awaiting::Ended::new(self.event.clone()),
-            write: Some(self),
-        }
+        WriteFuture(Settled::new(self))
     }
 }
 
@@ -588,15 +624,7 @@ impl<T: Pod, H: HostMemory<T>> std::future::Future for WriteFuture<T, H> {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Result<H>> {
-        let this = self.get_mut();
-        match this.ended.poll_end(cx) {
-            std::task::Poll::Pending => std::task::Poll::Pending,
-            std::task::Poll::Ready(()) => match this.write.take() {
-                // The write has ended: `wait` does not block.
-                Some(write) => std::task::Poll::Ready(write.wait()),
-                None => std::task::Poll::Ready(Err(crate::Error::Polled)),
-            },
-        }
+        self.get_mut().0.poll(cx)
     }
 }
 
