@@ -256,8 +256,6 @@ struct Entry<E> {
     watch: Arc<Watch>,
     ends_on_its_own: bool,
     gates: Option<Arc<OpenGates>>,
-    /// A thread blocks on this command.
-    waited: bool,
 }
 
 /// A thread's wait on a command of a lane.
@@ -283,7 +281,10 @@ impl<E> Lane<E> {
         if self.waits.iter().any(|w| w.ends_on_its_own) {
             return None;
         }
-        self.entries.iter().position(|e| !e.waited)
+        // A command a thread blocks on is covered by its own wait.
+        self.entries
+            .iter()
+            .position(|e| !self.waits.iter().any(|w| w.id == e.id))
     }
 }
 
@@ -361,7 +362,6 @@ impl<E: Awaited> Waiter<E> {
             watch,
             ends_on_its_own: order.ends_on_its_own,
             gates: order.gates,
-            waited: false,
         };
         let mut state = self.shared.lock();
         match state.lanes.iter_mut().find(|l| l.key == key) {
@@ -381,7 +381,7 @@ impl<E: Awaited> Waiter<E> {
                 .find(|l| l.key == key)
                 .is_some_and(|l| l.uncovered().is_some());
         if needs_thread {
-            if let Err(e) = self.wake_or_start(state) {
+            if let Err(e) = summon(&self.shared, state) {
                 self.forget(&ticket);
                 return Err(e);
             }
@@ -420,7 +420,7 @@ impl<E: Awaited> Waiter<E> {
     pub(crate) fn run(&self, job: Job) -> Result<(), (std::io::Error, Job)> {
         let mut state = self.shared.lock();
         state.jobs.push_back(job);
-        if let Err(e) = self.wake_or_start(state) {
+        if let Err(e) = summon(&self.shared, state) {
             let mut state = self.shared.lock();
             if state.threads == 0 {
                 if let Some(job) = state.jobs.pop_back() {
@@ -447,12 +447,6 @@ impl<E: Awaited> Waiter<E> {
             .map(|l| l.entries.len())
             .sum()
     }
-
-    /// Wakes an idle thread, or starts one below [`MAX_THREADS`] (the *threads on demand*
-    /// rule). `Err` only when a thread was needed, none could be started and none runs.
-    fn wake_or_start(&self, state: MutexGuard<'_, State<E>>) -> std::io::Result<()> {
-        summon(&self.shared, state)
-    }
 }
 
 impl<E: Awaited> Drop for Waiter<E> {
@@ -475,7 +469,7 @@ enum Task<E> {
 }
 
 impl<E: Awaited> State<E> {
-    /// A job, else a wait on the first uncovered command, marked as waited.
+    /// A job, else a wait on the first uncovered command, noted in its lane's waits.
     fn next(&mut self) -> Option<Task<E>> {
         if let Some(job) = self.jobs.pop_front() {
             return Some(Task::Job(job));
@@ -484,8 +478,7 @@ impl<E: Awaited> State<E> {
             .lanes
             .iter_mut()
             .find_map(|l| l.uncovered().map(|i| (l, i)))?;
-        let entry = &mut lane.entries[i];
-        entry.waited = true;
+        let entry = &lane.entries[i];
         lane.waits.push(Wait {
             id: entry.id,
             ends_on_its_own: entry.ends_on_its_own
@@ -536,12 +529,6 @@ impl<E: Awaited> State<E> {
                     true
                 }
             });
-        }
-        // A command whose thread's wait is over is waited for again when it is next
-        // uncovered.
-        let waited: Vec<u64> = lane.waits.iter().map(|w| w.id).collect();
-        for entry in &mut lane.entries {
-            entry.waited = waited.contains(&entry.id);
         }
         if lane.entries.is_empty() && lane.waits.is_empty() {
             self.lanes.swap_remove(l);
