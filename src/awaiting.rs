@@ -71,7 +71,7 @@ impl Ended {
                 Poll::Pending
             };
         }
-        if self.event.has_ended_now() {
+        if self.event.has_ended() {
             return Poll::Ready(());
         }
         if let Err(e) = self.event.flush_producer() {

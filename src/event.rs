@@ -470,11 +470,6 @@ impl Event {
         }
     }
 
-    /// Whether the command has ended (completed or failed), read from the driver now.
-    pub(crate) fn has_ended_now(&self) -> bool {
-        self.has_ended()
-    }
-
     /// Its context's handle.
     pub(crate) fn context_raw(&self) -> cl_context {
         self.inner.context
@@ -688,8 +683,8 @@ impl Event {
         ffi::execution_status(self.inner.raw).unwrap_or(-1)
     }
 
-    /// Whether the command has ended, asked without recursion.
-    fn has_ended(&self) -> bool {
+    /// Whether the command has ended (completed or failed), asked without recursion.
+    pub(crate) fn has_ended(&self) -> bool {
         self.raw_status_now() <= ffi::CL_COMPLETE
     }
 
