@@ -28,7 +28,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cl_lifetime::{Arg, Context, Kernel, Queue};
+use cl_lifetime::{Arg, ClBuffer, Context, Kernel, PendingRead, Queue};
 
 const SOURCE: &str = "
 __kernel void scale(__global const float *in, __global float *out, const float factor,
@@ -70,14 +70,28 @@ fn check(number: usize, input: &[f32], factor: f32, output: &[f32]) -> Result<()
     }
 }
 
+/// One request's commands, enqueued: its input and factor, its two buffers and the
+/// pending read of the result. Neither handler blocks here; they differ in how they wait.
+struct Enqueued {
+    input: Vec<f32>,
+    factor: f32,
+    a: ClBuffer<f32>,
+    b: ClBuffer<f32>,
+    read: PendingRead<f32>,
+}
+
+fn text(e: cl_lifetime::Error) -> String {
+    e.to_string()
+}
+
 impl Service {
-    /// The async handler: nothing in it blocks a worker thread on the device.
-    async fn handle(&self, number: usize) -> Result<(), String> {
+    /// Writes request `number`'s input, launches the kernel and reads the result back,
+    /// without blocking.
+    fn enqueue(&self, number: usize) -> Result<Enqueued, String> {
         let (input, factor) = request(number);
-        let e = |e: cl_lifetime::Error| e.to_string();
-        let a = self.ctx.buffer_uninitialized::<f32>(ITEMS).map_err(e)?;
-        let b = self.ctx.buffer_uninitialized::<f32>(ITEMS).map_err(e)?;
-        self.queue.write_owned(&a, input.clone()).map_err(e)?;
+        let a = self.ctx.buffer_uninitialized::<f32>(ITEMS).map_err(text)?;
+        let b = self.ctx.buffer_uninitialized::<f32>(ITEMS).map_err(text)?;
+        self.queue.write_owned(&a, input.clone()).map_err(text)?;
         self.queue
             .launch(
                 &self.scale,
@@ -89,35 +103,44 @@ impl Service {
                     Arg::scalar(ITEMS as u32),
                 ],
             )
-            .map_err(e)?;
-        let output = self.queue.read_owned(&b).map_err(e)?.await.map_err(e)?;
-        a.release_async().await.map_err(e)?;
-        b.release_async().await.map_err(e)?;
+            .map_err(text)?;
+        let read = self.queue.read_owned(&b).map_err(text)?;
+        Ok(Enqueued {
+            input,
+            factor,
+            a,
+            b,
+            read,
+        })
+    }
+
+    /// The async handler: nothing in it blocks a worker thread on the device.
+    async fn handle(&self, number: usize) -> Result<(), String> {
+        let Enqueued {
+            input,
+            factor,
+            a,
+            b,
+            read,
+        } = self.enqueue(number)?;
+        let output = read.await.map_err(text)?;
+        a.release_async().await.map_err(text)?;
+        b.release_async().await.map_err(text)?;
         check(number, &input, factor, &output)
     }
 
     /// The blocking handler, for `spawn_blocking`.
     fn handle_blocking(&self, number: usize) -> Result<(), String> {
-        let (input, factor) = request(number);
-        let e = |e: cl_lifetime::Error| e.to_string();
-        let a = self.ctx.buffer_uninitialized::<f32>(ITEMS).map_err(e)?;
-        let b = self.ctx.buffer_uninitialized::<f32>(ITEMS).map_err(e)?;
-        self.queue.write_owned(&a, input.clone()).map_err(e)?;
-        self.queue
-            .launch(
-                &self.scale,
-                &[ITEMS],
-                &[
-                    Arg::read(&a),
-                    Arg::write(&b),
-                    Arg::scalar(factor),
-                    Arg::scalar(ITEMS as u32),
-                ],
-            )
-            .map_err(e)?;
-        let output = self.queue.read_owned(&b).map_err(e)?.wait().map_err(e)?;
-        a.release().map_err(e)?;
-        b.release().map_err(e)?;
+        let Enqueued {
+            input,
+            factor,
+            a,
+            b,
+            read,
+        } = self.enqueue(number)?;
+        let output = read.wait().map_err(text)?;
+        a.release().map_err(text)?;
+        b.release().map_err(text)?;
         check(number, &input, factor, &output)
     }
 }
