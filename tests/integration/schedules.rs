@@ -345,13 +345,7 @@ impl Kind {
     /// library records one range per buffer and command).
     fn read_ranges(&self, len: usize) -> Vec<(usize, Range<usize>)> {
         match *self {
-            Kind::CopyRange {
-                src,
-                src_at,
-                dst,
-                dst_at,
-                len: n,
-            } if src == dst => vec![(src, src_at.min(dst_at)..(src_at.max(dst_at) + n))],
+            Kind::CopyRange { src, dst, .. } if src == dst => self.copy_within_one_buffer(),
             Kind::CopyRange {
                 src,
                 src_at,
@@ -373,13 +367,7 @@ impl Kind {
                 vec![(b, at..at + n)]
             }
             Kind::FillRange { b, ref range, .. } => vec![(b, range.clone())],
-            Kind::CopyRange {
-                src,
-                src_at,
-                dst,
-                dst_at,
-                len: n,
-            } if src == dst => vec![(dst, src_at.min(dst_at)..(src_at.max(dst_at) + n))],
+            Kind::CopyRange { src, dst, .. } if src == dst => self.copy_within_one_buffer(),
             Kind::CopyRange {
                 dst,
                 dst_at,
@@ -387,6 +375,21 @@ impl Kind {
                 ..
             } => vec![(dst, dst_at..dst_at + n)],
             _ => self.writes().into_iter().map(|b| (b, 0..len)).collect(),
+        }
+    }
+
+    /// A copy within one buffer, as the library records it: read and written from the
+    /// first element it touches to the last.
+    fn copy_within_one_buffer(&self) -> Vec<(usize, Range<usize>)> {
+        match *self {
+            Kind::CopyRange {
+                src,
+                src_at,
+                dst_at,
+                len,
+                ..
+            } => vec![(src, src_at.min(dst_at)..src_at.max(dst_at) + len)],
+            _ => unreachable!("not a copy_range"),
         }
     }
 
