@@ -107,7 +107,9 @@ impl Ended {
     fn order(&self) -> Order {
         match &self.event.inner.queue {
             Some(queue) => Order {
-                driver: queue.ctx.raw as usize,
+                // A device of the queue's platform: one per driver, for the life of the
+                // process (a context's handle may be reused by another's).
+                driver: queue.ctx.device.id as usize,
                 queue: Some(queue.lane.id),
                 in_order: queue.lane.in_order,
                 ends_on_its_own: self.event.enqueued_ungated(),

@@ -179,7 +179,8 @@ const MEASURED_WAIT: Duration = Duration::from_millis(2);
 /// Where a watched command runs (the *lanes* rule), and whether it ends on its own.
 #[derive(Clone)]
 pub(crate) struct Order {
-    /// Its driver (its context's handle): whether waits spin is known per driver.
+    /// Its driver, by a device of it (or its context's handle, for a command of no
+    /// queue): whether waits spin is known per driver.
     pub(crate) driver: usize,
     /// The queue's lane id, `None` for a lane of its own.
     pub(crate) queue: Option<u64>,
