@@ -186,13 +186,18 @@ impl IntoFuture for &Event {
     }
 }
 
-/// Runs `f` on one of the library's threads and returns a future of its result: for a
+/// The result of work done on a waiter thread (the *off the task's thread* rule).
+struct Slot<T> {
+    state: Mutex<(Option<T>, Option<Waker>)>,
+}
+
+/// Runs `job` on one of the library's threads and returns a future of its result: for a
 /// blocking call that has no async form (a blocking read into a slice, a map, a
 /// `Queue::finish`), or an enqueue on a driver that may block it (see the crate's
 /// *Blocking calls* table). The task's thread does not block; the library's thread does,
-/// for as long as `f` runs.
+/// for as long as `job` runs.
 ///
-/// Dropping the future does not stop `f`: it runs to its end, and its result is dropped.
+/// Dropping the future does not stop `job`: it runs to its end, and its result is dropped.
 ///
 /// # Examples
 ///
@@ -209,19 +214,10 @@ impl IntoFuture for &Event {
 /// # Ok(())
 /// # }
 /// ```
+///
+/// The library's own async forms use it for their blocking part (the *off the task's
+/// thread* rule); where no waiter thread can start, `job` runs on the caller's thread.
 pub fn unblock<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> impl Future<Output = T> + Send + 'static {
-    off_thread(f)
-}
-
-/// The result of work done on a waiter thread (the *off the task's thread* rule).
-struct Slot<T> {
-    state: Mutex<(Option<T>, Option<Waker>)>,
-}
-
-/// A future of `job`'s result, run on a waiter thread (or here, where none can start).
-pub(crate) fn off_thread<T: Send + 'static>(
     job: impl FnOnce() -> T + Send + 'static,
 ) -> impl Future<Output = T> + Send + 'static {
     let slot = Arc::new(Slot {

@@ -194,7 +194,7 @@ impl<T: Pod> ClBuffer<T> {
                 let _ = event.ended().await;
             }
             match held.0.take() {
-                Some(buffer) => crate::awaiting::off_thread(move || buffer.release()).await,
+                Some(buffer) => crate::unblock(move || buffer.release()).await,
                 None => Err(crate::Error::Polled),
             }
         }
