@@ -88,6 +88,8 @@ pub enum Transfer {
     Map,
     /// A mapping for reading and writing on the host.
     MapMut,
+    /// A view of part of a buffer ([`ClBuffer::view`](crate::ClBuffer::view)).
+    View,
 }
 
 /// Everything that can go wrong.
@@ -273,6 +275,15 @@ pub enum Error {
         max: u64,
         /// Bytes the pool has handed out and not had back.
         in_use: u64,
+    },
+    /// A view passed as a kernel argument starts where the device cannot place a
+    /// sub-buffer: its offset in the memory object is not a multiple of the device's
+    /// `CL_DEVICE_MEM_BASE_ADDR_ALIGN`.
+    ViewMisaligned {
+        /// The view's start in the memory object, in bytes.
+        byte_offset: usize,
+        /// The device's alignment, in bytes.
+        align: usize,
     },
     /// An arena has no room left for a sub-buffer.
     ArenaFull {
@@ -535,6 +546,13 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "pool maximum of {max} bytes reached: {in_use} in use, {requested} more asked for"
+            ),
+            Error::ViewMisaligned { byte_offset, align } => write!(
+                f,
+                "a view starting at byte {byte_offset} cannot be a kernel argument: the \
+                 device places sub-buffers at multiples of CL_DEVICE_MEM_BASE_ADDR_ALIGN, \
+                 {align} bytes here (start the view at such a multiple, or pass the whole \
+                 buffer with an offset argument)"
             ),
             Error::ArenaFull {
                 requested,

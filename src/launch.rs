@@ -65,6 +65,9 @@ pub(crate) struct Limits {
     pub(crate) max_item: [usize; 3],
     /// `CL_DEVICE_ADDRESS_BITS`: the width of `size_t` in kernels.
     pub(crate) address_bits: u32,
+    /// `CL_DEVICE_MEM_BASE_ADDR_ALIGN`, in bytes (at least 1): where a sub-buffer may
+    /// start.
+    pub(crate) base_align: usize,
 }
 
 /// `CL_KERNEL_ARG_ADDRESS_GLOBAL` and its kin.
@@ -397,6 +400,7 @@ mod tests {
         max_group: 1024,
         max_item: [1024, 1024, 64],
         address_bits: 64,
+        base_align: 128,
     };
 
     #[test]

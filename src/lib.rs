@@ -127,6 +127,7 @@ pub use api::host::{HostBuffer, HostMemory};
 pub use api::map::{Mapped, MappedMut};
 pub use api::queue::{After, Queue, QueueOptions};
 pub use api::raw::BufferUse;
+pub use api::view::{IntoView, View};
 pub use awaiting::{Ended, unblock};
 pub use census::{buffers_not_freed, events_held, longest_record};
 pub use core::context::FREE_GRACE;

@@ -64,7 +64,7 @@ use crate::pod::Pod;
 use crate::pod::Ty;
 use crate::record::block::{Block, Home};
 use crate::record::hooks::Owner;
-use crate::tracker::{Access, Lane};
+use crate::tracker::{Access, Lane, Span};
 
 /// The work items of every poison launch, whatever the block's size (each strides over the
 /// block): PoCL 5 and 6 abort when one kernel runs twice at once at different widths, and
@@ -316,7 +316,7 @@ impl PoolInner {
         };
         let words = (mem.bytes() / 4) as u64;
         let args = [
-            Arg::block(mem, Access::Write, Ty::of::<u32>()),
+            Arg::block(mem, Access::Write, Ty::of::<u32>(), None, Span::ALL),
             Arg::scalar(POISON),
             Arg::scalar(words),
         ];

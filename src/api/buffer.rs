@@ -124,6 +124,12 @@ impl<T: Pod> ClBuffer<T> {
         self.block.bytes()
     }
 
+    /// How many sub-buffers the buffer keeps for views passed as kernel arguments (at
+    /// most 32, the least recently launched going first; released with the buffer).
+    pub fn kept_sub_buffers(&self) -> usize {
+        self.block.subs_kept()
+    }
+
     /// How many events the record holds now. It stays small: completed events are
     /// pruned, and an in-order queue keeps only its newest read and write.
     pub fn record_len(&self) -> usize {
@@ -246,7 +252,7 @@ impl<T: Pod> ClBuffer<T> {
     pub fn resize(&mut self, queue: &Queue, new_len: usize) -> Result<()> {
         let mut grown = ClBuffer::<T>::create(&self.block.ctx, new_len, None, true)?;
         let keep = self.len.min(new_len);
-        queue.copy_range(self, 0, &grown, 0, keep)?;
+        queue.copy_range(&*self, 0, &grown, 0, keep)?;
         std::mem::swap(self, &mut grown);
         grown.release_deferred();
         Ok(())

@@ -1,7 +1,7 @@
 //! Kernel launches, and the buffer arguments that name their access.
 
-use super::buffer::ClBuffer;
 use super::queue::After;
+use super::view::{IntoView, View};
 use crate::error::Result;
 use crate::event::Event;
 use crate::kernel::{Arg, Kernel};
@@ -11,19 +11,35 @@ use crate::record::submit::Touch;
 use crate::tracker::Access;
 use crate::util::inline;
 
+/// A buffer or a view the kernel uses with `access`.
+fn buffer_arg<'a, T: Pod>(view: View<'a, T>, access: Access) -> Arg<'a> {
+    Arg::block(
+        view.block(),
+        access,
+        Ty::of::<T>(),
+        view.region(),
+        view.own_span(),
+    )
+}
+
 impl<'a> Arg<'a> {
-    /// A buffer the kernel only reads.
-    pub fn read<T: Pod>(buffer: &'a ClBuffer<T>) -> Arg<'a> {
-        Arg::block(buffer.block(), Access::Read, Ty::of::<T>())
+    /// A buffer (or a [`View`](crate::View) of one) the kernel only reads.
+    pub fn read<T: Pod>(buffer: impl IntoView<'a, T>) -> Arg<'a> {
+        buffer_arg(buffer.into_view(), Access::Read)
     }
 
-    /// A buffer the kernel writes (and may read).
-    pub fn write<T: Pod>(buffer: &'a ClBuffer<T>) -> Arg<'a> {
-        Arg::block(buffer.block(), Access::Write, Ty::of::<T>())
+    /// A buffer (or a view) the kernel writes (and may read).
+    ///
+    /// A view is passed to the kernel as a sub-buffer: its element 0 is the view's first
+    /// element, and its start must be a multiple of the device's
+    /// `CL_DEVICE_MEM_BASE_ADDR_ALIGN` (the launch returns
+    /// [`Error::ViewMisaligned`](crate::Error::ViewMisaligned) otherwise).
+    pub fn write<T: Pod>(buffer: impl IntoView<'a, T>) -> Arg<'a> {
+        buffer_arg(buffer.into_view(), Access::Write)
     }
 
-    /// A buffer the kernel reads and writes.
-    pub fn read_write<T: Pod>(buffer: &'a ClBuffer<T>) -> Arg<'a> {
+    /// A buffer (or a view) the kernel reads and writes.
+    pub fn read_write<T: Pod>(buffer: impl IntoView<'a, T>) -> Arg<'a> {
         Arg::write(buffer)
     }
 }
@@ -82,6 +98,20 @@ impl After<'_> {
         for touch in args.iter().filter_map(Arg::touch) {
             touches.push(touch);
         }
+        // Views' sub-buffers, made (or found) before any record is locked.
+        let subs = args
+            .iter()
+            .enumerate()
+            .filter_map(|(index, arg)| {
+                let b = arg.buffer()?;
+                let (origin, bytes) = b.region?;
+                Some(
+                    b.block
+                        .sub(origin, bytes, core.limits.base_align)
+                        .map(|sub| (index, sub)),
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
         let queue = core.raw;
         // The kernel layer's *widest first* rule, where the driver needs it.
         let turn = core
@@ -92,8 +122,14 @@ impl After<'_> {
                 Some(turn) => turn.wait_list(wait),
                 None => std::borrow::Cow::Borrowed(wait),
             };
-            kernel.enqueue(queue, global, local, args, &wait)
+            kernel.enqueue(queue, global, local, args, &subs, &wait)
         })?;
+        // The sub-buffer *kept, bounded* rule: each is kept until the command has ended.
+        for (index, sub) in subs {
+            if let Some(b) = args[index].buffer() {
+                b.block.keep_alive(event.clone(), Box::new(sub));
+            }
+        }
         if let Some(turn) = turn {
             turn.launched(&core.ctx, &event);
         }

@@ -6,9 +6,9 @@ use std::marker::PhantomData;
 use std::ops::Range;
 use std::ptr;
 
-use super::buffer::ClBuffer;
 use super::queue::{After, Queue};
 use super::transfer::check_span;
+use super::view::{IntoView, View};
 use crate::core::staging::{Pinned, Staging};
 use crate::error::{Result, Transfer};
 use crate::event::Event;
@@ -41,7 +41,7 @@ impl After<'_> {
     /// while the buffer is mapped for writing, [`Error::CommandFailed`](crate::Error::CommandFailed) when the map failed.
     pub fn map<'b, T: Pod>(
         &self,
-        buffer: &'b ClBuffer<T>,
+        buffer: impl IntoView<'b, T>,
         range: Range<usize>,
     ) -> Result<Mapped<'b, T>> {
         self.map_as(buffer, range, Access::Read).map(Mapped)
@@ -55,7 +55,7 @@ impl After<'_> {
     /// As [`After::map`], and [`Error::Mapped`](crate::Error::Mapped) while any other mapping is alive.
     pub fn map_mut<'b, T: Pod>(
         &self,
-        buffer: &'b ClBuffer<T>,
+        buffer: impl IntoView<'b, T>,
         range: Range<usize>,
     ) -> Result<MappedMut<'b, T>> {
         self.map_as(buffer, range, Access::Write).map(MappedMut)
@@ -63,17 +63,19 @@ impl After<'_> {
 
     fn map_as<'b, T: Pod>(
         &self,
-        buffer: &'b ClBuffer<T>,
+        buffer: impl IntoView<'b, T>,
         range: Range<usize>,
         access: Access,
     ) -> Result<Mapping<'b, T>> {
+        let view = buffer.into_view();
         let transfer = match access {
             Access::Read => Transfer::Map,
             Access::Write => Transfer::MapMut,
         };
-        let len = check_span(transfer, &range, buffer.len())?;
-        let span = super::transfer::span_of::<T>(range.start, len, buffer.len());
-        let block = buffer.block();
+        let len = check_span(transfer, &range, view.len())?;
+        let start = view.offset() + range.start;
+        let span = view.span(start, len);
+        let block = view.block();
         let bytes = len * size_of::<T>();
         let core = &self.queue.core;
         // The *staged read mappings* rule of [`crate::core::staging`]: a small read
@@ -81,7 +83,7 @@ impl After<'_> {
         // read into a pinned block the mapping keeps until it is unmapped.
         if access == Access::Read && !block.is_shared() {
             if let Some((staging, pinned)) = core.stage(bytes) {
-                return self.map_staged(buffer, range.start, len, staging, pinned);
+                return self.map_staged(view, range.start, len, staging, pinned);
             }
         }
         let touch = Touch {
@@ -108,7 +110,7 @@ impl After<'_> {
                         queue,
                         block.raw(),
                         access == Access::Write,
-                        range.start * size_of::<T>(),
+                        start * size_of::<T>(),
                         bytes,
                         wait,
                     )
@@ -140,18 +142,18 @@ impl After<'_> {
     /// unmap it.
     fn map_staged<'b, T: Pod>(
         &self,
-        buffer: &'b ClBuffer<T>,
+        view: View<'b, T>,
         start: usize,
         len: usize,
         staging: &Staging,
         pinned: Pinned,
     ) -> Result<Mapping<'b, T>> {
-        let (block, at) = (buffer.block(), pinned.ptr());
+        let (block, at) = (view.block(), pinned.ptr());
         let mut writers = Writes::default();
         let map = MapStep::Map(Access::Read);
         // `at` holds at least `len` elements (the block was taken for that many bytes)
         // and is used by this read alone until the mapping is unmapped.
-        let read = match self.enqueue_read(buffer, start, at.cast(), len, &mut writers, map) {
+        let read = match self.enqueue_read(view, start, at.cast(), len, &mut writers, map) {
             Ok(read) => read,
             Err(e) => {
                 // Refused before it was enqueued: nothing reads into the block.

@@ -13,3 +13,4 @@ pub(crate) mod map;
 pub(crate) mod queue;
 pub(crate) mod raw;
 mod transfer;
+pub(crate) mod view;

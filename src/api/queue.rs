@@ -14,9 +14,10 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::buffer::{ClBuffer, PendingRead, PendingWrite};
+use super::buffer::{PendingRead, PendingWrite};
 use super::host::HostMemory;
 use super::map::{Mapped, MappedMut};
+use super::view::IntoView;
 use crate::core::queue::QueueCore;
 use crate::error::Result;
 use crate::event::Event;
@@ -168,14 +169,14 @@ impl<'a> After<'a> {
 }
 
 macro_rules! forward {
-    ($( $(#[$doc:meta])* fn $name:ident $(<$t:ident>)? (&self $(, $arg:ident : $ty:ty)*) -> $ret:ty; )*) => {
+    ($( $(#[$doc:meta])* fn $name:ident $(<$($l:lifetime,)* $t:ident>)? (&self $(, $arg:ident : $ty:ty)*) -> $ret:ty; )*) => {
         $(
             $(#[$doc])*
             ///
             /// # Errors
             ///
             #[doc = concat!("As [`After::", stringify!($name), "`].")]
-            pub fn $name $(<$t: Pod>)? (&self $(, $arg: $ty)*) -> $ret {
+            pub fn $name $(<$($l,)* $t: Pod>)? (&self $(, $arg: $ty)*) -> $ret {
                 self.after(&[]).$name($($arg),*)
             }
         )*
@@ -206,30 +207,30 @@ impl Queue {
 
     forward! {
         /// Writes `data` to the start of `buffer`; blocks until that write is done.
-        fn write<T>(&self, buffer: &ClBuffer<T>, data: &[T]) -> Result<()>;
+        fn write<'v, T>(&self, buffer: impl IntoView<'v, T>, data: &[T]) -> Result<()>;
         /// Writes `data` at element `offset`; blocks until that write is done.
-        fn write_at<T>(&self, buffer: &ClBuffer<T>, offset: usize, data: &[T]) -> Result<()>;
+        fn write_at<'v, T>(&self, buffer: impl IntoView<'v, T>, offset: usize, data: &[T]) -> Result<()>;
         /// Writes `data` without blocking; the library owns it until the write ends.
-        fn write_owned<T>(&self, buffer: &ClBuffer<T>, data: Vec<T>) -> Result<Event>;
+        fn write_owned<'v, T>(&self, buffer: impl IntoView<'v, T>, data: Vec<T>) -> Result<Event>;
         /// Writes `data` at element `offset` without blocking.
-        fn write_owned_at<T>(&self, buffer: &ClBuffer<T>, offset: usize, data: Vec<T>) -> Result<Event>;
+        fn write_owned_at<'v, T>(&self, buffer: impl IntoView<'v, T>, offset: usize, data: Vec<T>) -> Result<Event>;
         /// Reads the start of `buffer` into `out`; blocks until that read is done.
-        fn read<T>(&self, buffer: &ClBuffer<T>, out: &mut [T]) -> Result<()>;
+        fn read<'v, T>(&self, buffer: impl IntoView<'v, T>, out: &mut [T]) -> Result<()>;
         /// Reads from element `offset` into `out`; blocks until that read is done.
-        fn read_at<T>(&self, buffer: &ClBuffer<T>, offset: usize, out: &mut [T]) -> Result<()>;
+        fn read_at<'v, T>(&self, buffer: impl IntoView<'v, T>, offset: usize, out: &mut [T]) -> Result<()>;
         /// Reads the whole buffer into a new `Vec` without blocking.
-        fn read_owned<T>(&self, buffer: &ClBuffer<T>) -> Result<PendingRead<T>>;
+        fn read_owned<'v, T>(&self, buffer: impl IntoView<'v, T>) -> Result<PendingRead<T>>;
         /// Reads elements `range` into a new `Vec` without blocking.
-        fn read_owned_range<T>(&self, buffer: &ClBuffer<T>, range: Range<usize>) -> Result<PendingRead<T>>;
+        fn read_owned_range<'v, T>(&self, buffer: impl IntoView<'v, T>, range: Range<usize>) -> Result<PendingRead<T>>;
 
         /// Copies all of `src` to the start of `dst`.
-        fn copy<T>(&self, src: &ClBuffer<T>, dst: &ClBuffer<T>) -> Result<Event>;
+        fn copy<'s, 'd, T>(&self, src: impl IntoView<'s, T>, dst: impl IntoView<'d, T>) -> Result<Event>;
         /// Copies `len` elements between the given offsets.
-        fn copy_range<T>(&self, src: &ClBuffer<T>, src_offset: usize, dst: &ClBuffer<T>, dst_offset: usize, len: usize) -> Result<Event>;
+        fn copy_range<'s, 'd, T>(&self, src: impl IntoView<'s, T>, src_offset: usize, dst: impl IntoView<'d, T>, dst_offset: usize, len: usize) -> Result<Event>;
         /// Sets every element of `buffer` to `value`.
-        fn fill<T>(&self, buffer: &ClBuffer<T>, value: T) -> Result<Event>;
+        fn fill<'v, T>(&self, buffer: impl IntoView<'v, T>, value: T) -> Result<Event>;
         /// Sets the elements `range` of `buffer` to `value`.
-        fn fill_range<T>(&self, buffer: &ClBuffer<T>, value: T, range: Range<usize>) -> Result<Event>;
+        fn fill_range<'v, T>(&self, buffer: impl IntoView<'v, T>, value: T, range: Range<usize>) -> Result<Event>;
         /// Launches `kernel` over `global` work items.
         fn launch(&self, kernel: &Kernel, global: &[usize], args: &[Arg<'_>]) -> Result<Event>;
         /// Launches `kernel` over `global` work items in work groups of `local`.
@@ -242,9 +243,9 @@ impl Queue {
     /// # Errors
     ///
     /// As [`After::write_lent`].
-    pub fn write_lent<T: Pod, H: HostMemory<T>>(
+    pub fn write_lent<'v, T: Pod, H: HostMemory<T>>(
         &self,
-        buffer: &ClBuffer<T>,
+        buffer: impl IntoView<'v, T>,
         data: H,
     ) -> Result<PendingWrite<T, H>> {
         self.after(&[]).write_lent(buffer, data)
@@ -256,9 +257,9 @@ impl Queue {
     /// # Errors
     ///
     /// As [`After::read_into`].
-    pub fn read_into<T: Pod, H: HostMemory<T>>(
+    pub fn read_into<'v, T: Pod, H: HostMemory<T>>(
         &self,
-        buffer: &ClBuffer<T>,
+        buffer: impl IntoView<'v, T>,
         data: H,
     ) -> Result<PendingRead<T, H>> {
         self.after(&[]).read_into(buffer, data)
@@ -269,9 +270,9 @@ impl Queue {
     /// # Errors
     ///
     /// As [`After::read_range_into`].
-    pub fn read_range_into<T: Pod, H: HostMemory<T>>(
+    pub fn read_range_into<'v, T: Pod, H: HostMemory<T>>(
         &self,
-        buffer: &ClBuffer<T>,
+        buffer: impl IntoView<'v, T>,
         range: Range<usize>,
         data: H,
     ) -> Result<PendingRead<T, H>> {
@@ -285,7 +286,7 @@ impl Queue {
     /// As [`After::map`].
     pub fn map<'b, T: Pod>(
         &self,
-        buffer: &'b ClBuffer<T>,
+        buffer: impl IntoView<'b, T>,
         range: Range<usize>,
     ) -> Result<Mapped<'b, T>> {
         self.after(&[]).map(buffer, range)
@@ -298,7 +299,7 @@ impl Queue {
     /// As [`After::map_mut`].
     pub fn map_mut<'b, T: Pod>(
         &self,
-        buffer: &'b ClBuffer<T>,
+        buffer: impl IntoView<'b, T>,
         range: Range<usize>,
     ) -> Result<MappedMut<'b, T>> {
         self.after(&[]).map_mut(buffer, range)

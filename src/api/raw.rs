@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use super::buffer::ClBuffer;
 use super::queue::After;
+use super::view::IntoView;
 use crate::core::gates::failures_possible;
 use crate::error::{Error, Result};
 use crate::event::Event;
@@ -19,7 +20,7 @@ use crate::ffi::{self, cl_command_queue, cl_event};
 use crate::pod::Pod;
 use crate::record::block::Block;
 use crate::record::submit::Touch;
-use crate::tracker::Access;
+use crate::tracker::{Access, Span};
 
 /// How a command from other code uses one buffer: see [`After::enqueue_raw`].
 #[derive(Clone, Copy)]
@@ -27,6 +28,8 @@ pub struct BufferUse<'a> {
     block: &'a Block,
     access: Access,
     reads: bool,
+    /// The bytes used: a view's, or all.
+    span: Span,
 }
 
 impl std::fmt::Debug for BufferUse<'_> {
@@ -40,31 +43,31 @@ impl std::fmt::Debug for BufferUse<'_> {
 }
 
 impl<'a> BufferUse<'a> {
-    /// The command only reads `buffer`.
-    pub fn read<T: Pod>(buffer: &'a ClBuffer<T>) -> Self {
+    fn new<T: Pod>(buffer: impl IntoView<'a, T>, access: Access, reads: bool) -> Self {
+        let view = buffer.into_view();
         BufferUse {
-            block: buffer.block(),
-            access: Access::Read,
-            reads: true,
+            block: view.block(),
+            access,
+            reads,
+            span: view.own_span(),
         }
+    }
+
+    /// The command only reads `buffer`: a [`ClBuffer`](crate::ClBuffer), or a
+    /// [`View`](crate::View) of one, whose bytes (from [`View::byte_offset`](crate::View::byte_offset), in the
+    /// buffer's memory object) are then the only ones the command may use.
+    pub fn read<T: Pod>(buffer: impl IntoView<'a, T>) -> Self {
+        BufferUse::new(buffer, Access::Read, true)
     }
 
     /// The command writes (part of) `buffer` and reads none of it.
-    pub fn write<T: Pod>(buffer: &'a ClBuffer<T>) -> Self {
-        BufferUse {
-            block: buffer.block(),
-            access: Access::Write,
-            reads: false,
-        }
+    pub fn write<T: Pod>(buffer: impl IntoView<'a, T>) -> Self {
+        BufferUse::new(buffer, Access::Write, false)
     }
 
     /// The command reads and writes `buffer`.
-    pub fn read_write<T: Pod>(buffer: &'a ClBuffer<T>) -> Self {
-        BufferUse {
-            block: buffer.block(),
-            access: Access::Write,
-            reads: true,
-        }
+    pub fn read_write<T: Pod>(buffer: impl IntoView<'a, T>) -> Self {
+        BufferUse::new(buffer, Access::Write, true)
     }
 
     fn touch(&self) -> Touch<'a> {
@@ -73,7 +76,7 @@ impl<'a> BufferUse<'a> {
         Touch {
             reads: self.reads,
             host: true,
-            ..Touch::new(self.block, self.access)
+            ..Touch::new(self.block, self.access).within(self.span)
         }
     }
 }

@@ -3,9 +3,10 @@
 use std::ops::Range;
 use std::ptr;
 
-use super::buffer::{ClBuffer, PendingRead, PendingWrite};
+use super::buffer::{PendingRead, PendingWrite};
 use super::host::HostMemory;
 use super::queue::After;
+use super::view::{IntoView, View};
 use crate::error::{Error, Result, Transfer};
 use crate::event::Event;
 use crate::ffi;
@@ -66,21 +67,12 @@ pub(super) fn check_range(
 }
 
 impl After<'_> {
-    fn enqueue_write<T: Pod>(
-        &self,
-        buffer: &ClBuffer<T>,
-        offset: usize,
-        data: &[T],
-    ) -> Result<Event> {
-        check_range(Transfer::Write, offset, data.len(), buffer.len())?;
-        let block = buffer.block();
+    fn enqueue_write<T: Pod>(&self, view: View<'_, T>, offset: usize, data: &[T]) -> Result<Event> {
+        let at = view.at(Transfer::Write, offset, data.len())?;
+        let block = view.block();
         let queue = self.queue.core.raw;
-        let covers = offset == 0 && data.len() == buffer.len();
-        let touch = Touch::host(block, Access::Write, covers).within(span_of::<T>(
-            offset,
-            data.len(),
-            buffer.len(),
-        ));
+        let touch = Touch::host(block, Access::Write, view.covers(at, data.len()))
+            .within(view.span(at, data.len()));
         self.submit().run(&[touch], |wait| {
             // SAFETY: the queue and the buffer are live (borrowed); the range was checked
             // against the buffer; `data` stays alive until the command ends: the callers
@@ -90,7 +82,7 @@ impl After<'_> {
                 ffi::enqueue_write(
                     queue,
                     block.raw(),
-                    offset * size_of::<T>(),
+                    at * size_of::<T>(),
                     size_of_val(data),
                     data.as_ptr().cast(),
                     wait,
@@ -105,23 +97,19 @@ impl After<'_> {
     /// [`crate::core::staging`]), recorded as a map; [`MapStep::None`] otherwise.
     pub(super) fn enqueue_read<T: Pod>(
         &self,
-        buffer: &ClBuffer<T>,
+        view: View<'_, T>,
         offset: usize,
         out: *mut T,
         len: usize,
         writers: &mut Writes,
         map: MapStep,
     ) -> Result<Event> {
-        check_range(Transfer::Read, offset, len, buffer.len())?;
-        let block = buffer.block();
+        let at = view.at(Transfer::Read, offset, len)?;
+        let block = view.block();
         let queue = self.queue.core.raw;
         let touch = [Touch {
             map,
-            ..Touch::host(block, Access::Read, false).within(span_of::<T>(
-                offset,
-                len,
-                buffer.len(),
-            ))
+            ..Touch::host(block, Access::Read, false).within(view.span(at, len))
         }];
         self.submit().run_reading(
             &touch,
@@ -133,7 +121,7 @@ impl After<'_> {
                     ffi::enqueue_read(
                         queue,
                         block.raw(),
-                        offset * size_of::<T>(),
+                        at * size_of::<T>(),
                         len * size_of::<T>(),
                         out.cast(),
                         wait,
@@ -150,7 +138,7 @@ impl After<'_> {
     ///
     /// [`Error::OutOfRange`] when `data` is longer than the buffer, [`Error::ZeroLength`]
     /// when empty, [`Error::CommandFailed`] when the write failed.
-    pub fn write<T: Pod>(&self, buffer: &ClBuffer<T>, data: &[T]) -> Result<()> {
+    pub fn write<'v, T: Pod>(&self, buffer: impl IntoView<'v, T>, data: &[T]) -> Result<()> {
         self.write_at(buffer, 0, data)
     }
 
@@ -159,8 +147,13 @@ impl After<'_> {
     /// # Errors
     ///
     /// As [`After::write`].
-    pub fn write_at<T: Pod>(&self, buffer: &ClBuffer<T>, offset: usize, data: &[T]) -> Result<()> {
-        let event = self.enqueue_write(buffer, offset, data)?;
+    pub fn write_at<'v, T: Pod>(
+        &self,
+        buffer: impl IntoView<'v, T>,
+        offset: usize,
+        data: &[T],
+    ) -> Result<()> {
+        let event = self.enqueue_write(buffer.into_view(), offset, data)?;
         // `data` is borrowed (the *lent host memory* rule), so this returns only when the command has ended.
         event.wait()
     }
@@ -171,7 +164,11 @@ impl After<'_> {
     /// # Errors
     ///
     /// As [`After::write`], except that a failure of the command shows in the event.
-    pub fn write_owned<T: Pod>(&self, buffer: &ClBuffer<T>, data: Vec<T>) -> Result<Event> {
+    pub fn write_owned<'v, T: Pod>(
+        &self,
+        buffer: impl IntoView<'v, T>,
+        data: Vec<T>,
+    ) -> Result<Event> {
         self.write_owned_at(buffer, 0, data)
     }
 
@@ -181,14 +178,15 @@ impl After<'_> {
     /// # Errors
     ///
     /// As [`After::write_owned`].
-    pub fn write_owned_at<T: Pod>(
+    pub fn write_owned_at<'v, T: Pod>(
         &self,
-        buffer: &ClBuffer<T>,
+        buffer: impl IntoView<'v, T>,
         offset: usize,
         data: Vec<T>,
     ) -> Result<Event> {
-        let event = self.enqueue_write(buffer, offset, &data)?;
-        buffer.block().keep_alive(event.clone(), Box::new(data));
+        let view = buffer.into_view();
+        let event = self.enqueue_write(view, offset, &data)?;
+        view.block().keep_alive(event.clone(), Box::new(data));
         Ok(event)
     }
 
@@ -216,15 +214,15 @@ impl After<'_> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn write_lent<T: Pod, H: HostMemory<T>>(
+    pub fn write_lent<'v, T: Pod, H: HostMemory<T>>(
         &self,
-        buffer: &ClBuffer<T>,
+        buffer: impl IntoView<'v, T>,
         data: H,
     ) -> Result<PendingWrite<T, H>> {
         // The device reads `data`'s elements, which moving `data` does not move (a `Vec`'s
         // heap memory, a host buffer's mapping); the `PendingWrite` owns them until the
         // write has ended (the *lent host memory* rule).
-        let event = self.enqueue_write(buffer, 0, data.elements())?;
+        let event = self.enqueue_write(buffer.into_view(), 0, data.elements())?;
         Ok(PendingWrite::new(event, data))
     }
 
@@ -234,7 +232,7 @@ impl After<'_> {
     ///
     /// [`Error::OutOfRange`] when `out` is longer than the buffer, [`Error::ZeroLength`]
     /// when empty, [`Error::CommandFailed`] when the read failed.
-    pub fn read<T: Pod>(&self, buffer: &ClBuffer<T>, out: &mut [T]) -> Result<()> {
+    pub fn read<'v, T: Pod>(&self, buffer: impl IntoView<'v, T>, out: &mut [T]) -> Result<()> {
         self.read_at(buffer, 0, out)
     }
 
@@ -243,12 +241,13 @@ impl After<'_> {
     /// # Errors
     ///
     /// As [`After::read`].
-    pub fn read_at<T: Pod>(
+    pub fn read_at<'v, T: Pod>(
         &self,
-        buffer: &ClBuffer<T>,
+        buffer: impl IntoView<'v, T>,
         offset: usize,
         out: &mut [T],
     ) -> Result<()> {
+        let view = buffer.into_view();
         let core = &self.queue.core;
         let bytes = size_of_val(out);
         if let Some((staging, block)) = core.stage(bytes) {
@@ -257,7 +256,7 @@ impl After<'_> {
             let read = (|| {
                 let mut writers = Writes::default();
                 let event = self.enqueue_read(
-                    buffer,
+                    view,
                     offset,
                     block.ptr().cast(),
                     out.len(),
@@ -285,7 +284,7 @@ impl After<'_> {
         }
         let mut writers = Writes::default();
         let event = self.enqueue_read(
-            buffer,
+            view,
             offset,
             out.as_mut_ptr(),
             out.len(),
@@ -301,8 +300,9 @@ impl After<'_> {
     /// # Errors
     ///
     /// As [`After::read_owned_range`].
-    pub fn read_owned<T: Pod>(&self, buffer: &ClBuffer<T>) -> Result<PendingRead<T>> {
-        self.read_owned_range(buffer, 0..buffer.len())
+    pub fn read_owned<'v, T: Pod>(&self, buffer: impl IntoView<'v, T>) -> Result<PendingRead<T>> {
+        let view = buffer.into_view();
+        self.read_owned_range(view, 0..view.len())
     }
 
     /// Reads elements `range` of `buffer` into a new `Vec` without blocking; the `Vec`
@@ -311,9 +311,9 @@ impl After<'_> {
     /// # Errors
     ///
     /// [`Error::OutOfRange`] or [`Error::ZeroLength`] for a bad range.
-    pub fn read_owned_range<T: Pod>(
+    pub fn read_owned_range<'v, T: Pod>(
         &self,
-        buffer: &ClBuffer<T>,
+        buffer: impl IntoView<'v, T>,
         range: Range<usize>,
     ) -> Result<PendingRead<T>> {
         self.read_range_into(buffer, range, Vec::new())
@@ -342,12 +342,13 @@ impl After<'_> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn read_into<T: Pod, H: HostMemory<T>>(
+    pub fn read_into<'v, T: Pod, H: HostMemory<T>>(
         &self,
-        buffer: &ClBuffer<T>,
+        buffer: impl IntoView<'v, T>,
         data: H,
     ) -> Result<PendingRead<T, H>> {
-        self.read_range_into(buffer, 0..buffer.len(), data)
+        let view = buffer.into_view();
+        self.read_range_into(view, 0..view.len(), data)
     }
 
     /// Reads elements `range` of `buffer` without blocking into `data`, whose allocation is
@@ -356,20 +357,20 @@ impl After<'_> {
     /// # Errors
     ///
     /// As [`After::read_owned_range`].
-    pub fn read_range_into<T: Pod, H: HostMemory<T>>(
+    pub fn read_range_into<'v, T: Pod, H: HostMemory<T>>(
         &self,
-        buffer: &ClBuffer<T>,
+        buffer: impl IntoView<'v, T>,
         range: Range<usize>,
         mut data: H,
     ) -> Result<PendingRead<T, H>> {
-        let len = check_span(Transfer::Read, &range, buffer.len())?;
+        let view = buffer.into_view();
+        let len = check_span(Transfer::Read, &range, view.len())?;
         let room = data.room_for(len)?;
         // The device fills the room (a `Vec`'s spare capacity, a host buffer's first `len`
         // elements), which moving `data` does not move; `PendingRead` owns it until the
         // read has completed (the *lent host memory* rule).
         let mut writers = Writes::default();
-        let event =
-            self.enqueue_read(buffer, range.start, room, len, &mut writers, MapStep::None)?;
+        let event = self.enqueue_read(view, range.start, room, len, &mut writers, MapStep::None)?;
         Ok(PendingRead::new(event, writers, data, len))
     }
 }
@@ -380,7 +381,12 @@ impl After<'_> {
     /// # Errors
     ///
     /// [`Error::OutOfRange`] when `dst` is shorter than `src`.
-    pub fn copy<T: Pod>(&self, src: &ClBuffer<T>, dst: &ClBuffer<T>) -> Result<Event> {
+    pub fn copy<'s, 'd, T: Pod>(
+        &self,
+        src: impl IntoView<'s, T>,
+        dst: impl IntoView<'d, T>,
+    ) -> Result<Event> {
+        let src = src.into_view();
         self.copy_range(src, 0, dst, 0, src.len())
     }
 
@@ -391,25 +397,22 @@ impl After<'_> {
     /// [`Error::OutOfRange`] when either range leaves its buffer, [`Error::ZeroLength`]
     /// for `len == 0`, [`Error::Cl`] with `CL_MEM_COPY_OVERLAP` for overlapping ranges of
     /// one buffer.
-    pub fn copy_range<T: Pod>(
+    pub fn copy_range<'s, 'd, T: Pod>(
         &self,
-        src: &ClBuffer<T>,
+        src: impl IntoView<'s, T>,
         src_offset: usize,
-        dst: &ClBuffer<T>,
+        dst: impl IntoView<'d, T>,
         dst_offset: usize,
         len: usize,
     ) -> Result<Event> {
-        check_range(Transfer::CopySource, src_offset, len, src.len())?;
-        check_range(Transfer::CopyDestination, dst_offset, len, dst.len())?;
+        let (src, dst) = (src.into_view(), dst.into_view());
+        let src_at = src.at(Transfer::CopySource, src_offset, len)?;
+        let dst_at = dst.at(Transfer::CopyDestination, dst_offset, len)?;
         let (s, d) = (src.block(), dst.block());
         let queue = self.queue.core.raw;
         let touches = [
-            Touch::new(s, Access::Read).within(span_of::<T>(src_offset, len, src.len())),
-            Touch::write(d, dst_offset == 0 && len == dst.len()).within(span_of::<T>(
-                dst_offset,
-                len,
-                dst.len(),
-            )),
+            Touch::new(s, Access::Read).within(src.span(src_at, len)),
+            Touch::write(d, dst.covers(dst_at, len)).within(dst.span(dst_at, len)),
         ];
         self.submit().run(&touches, |wait| {
             // SAFETY: the queue and both buffers are live (borrowed); both ranges were
@@ -419,8 +422,8 @@ impl After<'_> {
                     queue,
                     s.raw(),
                     d.raw(),
-                    src_offset * size_of::<T>(),
-                    dst_offset * size_of::<T>(),
+                    src_at * size_of::<T>(),
+                    dst_at * size_of::<T>(),
                     len * size_of::<T>(),
                     wait,
                 )
@@ -434,8 +437,9 @@ impl After<'_> {
     ///
     /// [`Error::Cl`] from `clEnqueueFillBuffer` (the pattern size must be 1, 2, 4, ...,
     /// 128 bytes).
-    pub fn fill<T: Pod>(&self, buffer: &ClBuffer<T>, value: T) -> Result<Event> {
-        self.fill_range(buffer, value, 0..buffer.len())
+    pub fn fill<'v, T: Pod>(&self, buffer: impl IntoView<'v, T>, value: T) -> Result<Event> {
+        let view = buffer.into_view();
+        self.fill_range(view, value, 0..view.len())
     }
 
     /// Sets the elements `range` of `buffer` to `value`.
@@ -444,18 +448,18 @@ impl After<'_> {
     ///
     /// [`Error::OutOfRange`] or [`Error::ZeroLength`] for a bad range, [`Error::Cl`] as
     /// [`After::fill`].
-    pub fn fill_range<T: Pod>(
+    pub fn fill_range<'v, T: Pod>(
         &self,
-        buffer: &ClBuffer<T>,
+        buffer: impl IntoView<'v, T>,
         value: T,
         range: Range<usize>,
     ) -> Result<Event> {
-        let len = check_span(Transfer::Fill, &range, buffer.len())?;
-        let block = buffer.block();
+        let view = buffer.into_view();
+        let len = check_span(Transfer::Fill, &range, view.len())?;
+        let at = view.offset() + range.start;
+        let block = view.block();
         let queue = self.queue.core.raw;
-        let covers = len == buffer.len();
-        let touch =
-            Touch::write(block, covers).within(span_of::<T>(range.start, len, buffer.len()));
+        let touch = Touch::write(block, view.covers(at, len)).within(view.span(at, len));
         self.submit().run(&[touch], |wait| {
             // SAFETY: the queue and the buffer are live (borrowed); the range was checked;
             // the wait list holds live events; `value` is `size_of::<T>()` readable bytes,
@@ -466,7 +470,7 @@ impl After<'_> {
                     block.raw(),
                     ptr::from_ref(&value).cast(),
                     size_of::<T>(),
-                    range.start * size_of::<T>(),
+                    at * size_of::<T>(),
                     len * size_of::<T>(),
                     wait,
                 )

@@ -73,6 +73,7 @@ fn limits(id: cl_device_id) -> Result<Limits> {
         max_group: ffi::device_size(id, ffi::CL_DEVICE_MAX_WORK_GROUP_SIZE)?,
         max_item,
         address_bits: ffi::device_u32(id, ffi::CL_DEVICE_ADDRESS_BITS)?,
+        base_align: (ffi::device_u32(id, ffi::CL_DEVICE_MEM_BASE_ADDR_ALIGN)? / 8).max(1) as usize,
     })
 }
 
@@ -273,6 +274,7 @@ mod tests {
                 max_group: 1,
                 max_item: [1; 3],
                 address_bits: 64,
+                base_align: 1,
             },
         }
     }

@@ -30,6 +30,21 @@ pub(crate) fn mem_size_and_context(raw: cl_mem) -> Result<(usize, cl_context)> {
     Ok((size, context))
 }
 
+/// The buffer a sub-buffer was made from and its origin there (`CL_MEM_ASSOCIATED_MEMOBJECT`,
+/// `CL_MEM_OFFSET`); `None` for a buffer that is no sub-buffer.
+pub(crate) fn mem_parent(raw: cl_mem) -> Result<Option<(cl_mem, usize)>> {
+    let parent = cl::get_mem_object_info(raw, cl::CL_MEM_ASSOCIATED_MEMOBJECT)
+        .map_err(|s| Error::cl("clGetMemObjectInfo", s))?
+        .to_ptr() as cl_mem;
+    if parent.is_null() {
+        return Ok(None);
+    }
+    let offset = cl::get_mem_object_info(raw, cl::CL_MEM_OFFSET)
+        .map_err(|s| Error::cl("clGetMemObjectInfo", s))?
+        .to_size();
+    Ok(Some((parent, offset)))
+}
+
 /// `CL_MEM_REFERENCE_COUNT`: stale as soon as read, and meant for finding leaks; the
 /// driver probes read it to see whether a command's event holds its buffer.
 pub(crate) fn mem_reference_count(raw: cl_mem) -> Result<u32> {

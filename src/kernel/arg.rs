@@ -7,13 +7,25 @@ use crate::launch::Given;
 use crate::pod::{Pod, Ty};
 use crate::record::block::Block;
 use crate::record::submit::Touch;
-use crate::tracker::Access;
+use crate::tracker::{Access, Span};
 
 /// Largest scalar argument, in bytes (a `double16` is 128).
 pub(crate) const MAX_SCALAR: usize = 128;
 
+/// A buffer argument: a block, or a view's region of it.
+#[derive(Clone, Copy)]
+pub(crate) struct BufferArg<'a> {
+    pub(crate) block: &'a Block,
+    pub(crate) access: Access,
+    pub(crate) ty: Ty,
+    /// A view's bytes: origin and length in the block; `None` for the whole block.
+    pub(crate) region: Option<(usize, usize)>,
+    /// Its bytes, for the tracker.
+    pub(crate) span: Span,
+}
+
 pub(crate) enum ArgKind<'a> {
-    Buffer(&'a Block, Access, Ty),
+    Buffer(BufferArg<'a>),
     Scalar {
         bytes: [u8; MAX_SCALAR],
         len: usize,
@@ -28,9 +40,21 @@ pub struct Arg<'a>(pub(crate) ArgKind<'a>);
 impl fmt::Debug for Arg<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
-            ArgKind::Buffer(block, access, ty) => {
-                write!(f, "Arg::{access:?}(buffer {} of {})", block.id, ty.rust)
-            }
+            ArgKind::Buffer(b) => match b.region {
+                None => write!(
+                    f,
+                    "Arg::{:?}(buffer {} of {})",
+                    b.access, b.block.id, b.ty.rust
+                ),
+                Some((origin, bytes)) => write!(
+                    f,
+                    "Arg::{:?}(bytes {origin}..{} of buffer {} of {})",
+                    b.access,
+                    origin + bytes,
+                    b.block.id,
+                    b.ty.rust
+                ),
+            },
             ArgKind::Scalar { len, ty, .. } => write!(f, "Arg::scalar({}, {len} bytes)", ty.rust),
             ArgKind::Local(size) => write!(f, "Arg::local({size} bytes)"),
         }
@@ -71,20 +95,41 @@ impl<'a> Arg<'a> {
     /// What the launch checks see ([`crate::launch`]).
     pub(crate) fn given(&self) -> Given {
         match self.0 {
-            ArgKind::Buffer(_, access, ty) => Given::Buffer { access, ty },
+            ArgKind::Buffer(BufferArg { access, ty, .. }) => Given::Buffer { access, ty },
             ArgKind::Scalar { len, ty, .. } => Given::Scalar { bytes: len, ty },
             ArgKind::Local(size) => Given::Local(size),
         }
     }
 
-    /// A block the kernel uses with `access`.
-    pub(crate) fn block(block: &'a Block, access: Access, ty: Ty) -> Arg<'a> {
-        Arg(ArgKind::Buffer(block, access, ty))
+    /// The bytes `region` (`None`: all) of a block, which the kernel uses with `access`
+    /// (`span`: the same bytes, for the tracker).
+    pub(crate) fn block(
+        block: &'a Block,
+        access: Access,
+        ty: Ty,
+        region: Option<(usize, usize)>,
+        span: Span,
+    ) -> Arg<'a> {
+        Arg(ArgKind::Buffer(BufferArg {
+            block,
+            access,
+            ty,
+            region,
+            span,
+        }))
     }
 
     pub(crate) fn touch(&self) -> Option<Touch<'a>> {
         match self.0 {
-            ArgKind::Buffer(block, access, _) => Some(Touch::kernel_arg(block, access)),
+            ArgKind::Buffer(b) => Some(Touch::kernel_arg(b.block, b.access).within(b.span)),
+            _ => None,
+        }
+    }
+
+    /// The buffer argument, if it is one.
+    pub(crate) fn buffer(&self) -> Option<&BufferArg<'a>> {
+        match &self.0 {
+            ArgKind::Buffer(b) => Some(b),
             _ => None,
         }
     }

@@ -13,6 +13,7 @@ use crate::error::{ClStatus, Error, Result};
 use crate::ffi::{self, cl_command_queue, cl_event, cl_kernel};
 use crate::launch::{self, Limits, Param};
 use crate::record::hooks::ArgHolder;
+use crate::record::sub::SubMem;
 
 /// The launch checks' *declared kinds* rule ([`crate::launch`]): what the kernel declares for each of its `count` parameters, or `None`
 /// where the driver gives no argument information (the *no argument information* rule).
@@ -50,6 +51,8 @@ enum Bound {
     Null,
     /// The block with this ID (unique for the process).
     Mem(u64),
+    /// The sub-buffer with ID `id` of the block with ID `parent` (a view).
+    Sub { parent: u64, id: u64 },
     /// These bytes.
     Scalar { bytes: [u8; MAX_SCALAR], len: usize },
     /// Local memory of this size.
@@ -95,7 +98,11 @@ impl ArgHolder for KernelInner {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let raw = state.raw;
         for (index, bound) in state.bound.iter_mut().enumerate() {
-            if *bound == Bound::Mem(mem_id) {
+            let holds = match *bound {
+                Bound::Mem(id) | Bound::Sub { parent: id, .. } => id == mem_id,
+                _ => false,
+            };
+            if holds {
                 // SAFETY: a NULL value is allowed for a buffer argument (OpenCL 3.0,
                 // clSetKernelArg); the kernel lock is held.
                 let reset = unsafe { ffi::set_arg_mem(raw, index as u32, ptr::null_mut()) };
@@ -271,6 +278,7 @@ impl Kernel {
         global: &[usize],
         local: Option<&[usize]>,
         args: &[Arg<'_>],
+        subs: &[(usize, Arc<SubMem>)],
         wait: &[cl_event],
     ) -> Result<cl_event> {
         let mut state = self
@@ -278,7 +286,7 @@ impl Kernel {
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        self.set_args(&mut state, args)?;
+        self.set_args(&mut state, args, subs)?;
         // SAFETY: `queue` is live (the caller's), the kernel is live (owned here), its
         // arguments are all set to live objects of the declared kinds (`check_launch`,
         // then `set_args` under this lock), `global` and `local` have the same dimensions
@@ -303,12 +311,25 @@ impl Kernel {
     }
 
     /// The *arguments set once* rule: sets each argument whose value differs from what the
-    /// kernel holds.
-    fn set_args(&self, state: &mut KernelState, args: &[Arg<'_>]) -> Result<()> {
+    /// kernel holds; `subs` holds the sub-buffers of the arguments that are views, by
+    /// index.
+    fn set_args(
+        &self,
+        state: &mut KernelState,
+        args: &[Arg<'_>],
+        subs: &[(usize, Arc<SubMem>)],
+    ) -> Result<()> {
         let raw = state.raw;
+        let sub_of = |index: usize| subs.iter().find(|(i, _)| *i == index).map(|(_, s)| s);
         for ((index, arg), bound) in args.iter().enumerate().zip(state.bound.iter_mut()) {
             let wanted = match &arg.0 {
-                ArgKind::Buffer(block, ..) => Bound::Mem(block.id),
+                ArgKind::Buffer(b) => match sub_of(index) {
+                    Some(sub) => Bound::Sub {
+                        parent: b.block.id,
+                        id: sub.id,
+                    },
+                    None => Bound::Mem(b.block.id),
+                },
                 ArgKind::Scalar { bytes, len, .. } => Bound::Scalar {
                     bytes: *bytes,
                     len: *len,
@@ -319,10 +340,11 @@ impl Kernel {
                 continue;
             }
             let set = match &arg.0 {
-                // SAFETY: the kernel lock is held; `block` is a live buffer (borrowed for
-                // the launch).
-                ArgKind::Buffer(block, ..) => unsafe {
-                    ffi::set_arg_mem(raw, index as u32, block.raw())
+                // SAFETY: the kernel lock is held; the block is a live buffer (borrowed for
+                // the launch), and a view's sub-buffer is live (held by `subs`).
+                ArgKind::Buffer(b) => unsafe {
+                    let mem = sub_of(index).map_or(b.block.raw(), |sub| sub.raw());
+                    ffi::set_arg_mem(raw, index as u32, mem)
                 },
                 // SAFETY: the kernel lock is held; `bytes` holds `len` initialized bytes.
                 ArgKind::Scalar { bytes, len, .. } => unsafe {
@@ -342,8 +364,9 @@ impl Kernel {
                     status: Some(ClStatus(status)),
                 });
             }
-            if let ArgKind::Buffer(block, ..) = &arg.0 {
-                block.bound_to(Arc::downgrade(&self.inner) as Weak<dyn ArgHolder>);
+            if let ArgKind::Buffer(b) = &arg.0 {
+                b.block
+                    .bound_to(Arc::downgrade(&self.inner) as Weak<dyn ArgHolder>);
             }
             *bound = wanted;
         }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use super::history::{MapStep, Record};
 use super::hooks::{ArgHolder, Owner};
+use super::sub::{SubMem, Subs};
 use crate::core::context::ContextCore;
 use crate::core::stats::{Bucket, Source};
 use crate::error::{Error, Result};
@@ -40,6 +41,8 @@ pub(crate) struct Block {
     /// Adopted from other code, which keeps its own reference: the release does not wait
     /// for the memory to be freed.
     pub(super) shared: bool,
+    /// The sub-buffers of its views passed as kernel arguments ([`super::sub`]).
+    pub(super) subs: Subs,
 }
 
 /// The owner a block returns to, or keeps alive.
@@ -181,6 +184,7 @@ impl Block {
             home: None,
             kernels: Mutex::default(),
             shared: false,
+            subs: Subs::default(),
         };
         if bucket == Bucket::Live {
             log::debug!(target: "cl_lifetime::buffer", "allocated {bytes} bytes at {site}");
@@ -240,6 +244,7 @@ impl Block {
                     .unwrap_or_else(PoisonError::into_inner),
             )),
             shared: self.shared,
+            subs: self.subs.take(),
         }
     }
 
@@ -299,7 +304,19 @@ impl Block {
             .free_for(lane)
     }
 
-    /// Notes that `kernel` now holds this block as an argument.
+    /// The sub-buffer of the view of `bytes` at byte `origin` of this block, for a kernel
+    /// argument on a device that places sub-buffers at multiples of `align` bytes: see
+    /// [`super::sub`].
+    pub(crate) fn sub(&self, origin: usize, bytes: usize, align: usize) -> Result<Arc<SubMem>> {
+        self.subs.get(self.raw, origin, bytes, align)
+    }
+
+    /// How many sub-buffers of views the block keeps.
+    pub(crate) fn subs_kept(&self) -> usize {
+        self.subs.len()
+    }
+
+    /// Notes that `kernel` now holds this block, or a sub-buffer of it, as an argument.
     pub(crate) fn bound_to(&self, kernel: Weak<dyn ArgHolder>) {
         let mut kernels = self.kernels.lock().unwrap_or_else(PoisonError::into_inner);
         if !kernels.iter().any(|k| k.ptr_eq(&kernel)) {

@@ -7,6 +7,7 @@
 //! - [`submit`]: the enqueue protocol (gather, enqueue, commit, fold) in one place;
 //! - [`release`]: blocking, deferred and owner releases, and their report;
 //! - [`failure`]: reading and collecting failures;
+//! - [`sub`]: the sub-buffers a block makes for views passed as kernel arguments;
 //! - [`hooks`]: the traits through which a pool takes blocks back and kernels are told to
 //!   let go of them, without this layer knowing either.
 //!
@@ -79,6 +80,7 @@
 //! | a context's pins | [`crate::core::pins`] | a commit that lists its record (inside the records), an enqueue that lists its queue's echo (after the echo's lock is let go), a release's sweep | try-locks of records and echoes, the status reads they make (which take echoes) |
 //! | a queue's echo | [`crate::core::echo`] | an enqueue on a queue that keeps one (inside the records; around a launch's kernel state), status reads | the enqueue (and the settling marker's), status queries of the commands it watches |
 //! | kernel state | [`crate::kernel`] | a launch's enqueue (inside the records), a release's unbind (no record held) | `clSetKernelArg` and `clEnqueueNDRangeKernel` |
+//! | a block's sub-buffers | [`sub`] | a launch on a view, before the records | `clCreateSubBuffer`, `clGetMemObjectInfo`, an evicted sub-buffer's release (none of its commands pending) |
 //! | a block's kernel list | [`block::Block`] | `set_args` (inside the kernel state) | nothing |
 //! | an event's dependency list | [`crate::event`] | status reads | nothing |
 //! | graveyard (try-lock only) | [`crate::event`] | sweep, bury | nothing: events are dropped outside it |
@@ -95,4 +97,5 @@ pub(crate) mod failure;
 pub(crate) mod history;
 pub(crate) mod hooks;
 pub(crate) mod release;
+pub(crate) mod sub;
 pub(crate) mod submit;

@@ -157,6 +157,8 @@ impl Block {
             pins.sweep();
         }
         stages.mark("failures and events released");
+        // The sub-buffer *gone before the memory* rule: every command has ended.
+        self.subs.clear();
         // Before the release: the driver may hand the handle out again after it.
         self.ctx.untrack(raw);
         // SAFETY: `raw` came from clCreateBuffer and is released once, here (it was

@@ -27,3 +27,4 @@ mod stress;
 mod threads;
 mod trace;
 mod transfers;
+mod views;

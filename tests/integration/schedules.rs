@@ -229,16 +229,20 @@ enum Kind {
         dst_at: usize,
         len: usize,
     },
-    /// `add_const(b, c)`: `b[i] += c`.
+    /// `add_const(b, c)`: `b[i] += c`, on the elements `view` (a [`cl_lifetime::View`]
+    /// unless all of them).
     AddConst {
         b: usize,
         c: i32,
+        view: Range<usize>,
     },
-    /// `axpy_int(x, y, a)`: `y[i] = a * x[i] + y[i]`; `x` may be `y`.
+    /// `axpy_int(x, y, a)`: `y[i] = a * x[i] + y[i]`; `x` may be `y`; both on the
+    /// elements `view`.
     Axpy {
         x: usize,
         y: usize,
         a: i32,
+        view: Range<usize>,
     },
     /// Blocking `read` / `read_at`, checked at once.
     Read {
@@ -355,6 +359,11 @@ impl Kind {
             Kind::Read { b, ref range }
             | Kind::ReadOwned { b, ref range, .. }
             | Kind::Map { b, ref range } => vec![(b, range.clone())],
+            Kind::AddConst { ref view, .. } | Kind::Axpy { ref view, .. } => self
+                .reads()
+                .into_iter()
+                .map(|b| (b, view.clone()))
+                .collect(),
             _ => self.reads().into_iter().map(|b| (b, 0..len)).collect(),
         }
     }
@@ -374,6 +383,11 @@ impl Kind {
                 len: n,
                 ..
             } => vec![(dst, dst_at..dst_at + n)],
+            Kind::AddConst { ref view, .. } | Kind::Axpy { ref view, .. } => self
+                .writes()
+                .into_iter()
+                .map(|b| (b, view.clone()))
+                .collect(),
             _ => self.writes().into_iter().map(|b| (b, 0..len)).collect(),
         }
     }
@@ -434,14 +448,14 @@ impl Kind {
                 let moved = model[src][src_at..src_at + len].to_vec();
                 model[dst][dst_at..dst_at + len].copy_from_slice(&moved);
             }
-            Kind::AddConst { b, c } => {
-                for v in &mut model[b] {
+            Kind::AddConst { b, c, ref view } => {
+                for v in &mut model[b][view.clone()] {
                     *v = v.wrapping_add(c);
                 }
             }
-            Kind::Axpy { x, y, a } => {
-                let xs = model[x].clone();
-                for (v, x) in model[y].iter_mut().zip(xs) {
+            Kind::Axpy { x, y, a, ref view } => {
+                let xs = model[x][view.clone()].to_vec();
+                for (v, x) in model[y][view.clone()].iter_mut().zip(xs) {
                     *v = a.wrapping_mul(x).wrapping_add(*v);
                 }
             }
@@ -476,8 +490,13 @@ impl fmt::Display for Kind {
                 src_at + len,
                 dst_at + len
             ),
-            Kind::AddConst { b, c } => write!(f, "add_const b{b} += {c}"),
-            Kind::Axpy { x, y, a } => write!(f, "axpy_int b{y} = {a} * b{x} + b{y}"),
+            Kind::AddConst { b, c, view } => write!(f, "add_const b{b}[{view:?}] += {c}"),
+            Kind::Axpy { x, y, a, view } => {
+                write!(
+                    f,
+                    "axpy_int b{y}[{view:?}] = {a} * b{x}[{view:?}] + b{y}[{view:?}]"
+                )
+            }
             Kind::Read { b, range } => write!(f, "read b{b}[{range:?}] (blocking)"),
             Kind::ReadOwned { b, range, wait_now } => {
                 let when = if *wait_now { "at once" } else { "at the end" };
@@ -670,6 +689,7 @@ fn plan_steps(
     rng: &mut Rng,
     seed: u64,
     len: usize,
+    unit: usize,
     queues: Vec<QueueSpec>,
     initial: Vec<Pattern>,
     writable: Vec<bool>,
@@ -695,7 +715,7 @@ fn plan_steps(
             .fold(0u32, |m, g| m | (1 << g));
         book.set(due, &mut steps);
 
-        let mut kind = random_kind(rng, len, buffers, &targets);
+        let mut kind = random_kind(rng, len, unit, buffers, &targets);
         let queue = rng.below(queues.len());
         // A gate that has failed already: the library must refuse the command.
         let dead = if failures && book.failed != 0 && rng.chance(10) {
@@ -767,8 +787,32 @@ fn plan_steps(
     }
 }
 
+/// The elements a kernel runs on: all of them, or a view (a kernel argument is a
+/// sub-buffer, whose origin is a multiple of `unit` elements, the devices'
+/// `CL_DEVICE_MEM_BASE_ADDR_ALIGN`): a prefix, or one starting at such a multiple.
+fn kernel_view(rng: &mut Rng, len: usize, unit: usize) -> Range<usize> {
+    match rng.below(10) {
+        0..5 => 0..len,
+        5..7 => 0..rng.between(1, len - 1),
+        _ => {
+            let start = unit * rng.below(len.div_ceil(unit));
+            start..rng.between(start + 1, len)
+        }
+    }
+}
+
+/// The length of a plan's buffers: mostly short, and at times a few alignment units
+/// (`unit` elements) long, so that views at aligned origins other than 0 occur.
+fn buffer_len(rng: &mut Rng, unit: usize) -> usize {
+    if unit <= 64 && rng.chance(30) {
+        unit * rng.between(2, 4)
+    } else {
+        rng.between(16, 64)
+    }
+}
+
 /// One random command; `wait_now` of a read is decided by the caller.
-fn random_kind(rng: &mut Rng, len: usize, buffers: usize, targets: &[usize]) -> Kind {
+fn random_kind(rng: &mut Rng, len: usize, unit: usize, buffers: usize, targets: &[usize]) -> Kind {
     let target = targets[rng.below(targets.len())];
     let any = rng.below(buffers);
     let some_range = |rng: &mut Rng| {
@@ -841,11 +885,13 @@ fn random_kind(rng: &mut Rng, len: usize, buffers: usize, targets: &[usize]) -> 
         52..64 => Kind::AddConst {
             b: target,
             c: rng.int(-50, 50),
+            view: kernel_view(rng, len, unit),
         },
         64..76 => Kind::Axpy {
             x: any,
             y: target,
             a: rng.int(-3, 3),
+            view: kernel_view(rng, len, unit),
         },
         76..84 => Kind::Read {
             b: any,
@@ -868,7 +914,7 @@ fn random_kind(rng: &mut Rng, len: usize, buffers: usize, targets: &[usize]) -> 
 
 /// The plan of one schedule of the first test, or with `failures` of the failure-mode
 /// test.
-fn plan_schedule(seed: u64, failures: bool) -> Plan {
+fn plan_schedule(seed: u64, failures: bool, unit: usize) -> Plan {
     let mut rng = Rng(seed);
     let devices = devices_of(seed);
     let count = rng.between(2, MAX_QUEUES);
@@ -886,7 +932,7 @@ fn plan_schedule(seed: u64, failures: bool) -> Plan {
     for k in (1..queues.len()).rev() {
         queues.swap(k, rng.below(k + 1));
     }
-    let len = rng.between(16, 64);
+    let len = buffer_len(&mut rng, unit);
     let buffers = rng.between(3, 5);
     let initial = (0..buffers).map(|_| Pattern::random(&mut rng)).collect();
     let steps = rng.between(10, 40);
@@ -894,6 +940,7 @@ fn plan_schedule(seed: u64, failures: bool) -> Plan {
         &mut rng,
         seed,
         len,
+        unit,
         queues,
         initial,
         vec![true; buffers],
@@ -912,6 +959,9 @@ struct Env {
     ctx: Context,
     add_const: Kernel,
     axpy: Kernel,
+    /// Elements of `i32` per `CL_DEVICE_MEM_BASE_ADDR_ALIGN` (the largest of the
+    /// devices'): where a view passed to a kernel may start.
+    unit: usize,
     /// `pool[device][in_order as usize]`: `MAX_QUEUES` queues each.
     pool: Vec<[Vec<Queue>; 2]>,
 }
@@ -921,6 +971,13 @@ impl Env {
         let program = ctx.program("schedule.cl", "").expect("schedule.cl builds");
         let add_const = program.kernel("add_const").expect("add_const kernel");
         let axpy = program.kernel("axpy_int").expect("axpy_int kernel");
+        let unit = ctx
+            .devices()
+            .iter()
+            .map(|d| d.base_addr_align_bytes() as usize / size_of::<i32>())
+            .max()
+            .unwrap_or(1)
+            .max(1);
         let pool = ctx
             .devices()
             .iter()
@@ -938,6 +995,7 @@ impl Env {
             ctx,
             add_const,
             axpy,
+            unit,
             pool,
         }
     }
@@ -1029,6 +1087,35 @@ fn compare(failures: &mut Vec<String>, what: String, expected: &[i32], got: &[i3
 /// Runs `plan` on `queues` over `buffers` (whose device contents must be `plan.initial`),
 /// checking every read against the sequential model. `before_blocking` is called before
 /// the host first blocks on the device (and at the end, whatever happens).
+/// Launches a kernel command (`add_const` or `axpy_int`) on its view of its buffers.
+fn launch(
+    env: &Env,
+    after: &cl_lifetime::After<'_>,
+    buffers: &[&ClBuffer<i32>],
+    kind: &Kind,
+) -> Result<cl_lifetime::Event, cl_lifetime::Error> {
+    match kind {
+        Kind::AddConst { b, c, view } => {
+            let args = [
+                Arg::read_write(buffers[*b].view(view.clone())?),
+                Arg::scalar(*c),
+                Arg::scalar(view.len() as u32),
+            ];
+            after.launch(&env.add_const, &[items(*c)], &args)
+        }
+        Kind::Axpy { x, y, a, view } => {
+            let args = [
+                Arg::read(buffers[*x].view(view.clone())?),
+                Arg::read_write(buffers[*y].view(view.clone())?),
+                Arg::scalar(*a),
+                Arg::scalar(view.len() as u32),
+            ];
+            after.launch(&env.axpy, &[items(*a)], &args)
+        }
+        _ => unreachable!("not a launch: {kind}"),
+    }
+}
+
 fn execute(
     env: &Env,
     plan: &Plan,
@@ -1118,26 +1205,8 @@ fn execute(
                     .copy_range(buffers[*src], *src_at, buffers[*dst], *dst_at, *n)
                     .map_err(failed)?;
             }
-            Kind::AddConst { b, c } => {
-                let args = [
-                    Arg::read_write(buffers[*b]),
-                    Arg::scalar(*c),
-                    Arg::scalar(len as u32),
-                ];
-                after
-                    .launch(&env.add_const, &[items(*c)], &args)
-                    .map_err(failed)?;
-            }
-            Kind::Axpy { x, y, a } => {
-                let args = [
-                    Arg::read(buffers[*x]),
-                    Arg::read_write(buffers[*y]),
-                    Arg::scalar(*a),
-                    Arg::scalar(len as u32),
-                ];
-                after
-                    .launch(&env.axpy, &[items(*a)], &args)
-                    .map_err(failed)?;
+            Kind::AddConst { .. } | Kind::Axpy { .. } => {
+                launch(env, &after, buffers, kind).map_err(failed)?;
             }
             Kind::Read { b, range } => {
                 before_blocking();
@@ -1234,7 +1303,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 // ---------------------------------------------------------------------------------------
 
 fn run_schedule(env: &Env, seed: u64) -> Result<(), String> {
-    let plan = plan_schedule(seed, false);
+    let plan = plan_schedule(seed, false, env.unit);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let queues = env.queues(&plan.queues);
         let buffers = env.buffers(&plan.initial, plan.len)?;
@@ -1369,11 +1438,11 @@ struct Round {
     threads: Vec<Plan>,
 }
 
-fn plan_round(seed: u64) -> Round {
+fn plan_round(seed: u64, unit: usize) -> Round {
     let mut rng = Rng(seed);
     let devices = devices_of(seed);
     let threads = rng.between(3, 4);
-    let len = rng.between(16, 64);
+    let len = buffer_len(&mut rng, unit);
     let shared: Vec<Pattern> = (0..rng.between(2, 3))
         .map(|_| Pattern::random(&mut rng))
         .collect();
@@ -1401,6 +1470,7 @@ fn plan_round(seed: u64) -> Round {
                 &mut thread_rng,
                 thread_seed,
                 len,
+                unit,
                 vec![spec],
                 initial,
                 writable,
@@ -1450,7 +1520,7 @@ fn run_thread(
 }
 
 fn run_round(env: &Env, seed: u64) -> Result<(), String> {
-    let round = plan_round(seed);
+    let round = plan_round(seed, env.unit);
     let len = round.len;
     let ctx = &env.ctx;
     let setup = env
@@ -1685,23 +1755,7 @@ fn issue(
             dst_at,
             len: n,
         } => enqueued(after.copy_range(buffers[*src], *src_at, buffers[*dst], *dst_at, *n)),
-        Kind::AddConst { b, c } => {
-            let args = [
-                Arg::read_write(buffers[*b]),
-                Arg::scalar(*c),
-                Arg::scalar(len as u32),
-            ];
-            enqueued(after.launch(&env.add_const, &[items(*c)], &args))
-        }
-        Kind::Axpy { x, y, a } => {
-            let args = [
-                Arg::read(buffers[*x]),
-                Arg::read_write(buffers[*y]),
-                Arg::scalar(*a),
-                Arg::scalar(len as u32),
-            ];
-            enqueued(after.launch(&env.axpy, &[items(*a)], &args))
-        }
+        Kind::AddConst { .. } | Kind::Axpy { .. } => enqueued(launch(env, &after, buffers, kind)),
         Kind::Read { b, range } => {
             let mut out = vec![0i32; range.len()];
             let read = if range.len() == len {
@@ -2315,7 +2369,7 @@ fn failure_schedules(base: u64) {
     let watchdog = Watchdog::new();
     let mut tally = Tally::default();
     let (counts, failures) = runs.run("failure schedule", |env, seed| {
-        let plan = plan_schedule(seed, true);
+        let plan = plan_schedule(seed, true, env.unit);
         watchdog.watch(format!(
             "failure schedule seed {seed} ({}); replay with {SEED_VAR}={seed}:\n{plan}",
             env.label

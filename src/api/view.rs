@@ -1,0 +1,322 @@
+//! Views: a range of a buffer's elements that commands take in place of the whole buffer.
+//!
+//! A [`View`] borrows its buffer, so it cannot outlive it, and the buffer cannot be
+//! released, resized or dropped while a view of it is alive. A view's commands are
+//! recorded in its buffer's record with the view's bytes (the tracker's *byte ranges*
+//! rule): commands on disjoint views never wait on each other, overlapping ones keep every
+//! ordering rule, a command on the whole buffer waits for the views' commands and the
+//! reverse, and the buffer's release waits for all of them.
+//!
+//! Transfers, copies, fills, maps and commands from other code use the buffer itself at
+//! the view's offset. A kernel argument needs a memory object of its own: the library
+//! makes a sub-buffer for the view (once, and keeps it with the buffer), whose origin
+//! must be a multiple of the device's `CL_DEVICE_MEM_BASE_ADDR_ALIGN`
+//! ([`Error::ViewMisaligned`] otherwise).
+
+use std::fmt;
+use std::ops::{Bound, Deref, RangeBounds};
+
+use super::buffer::ClBuffer;
+use crate::error::{Error, Result, Transfer};
+use crate::pod::Pod;
+use crate::record::block::Block;
+use crate::tracker::Span;
+
+/// Elements `offset .. offset + len` of a [`ClBuffer`], taken by every command in place of
+/// the buffer (see [`ClBuffer::view`]). Offsets given to a command on a view count from
+/// the view's start.
+///
+/// # Examples
+///
+/// Two writers of a buffer's two halves, which do not wait on each other:
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer::<u32>(1024)?;
+/// let (low, high) = buf.split_at(512)?;
+/// queue.fill(low, 1)?;
+/// queue.fill(high, 2)?;
+/// let mut out = vec![0; 512];
+/// queue.read(high, &mut out)?;
+/// assert_eq!(out, vec![2; 512]);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// A buffer cannot be released, resized or dropped while a view of it is alive:
+///
+/// ```compile_fail
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let buf = ctx.buffer::<u32>(16)?;
+/// let view = buf.view(..8)?;
+/// buf.release()?; // error[E0505]: cannot move out of `buf` because it is borrowed
+/// ctx.queue()?.fill(view, 1)?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct View<'b, T: Pod> {
+    buffer: &'b ClBuffer<T>,
+    offset: usize,
+    len: usize,
+}
+
+impl<T: Pod> Clone for View<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: Pod> Copy for View<'_, T> {}
+
+impl<T: Pod> fmt::Debug for View<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("View")
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .field("buffer", &self.buffer)
+            .finish()
+    }
+}
+
+/// The elements `range` selects of `len`, checked: start at most end, end at most `len`,
+/// at least one element.
+fn resolve(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usize)> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => Some(s),
+        Bound::Excluded(&s) => s.checked_add(1),
+        Bound::Unbounded => Some(0),
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.checked_add(1),
+        Bound::Excluded(&e) => Some(e),
+        Bound::Unbounded => Some(len),
+    };
+    let (Some(start), Some(end)) = (start, end) else {
+        return Err(Error::OutOfRange {
+            transfer: Transfer::View,
+            offset: usize::MAX,
+            len: 0,
+            buffer_len: len,
+        });
+    };
+    let count = end.checked_sub(start).ok_or(Error::ReversedRange {
+        transfer: Transfer::View,
+        start,
+        end,
+    })?;
+    super::transfer::check_range(Transfer::View, start, count, len)?;
+    Ok((start, count))
+}
+
+impl<T: Pod> ClBuffer<T> {
+    /// A view of the elements `range` (any range: `2..10`, `..512`, `512..`, `..`), which
+    /// every command takes in place of the buffer; see [`View`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] or [`Error::ReversedRange`] (naming [`Transfer::View`]) for a
+    /// range that leaves the buffer, [`Error::ZeroLength`] for an empty one.
+    pub fn view(&self, range: impl RangeBounds<usize>) -> Result<View<'_, T>> {
+        View::whole(self).view(range)
+    }
+
+    /// Two views: the elements before `mid`, and those from `mid` on.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ZeroLength`] when `mid` is 0 or the buffer's length (a view holds at least
+    /// one element), [`Error::OutOfRange`] when past it.
+    pub fn split_at(&self, mid: usize) -> Result<(View<'_, T>, View<'_, T>)> {
+        View::whole(self).split_at(mid)
+    }
+}
+
+impl<'b, T: Pod> View<'b, T> {
+    /// The whole buffer.
+    pub(crate) fn whole(buffer: &'b ClBuffer<T>) -> Self {
+        View {
+            buffer,
+            offset: 0,
+            len: buffer.len(),
+        }
+    }
+
+    /// A view of the elements `range` of this view (counted from its start).
+    ///
+    /// # Errors
+    ///
+    /// As [`ClBuffer::view`].
+    pub fn view(&self, range: impl RangeBounds<usize>) -> Result<View<'b, T>> {
+        let (start, len) = resolve(range, self.len)?;
+        Ok(View {
+            buffer: self.buffer,
+            offset: self.offset + start,
+            len,
+        })
+    }
+
+    /// Two views of this one: the elements before `mid`, and those from `mid` on.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClBuffer::split_at`].
+    pub fn split_at(&self, mid: usize) -> Result<(View<'b, T>, View<'b, T>)> {
+        Ok((self.view(..mid)?, self.view(mid..)?))
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always `false`: a view holds at least one element.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Where the view starts in its buffer, in elements.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Where the view starts in its buffer, in bytes.
+    pub fn byte_offset(&self) -> usize {
+        self.offset * size_of::<T>()
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+
+    /// The buffer it is a view of.
+    pub fn buffer(&self) -> &'b ClBuffer<T> {
+        self.buffer
+    }
+
+    /// Whether the view is its whole buffer.
+    pub fn is_whole(&self) -> bool {
+        self.offset == 0 && self.len == self.buffer.len()
+    }
+
+    /// The buffer's block.
+    pub(crate) fn block(&self) -> &'b Block {
+        self.buffer.block()
+    }
+
+    /// `len` elements at `offset` of the view, checked against it for `transfer`: their
+    /// offset in the buffer.
+    pub(crate) fn at(&self, transfer: Transfer, offset: usize, len: usize) -> Result<usize> {
+        super::transfer::check_range(transfer, offset, len, self.len)?;
+        Ok(self.offset + offset)
+    }
+
+    /// The bytes of `len` elements at element `at` of the buffer (checked before), for the
+    /// tracker's *byte ranges* rule: [`Span::ALL`] for the whole buffer.
+    pub(crate) fn span(&self, at: usize, len: usize) -> Span {
+        super::transfer::span_of::<T>(at, len, self.buffer.len())
+    }
+
+    /// Whether `len` elements at element `at` of the buffer are all of it.
+    pub(crate) fn covers(&self, at: usize, len: usize) -> bool {
+        at == 0 && len == self.buffer.len()
+    }
+
+    /// The view's own bytes, for the tracker.
+    pub(crate) fn own_span(&self) -> Span {
+        self.span(self.offset, self.len)
+    }
+
+    /// The view's region of the block, in bytes: `None` for the whole buffer.
+    pub(crate) fn region(&self) -> Option<(usize, usize)> {
+        (!self.is_whole()).then(|| (self.byte_offset(), self.bytes()))
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// What commands take as a buffer: a [`&ClBuffer`](ClBuffer) (all of it) or a [`View`]
+/// of one (by value or by reference), also behind a smart pointer (`&Arc<ClBuffer<T>>`).
+/// Sealed: the library's own types only.
+pub trait IntoView<'b, T: Pod>: sealed::Sealed {
+    /// The view this names.
+    fn into_view(self) -> View<'b, T>;
+}
+
+impl<T: Pod> sealed::Sealed for &ClBuffer<T> {}
+impl<T: Pod> sealed::Sealed for &mut ClBuffer<T> {}
+impl<T: Pod, B: Deref<Target = ClBuffer<T>>> sealed::Sealed for &B {}
+impl<T: Pod> sealed::Sealed for View<'_, T> {}
+impl<T: Pod> sealed::Sealed for &View<'_, T> {}
+
+impl<'b, T: Pod> IntoView<'b, T> for &'b ClBuffer<T> {
+    fn into_view(self) -> View<'b, T> {
+        View::whole(self)
+    }
+}
+
+/// A buffer behind a smart pointer: `&Arc<ClBuffer<T>>`, `&Box<ClBuffer<T>>`.
+impl<'b, T: Pod, B: Deref<Target = ClBuffer<T>>> IntoView<'b, T> for &'b B {
+    fn into_view(self) -> View<'b, T> {
+        View::whole(self)
+    }
+}
+
+impl<'b, T: Pod> IntoView<'b, T> for &'b mut ClBuffer<T> {
+    fn into_view(self) -> View<'b, T> {
+        View::whole(self)
+    }
+}
+
+impl<'b, T: Pod> IntoView<'b, T> for View<'b, T> {
+    fn into_view(self) -> View<'b, T> {
+        self
+    }
+}
+
+impl<'b, T: Pod> IntoView<'b, T> for &View<'b, T> {
+    fn into_view(self) -> View<'b, T> {
+        *self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_of_range_resolves_to_its_elements_and_a_bad_one_is_a_typed_error() {
+        assert_eq!(resolve(.., 10).ok(), Some((0, 10)));
+        assert_eq!(resolve(2..5, 10).ok(), Some((2, 3)));
+        assert_eq!(resolve(2..=5, 10).ok(), Some((2, 4)));
+        assert_eq!(resolve(..4, 10).ok(), Some((0, 4)));
+        assert_eq!(resolve(7.., 10).ok(), Some((7, 3)));
+        assert!(matches!(resolve(10.., 10), Err(Error::ZeroLength)));
+        assert!(matches!(
+            resolve(5..11, 10),
+            Err(Error::OutOfRange {
+                transfer: Transfer::View,
+                ..
+            })
+        ));
+        assert!(matches!(
+            resolve(..=usize::MAX, 10),
+            Err(Error::OutOfRange { .. })
+        ));
+        #[allow(clippy::reversed_empty_ranges)]
+        let reversed = resolve(6..2, 10);
+        assert!(matches!(
+            reversed,
+            Err(Error::ReversedRange {
+                transfer: Transfer::View,
+                start: 6,
+                end: 2
+            })
+        ));
+    }
+}

@@ -1,0 +1,421 @@
+//! Views: commands on part of a buffer, with hazards per byte range. Orders are proven
+//! with user events as gates: a command that must not wait ends while the gate is closed,
+//! one that must wait has not ended until it opens.
+
+use cl_lifetime::{Arena, Arg, BufferUse, ClBuffer, Context, Error, Transfer};
+
+use crate::common;
+
+/// Elements of `i32` per `CL_DEVICE_MEM_BASE_ADDR_ALIGN` of the context's devices: a view
+/// starting at a multiple of it can be a kernel argument.
+fn unit(ctx: &Context) -> usize {
+    let align = ctx
+        .devices()
+        .iter()
+        .map(|d| d.base_addr_align_bytes())
+        .max()
+        .unwrap_or(1) as usize;
+    (align / size_of::<i32>()).max(1)
+}
+
+fn gates_work(ctx: &Context) -> bool {
+    !common::not_on(ctx, "oclgrind", common::oclgrind::GATES)
+}
+
+#[test]
+fn kernels_on_disjoint_views_do_not_wait_on_each_other() {
+    let ctx = device!();
+    if !gates_work(&ctx) {
+        return;
+    }
+    let (first, second) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let half = 8 * unit(&ctx);
+    let buf = ctx.buffer_from(&vec![10i32; 2 * half]).unwrap();
+    let (low, high) = buf.split_at(half).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let gated = first
+        .after(&[gate.event()])
+        .launch(
+            &increment,
+            &[half],
+            &[Arg::read_write(low), Arg::scalar(half as u32)],
+        )
+        .unwrap();
+    // Ends while the gate is closed: it waits for nothing on the other half (polled, so
+    // that a wrong wait fails the test instead of hanging it).
+    let other = second
+        .launch(
+            &increment,
+            &[half],
+            &[Arg::read_write(high), Arg::scalar(half as u32)],
+        )
+        .unwrap();
+    let read_other = second.read_owned(high).unwrap();
+    second.flush().unwrap();
+    assert!(
+        common::eventually(|| read_other.event().is_terminal()),
+        "a launch and a read on the other half waited for the gated launch"
+    );
+    assert!(other.is_terminal());
+    assert_eq!(read_other.wait().unwrap(), vec![11; half]);
+    assert!(
+        !gated.is_terminal(),
+        "the gated launch ran before its gate opened"
+    );
+    // Overlaps the gated view: ordered after it.
+    let read = second.read_owned(low).unwrap();
+    assert!(
+        !read.event().is_terminal(),
+        "a read of the gated view ran first"
+    );
+    gate.complete().unwrap();
+    assert_eq!(read.wait().unwrap(), vec![11; half]);
+}
+
+#[test]
+fn a_command_on_an_overlapping_view_waits_for_the_writer() {
+    let ctx = device!();
+    if !gates_work(&ctx) {
+        return;
+    }
+    let (first, second) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let u = unit(&ctx);
+    let buf = ctx.buffer_from(&vec![0u32; 8 * u]).unwrap();
+    let writer = buf.view(0..4 * u).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let gated = first.after(&[gate.event()]).fill(writer, 5).unwrap();
+    // Shares one element with the gated fill: each command kind waits for it.
+    let overlap = buf.view(4 * u - 1..6 * u).unwrap();
+    let read = second.read_owned(overlap).unwrap();
+    let fill = second.fill(overlap.view(1..).unwrap(), 6).unwrap();
+    let overwrite = second.fill(overlap, 7).unwrap();
+    second.flush().unwrap();
+    for (what, event) in [
+        ("read", read.event()),
+        ("fill", &fill),
+        ("write", &overwrite),
+    ] {
+        assert!(!event.is_terminal(), "the overlapping {what} ran first");
+    }
+    assert!(!gated.is_terminal());
+    gate.complete().unwrap();
+    let mut expected = vec![5u32];
+    expected.extend(vec![0u32; 2 * u]);
+    assert_eq!(
+        read.wait().unwrap(),
+        expected,
+        "the read saw the gated write only"
+    );
+    let mut all = vec![5u32; 8 * u];
+    all[4 * u - 1..6 * u].fill(7);
+    all[6 * u..].fill(0);
+    assert_eq!(common::contents(&second, &buf), all);
+}
+
+#[test]
+fn a_command_on_the_whole_buffer_waits_for_a_view_s_command_and_the_reverse() {
+    let ctx = device!();
+    if !gates_work(&ctx) {
+        return;
+    }
+    let (first, second) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let u = unit(&ctx);
+    let buf = ctx.buffer_from(&vec![0u32; 4 * u]).unwrap();
+    let part = buf.view(u..2 * u).unwrap();
+
+    let gate = ctx.user_event().unwrap();
+    let on_view = first.after(&[gate.event()]).fill(part, 1).unwrap();
+    let whole = second.read_owned(&buf).unwrap();
+    second.flush().unwrap();
+    assert!(
+        !whole.event().is_terminal(),
+        "a whole-buffer read passed a view's write"
+    );
+    gate.complete().unwrap();
+    on_view.wait().unwrap();
+    let mut expected = vec![0u32; 4 * u];
+    expected[u..2 * u].fill(1);
+    assert_eq!(whole.wait().unwrap(), expected);
+
+    let gate = ctx.user_event().unwrap();
+    let on_whole = first.after(&[gate.event()]).fill(&buf, 2).unwrap();
+    let on_view = second.read_owned(part).unwrap();
+    second.flush().unwrap();
+    assert!(
+        !on_view.event().is_terminal(),
+        "a view's read passed a whole-buffer write"
+    );
+    gate.complete().unwrap();
+    on_whole.wait().unwrap();
+    assert_eq!(on_view.wait().unwrap(), vec![2u32; u]);
+}
+
+#[test]
+fn release_waits_for_the_commands_of_every_view() {
+    let ctx = device!();
+    if !gates_work(&ctx) {
+        return;
+    }
+    let queue = ctx.queue().unwrap();
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let u = unit(&ctx);
+    let buf = ctx.buffer_from(&vec![0i32; 4 * u]).unwrap();
+    let gate = ctx.user_event().unwrap();
+    let launched = queue
+        .after(&[gate.event()])
+        .launch(
+            &increment,
+            &[u],
+            &[
+                Arg::read_write(buf.view(2 * u..3 * u).unwrap()),
+                Arg::scalar(u as u32),
+            ],
+        )
+        .unwrap();
+    let filled = queue.fill(buf.view(3 * u..).unwrap(), 3).unwrap();
+    queue.flush().unwrap();
+    let watch = common::watch(&buf, &[&launched, &filled]);
+    drop((launched, filled));
+    let report = common::returns_only_after(
+        "the release of a buffer whose view's launch is gated",
+        move || buf.release().unwrap(),
+        || {
+            assert!(
+                !watch.fired(),
+                "memory freed while a view's launch was gated"
+            );
+            gate.complete().unwrap();
+        },
+    );
+    assert!(report.failed.is_empty(), "{report:?}");
+    assert!(report.freed, "{report:?}");
+}
+
+#[test]
+fn a_kernel_on_a_view_sees_the_view_s_first_element_at_index_zero_and_writes_only_the_view() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let u = unit(&ctx);
+    let buf = ctx
+        .buffer_from(&(0..6 * u as i32).collect::<Vec<_>>())
+        .unwrap();
+    let view = buf.view(2 * u..5 * u).unwrap();
+    // More work items than the view's elements; the kernel's bound keeps it inside.
+    let n = u;
+    queue
+        .launch(
+            &increment,
+            &[3 * u],
+            &[Arg::read_write(view), Arg::scalar(n as u32)],
+        )
+        .unwrap()
+        .wait()
+        .unwrap();
+    let mut expected: Vec<i32> = (0..6 * u as i32).collect();
+    for x in &mut expected[2 * u..3 * u] {
+        *x += 1;
+    }
+    assert_eq!(common::contents(&queue, &buf), expected);
+    assert_eq!(buf.kept_sub_buffers(), 1);
+    // The same view again: the kept sub-buffer.
+    queue
+        .launch(
+            &increment,
+            &[n],
+            &[Arg::read_write(&view), Arg::scalar(n as u32)],
+        )
+        .unwrap();
+    assert_eq!(buf.kept_sub_buffers(), 1);
+    for x in &mut expected[2 * u..3 * u] {
+        *x += 1;
+    }
+    assert_eq!(common::contents(&queue, &buf), expected);
+}
+
+#[test]
+fn a_view_launched_at_an_origin_off_the_device_alignment_is_a_typed_error_naming_it() {
+    let ctx = device!();
+    let u = unit(&ctx);
+    if u == 1 {
+        common::not_run("the device places sub-buffers at any byte");
+        return;
+    }
+    let queue = ctx.queue().unwrap();
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let buf = ctx.buffer_from(&vec![0i32; 4 * u]).unwrap();
+    let err = queue
+        .launch(
+            &increment,
+            &[u],
+            &[
+                Arg::read_write(buf.view(1..u + 1).unwrap()),
+                Arg::scalar(u as u32),
+            ],
+        )
+        .unwrap_err();
+    let align = u * size_of::<i32>();
+    assert!(
+        matches!(err, Error::ViewMisaligned { byte_offset: 4, align: a } if a == align),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("CL_DEVICE_MEM_BASE_ADDR_ALIGN"),
+        "{err}"
+    );
+    // Nothing was enqueued or recorded, and the buffer is as it was.
+    assert_eq!(buf.record_len(), 0);
+    assert_eq!(common::contents(&queue, &buf), vec![0i32; 4 * u]);
+}
+
+#[test]
+fn transfers_maps_copies_and_raw_commands_on_a_view_use_its_elements() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer_from(&(0..100u32).collect::<Vec<_>>()).unwrap();
+    let view = buf.view(10..30).unwrap();
+    assert_eq!(
+        (view.offset(), view.len(), view.byte_offset()),
+        (10, 20, 40)
+    );
+    // Offsets count from the view's start.
+    queue.write_at(view, 5, &[1000, 1001]).unwrap();
+    let mut two = [0u32; 2];
+    queue.read_at(view, 5, &mut two).unwrap();
+    assert_eq!(two, [1000, 1001]);
+    assert_eq!(
+        queue.read_owned_range(view, 0..3).unwrap().wait().unwrap(),
+        vec![10, 11, 12]
+    );
+    {
+        let mapped = queue.map(view.view(4..7).unwrap(), 0..3).unwrap();
+        assert_eq!(&mapped[..], &[14, 1000, 1001]);
+    }
+    {
+        let mut mapped = queue.map_mut(view, 19..20).unwrap();
+        mapped[0] = 7;
+    }
+    queue.fill_range(view, 9, 0..2).unwrap();
+    // A copy between two views of one buffer.
+    queue
+        .copy(buf.view(0..5).unwrap(), buf.view(90..95).unwrap())
+        .unwrap();
+    // A raw fill of the view's bytes, at the view's byte offset in the memory object.
+    let tail = buf.view(95..).unwrap();
+    let seven = 77u32;
+    // SAFETY: the fill writes the view's bytes only, waits on the list given, and hands
+    // its event's one reference over.
+    unsafe {
+        queue
+            .after(&[])
+            .enqueue_raw(&[BufferUse::write(tail)], |raw_queue, wait| {
+                cl_lifetime::opencl3::command_queue::enqueue_fill_buffer(
+                    raw_queue,
+                    tail.buffer().as_raw(),
+                    std::ptr::from_ref(&seven).cast(),
+                    size_of::<u32>(),
+                    tail.byte_offset(),
+                    tail.bytes(),
+                    wait.len() as u32,
+                    if wait.is_empty() {
+                        std::ptr::null()
+                    } else {
+                        wait.as_ptr()
+                    },
+                )
+                .map_err(|status| Error::Cl {
+                    call: "clEnqueueFillBuffer",
+                    status: cl_lifetime::ClStatus(status),
+                })
+            })
+    }
+    .unwrap();
+    let mut expected: Vec<u32> = (0..100).collect();
+    expected[15] = 1000;
+    expected[16] = 1001;
+    expected[29] = 7;
+    expected[10..12].fill(9);
+    expected.copy_within(0..5, 90);
+    expected[95..].fill(77);
+    assert_eq!(common::contents(&queue, &buf), expected);
+}
+
+#[test]
+fn a_range_that_leaves_the_buffer_or_the_view_is_a_typed_error() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let buf: ClBuffer<u32> = ctx.buffer(16).unwrap();
+    assert!(matches!(
+        buf.view(8..17),
+        Err(Error::OutOfRange {
+            transfer: Transfer::View,
+            ..
+        })
+    ));
+    assert!(matches!(buf.split_at(16), Err(Error::ZeroLength)));
+    let view = buf.view(8..).unwrap();
+    assert!(matches!(view.view(0..9), Err(Error::OutOfRange { .. })));
+    // A write past the view's end, though inside the buffer.
+    assert!(matches!(
+        queue.write_at(view, 7, &[1, 2]),
+        Err(Error::OutOfRange {
+            transfer: Transfer::Write,
+            offset: 7,
+            len: 2,
+            buffer_len: 8
+        })
+    ));
+    assert_eq!(buf.record_len(), 0);
+}
+
+#[test]
+fn a_view_of_an_arena_carved_buffer_launches_on_the_arena_s_memory() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let u = unit(&ctx);
+    let arena = Arena::new(&ctx, 64 * u * size_of::<i32>()).unwrap();
+    let _first = arena.carve::<i32>(3).unwrap();
+    let buf = arena.carve::<i32>(4 * u).unwrap();
+    queue.fill(&buf, 1).unwrap();
+    queue
+        .launch(
+            &increment,
+            &[u],
+            &[
+                Arg::read_write(buf.view(u..2 * u).unwrap()),
+                Arg::scalar(u as u32),
+            ],
+        )
+        .unwrap();
+    let mut expected = vec![1i32; 4 * u];
+    expected[u..2 * u].fill(2);
+    assert_eq!(common::contents(&queue, &buf), expected);
+    buf.release().unwrap();
+}
+
+#[test]
+fn a_buffer_keeps_a_bounded_number_of_view_sub_buffers_and_results_stay_right() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let u = unit(&ctx);
+    let views = 40;
+    let buf = ctx.buffer_from(&vec![0i32; views * u]).unwrap();
+    for round in 0..2 {
+        for k in 0..views {
+            let view = buf.view(k * u..(k + 1) * u).unwrap();
+            queue
+                .launch(
+                    &increment,
+                    &[u],
+                    &[Arg::read_write(view), Arg::scalar(u as u32)],
+                )
+                .unwrap();
+        }
+        assert_eq!(buf.kept_sub_buffers(), 32, "round {round}");
+    }
+    assert_eq!(common::contents(&queue, &buf), vec![2i32; views * u]);
+    assert!(buf.release().unwrap().freed);
+}
