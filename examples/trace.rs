@@ -7,9 +7,15 @@
 //! deferred. The trace shows a track per queue, a track per buffer from allocation to
 //! release, the live, pending and pooled bytes, and arrows for the waits across queues.
 //!
+//! With `views` after the path, it traces two writers of a buffer's two halves instead
+//! (`ClBuffer::split_at`, a `spin` kernel on each half on two profiling queues) and a read
+//! of the first half: the two launches overlap on the device, and the read waits for its
+//! own half's writer only.
+//!
 //! ```text
 //! make trace                                   # target/trace/pipeline.json
 //! cargo run --release --example trace -- out.json
+//! cargo run --release --example trace -- target/trace/views.json views
 //! ```
 //!
 //! `CL_LIFETIME_DEVICE` picks the device (`P:D` or part of a platform or device name).
@@ -29,14 +35,41 @@ fn main() -> anyhow::Result<()> {
     if let Some(dir) = std::path::Path::new(&path).parent() {
         std::fs::create_dir_all(dir)?;
     }
+    let views = std::env::args().nth(2).as_deref() == Some("views");
     cl_lifetime::trace::start(&path)?;
-    let stats = pipeline()?;
+    let stats = if views { halves()? } else { pipeline()? };
     let written = cl_lifetime::trace::finish()?;
     println!("{stats}");
     if let Some(written) = written {
         println!("trace written to {}", written.display());
     }
     Ok(())
+}
+
+/// Two writers of a buffer's two halves on two queues, then a read of the first half, a
+/// few rounds; returns the context's statistics line at its end.
+fn halves() -> anyhow::Result<String> {
+    let ctx = Context::from_env()?;
+    println!("device: {}", ctx.device().name());
+    let spin = ctx.program("busy.cl", "")?.kernel("spin")?;
+    let profiled = || ctx.queue_with(QueueOptions::default().profiling(true));
+    let (first, second) = (profiled()?, profiled()?);
+    let buf = ctx.buffer_from(&vec![1f32; 2 * N])?;
+    let (a, b) = buf.split_at(N)?;
+    let iters = std::env::var("SPIN_ITERS").map_or(Ok(20_000), |v| v.parse())?;
+    let mut host = vec![0f32; N];
+    for _ in 0..4 {
+        first.launch(&spin, &[N], &[Arg::write(a), Arg::scalar(iters)])?;
+        second.launch(&spin, &[N], &[Arg::write(b), Arg::scalar(iters)])?;
+        second.flush()?;
+        host = first.read_into(a, host)?.wait()?;
+        second.finish()?;
+    }
+    anyhow::ensure!(host.iter().all(|x| x.is_finite()), "half A holds garbage");
+    drop(host);
+    buf.release()?;
+    ctx.log_stats();
+    Ok(ctx.stats_line())
 }
 
 /// Runs the pipeline; returns the context's statistics line at its end.

@@ -41,3 +41,13 @@ __kernel void group_sum(__global const int *in, __global int *out, __local int *
         out[get_group_id(0)] = total;
     }
 }
+
+// spin on data[first + i]: one part of a buffer passed whole.
+__kernel void spin_from(__global float *data, const uint first, const uint iters) {
+    size_t i = first + get_global_id(0);
+    float x = data[i];
+    for (uint k = 0; k < iters; ++k) {
+        x = x * 0.999999f + 0.000001f;
+    }
+    data[i] = x;
+}
