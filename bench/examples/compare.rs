@@ -52,9 +52,9 @@
 //!    by hand with raw events; milliseconds per round until half A is back and until both
 //!    halves are written.
 //! 10. **Streaming**: frames produced on the host, written, incremented and read back on 3
-//!    queues, every element checked on the host, [`DEPTH`] frames in flight per queue, with
-//!    the same buffers and host memory reused (`write_lent`, `read_into`), against the
-//!    same in raw opencl3 holding each frame's events.
+//!     queues, every element checked on the host, [`DEPTH`] frames in flight per queue, with
+//!     the same buffers and host memory reused (`write_lent`, `read_into`), against the
+//!     same in raw opencl3 holding each frame's events.
 //!
 //! `CL_LIFETIME_COMPARE_ONLY=7,8` runs only the comparisons it lists (4 also runs 6).
 //!
@@ -173,8 +173,12 @@ fn main() -> anyhow::Result<()> {
     section("8. BabelStream", || {
         babelstream(&plan, &raw, &lib, &mut report)
     })?;
-    section("9. views", || views::views(&plan, &raw, &lib, &busy, &mut report))?;
-    section("10. streaming", || views::streaming(&plan, &raw, &mut report))?;
+    section("9. views", || {
+        views::views(&plan, &raw, &lib, &busy, &mut report)
+    })?;
+    section("10. streaming", || {
+        views::streaming(&plan, &raw, &mut report)
+    })?;
     ctx.wait_deferred();
 
     let dir = bench_dir()?;

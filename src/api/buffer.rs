@@ -124,8 +124,8 @@ impl<T: Pod> ClBuffer<T> {
         self.block.bytes()
     }
 
-    /// How many sub-buffers the buffer keeps for views passed as kernel arguments (at
-    /// most 32, the least recently launched going first; released with the buffer).
+    /// How many sub-buffers the buffer keeps for reuse by its views (at most 32, the least
+    /// recently used retiring first; all are released with the buffer).
     pub fn kept_sub_buffers(&self) -> usize {
         self.block.subs_kept()
     }

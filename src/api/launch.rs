@@ -18,7 +18,7 @@ fn buffer_arg<'a, T: Pod>(view: View<'a, T>, access: Access) -> Arg<'a> {
         access,
         Ty::of::<T>(),
         view.region(),
-        view.own_span(),
+        view.arg_span(),
     )
 }
 
@@ -105,10 +105,10 @@ impl After<'_> {
             .filter_map(|(index, arg)| {
                 let b = arg.buffer()?;
                 let (origin, bytes) = b.region?;
+                let sub = b.block.sub(origin, bytes, core.limits.base_align, true);
+                // A kernel argument always gets one (`Ok(None)` is for transfers only).
                 Some(
-                    b.block
-                        .sub(origin, bytes, core.limits.base_align)
-                        .map(|sub| (index, sub)),
+                    sub.and_then(|sub| sub.map(|sub| (index, sub)).ok_or(crate::Error::ZeroLength)),
                 )
             })
             .collect::<Result<Vec<_>>>()?;

@@ -71,9 +71,11 @@ impl After<'_> {
         let at = view.at(Transfer::Write, offset, data.len())?;
         let block = view.block();
         let queue = self.queue.core.raw;
+        let target = view.target(self.queue.core.limits.base_align);
+        let (mem, byte_offset) = (target.mem, target.byte_offset::<T>(at));
         let touch = Touch::host(block, Access::Write, view.covers(at, data.len()))
-            .within(view.span(at, data.len()));
-        self.submit().run(&[touch], |wait| {
+            .within(target.span(view.span(at, data.len())));
+        let event = self.submit().run(&[touch], |wait| {
             // SAFETY: the queue and the buffer are live (borrowed); the range was checked
             // against the buffer; `data` stays alive until the command ends: the callers
             // either wait for it or own the memory (the *lent host memory* rule); the
@@ -81,14 +83,16 @@ impl After<'_> {
             unsafe {
                 ffi::enqueue_write(
                     queue,
-                    block.raw(),
-                    at * size_of::<T>(),
+                    mem,
+                    byte_offset,
                     size_of_val(data),
                     data.as_ptr().cast(),
                     wait,
                 )
             }
-        })
+        })?;
+        target.keep_until(block, &event);
+        Ok(event)
     }
 
     /// Enqueues a non-blocking read of `len` elements at `offset` of `buffer` into `out`,
@@ -107,11 +111,13 @@ impl After<'_> {
         let at = view.at(Transfer::Read, offset, len)?;
         let block = view.block();
         let queue = self.queue.core.raw;
+        let target = view.target(self.queue.core.limits.base_align);
+        let (mem, byte_offset) = (target.mem, target.byte_offset::<T>(at));
         let touch = [Touch {
             map,
-            ..Touch::host(block, Access::Read, false).within(view.span(at, len))
+            ..Touch::host(block, Access::Read, false).within(target.span(view.span(at, len)))
         }];
-        self.submit().run_reading(
+        let event = self.submit().run_reading(
             &touch,
             |wait| {
                 // SAFETY: as in `enqueue_write`; the callers keep `out` alive and unaliased
@@ -120,8 +126,8 @@ impl After<'_> {
                 unsafe {
                     ffi::enqueue_read(
                         queue,
-                        block.raw(),
-                        at * size_of::<T>(),
+                        mem,
+                        byte_offset,
                         len * size_of::<T>(),
                         out.cast(),
                         wait,
@@ -129,7 +135,9 @@ impl After<'_> {
                 }
             },
             Some(writers),
-        )
+        )?;
+        target.keep_until(block, &event);
+        Ok(event)
     }
 
     /// Writes `data` to the start of `buffer` and blocks until that write is done.
@@ -410,25 +418,32 @@ impl After<'_> {
         let dst_at = dst.at(Transfer::CopyDestination, dst_offset, len)?;
         let (s, d) = (src.block(), dst.block());
         let queue = self.queue.core.raw;
+        let align = self.queue.core.limits.base_align;
+        let (from, to) = (src.target(align), dst.target(align));
+        let (from_mem, from_offset) = (from.mem, from.byte_offset::<T>(src_at));
+        let (to_mem, to_offset) = (to.mem, to.byte_offset::<T>(dst_at));
         let touches = [
-            Touch::new(s, Access::Read).within(src.span(src_at, len)),
-            Touch::write(d, dst.covers(dst_at, len)).within(dst.span(dst_at, len)),
+            Touch::new(s, Access::Read).within(from.span(src.span(src_at, len))),
+            Touch::write(d, dst.covers(dst_at, len)).within(to.span(dst.span(dst_at, len))),
         ];
-        self.submit().run(&touches, |wait| {
+        let event = self.submit().run(&touches, |wait| {
             // SAFETY: the queue and both buffers are live (borrowed); both ranges were
             // checked against their buffers; the wait list holds live events.
             unsafe {
                 ffi::enqueue_copy(
                     queue,
-                    s.raw(),
-                    d.raw(),
-                    src_at * size_of::<T>(),
-                    dst_at * size_of::<T>(),
+                    from_mem,
+                    to_mem,
+                    from_offset,
+                    to_offset,
                     len * size_of::<T>(),
                     wait,
                 )
             }
-        })
+        })?;
+        from.keep_until(s, &event);
+        to.keep_until(d, &event);
+        Ok(event)
     }
 
     /// Sets every element of `buffer` to `value`.
@@ -459,23 +474,28 @@ impl After<'_> {
         let at = view.offset() + range.start;
         let block = view.block();
         let queue = self.queue.core.raw;
-        let touch = Touch::write(block, view.covers(at, len)).within(view.span(at, len));
-        self.submit().run(&[touch], |wait| {
+        let target = view.target(self.queue.core.limits.base_align);
+        let (mem, byte_offset) = (target.mem, target.byte_offset::<T>(at));
+        let touch =
+            Touch::write(block, view.covers(at, len)).within(target.span(view.span(at, len)));
+        let event = self.submit().run(&[touch], |wait| {
             // SAFETY: the queue and the buffer are live (borrowed); the range was checked;
             // the wait list holds live events; `value` is `size_of::<T>()` readable bytes,
             // copied by OpenCL before it returns.
             unsafe {
                 ffi::enqueue_fill(
                     queue,
-                    block.raw(),
+                    mem,
                     ptr::from_ref(&value).cast(),
                     size_of::<T>(),
-                    at * size_of::<T>(),
+                    byte_offset,
                     len * size_of::<T>(),
                     wait,
                 )
             }
-        })
+        })?;
+        target.keep_until(block, &event);
+        Ok(event)
     }
 }
 

@@ -7,19 +7,32 @@
 //! ordering rule, a command on the whole buffer waits for the views' commands and the
 //! reverse, and the buffer's release waits for all of them.
 //!
-//! Transfers, copies, fills, maps and commands from other code use the buffer itself at
-//! the view's offset. A kernel argument needs a memory object of its own: the library
-//! makes a sub-buffer for the view (once, and keeps it with the buffer), whose origin
-//! must be a multiple of the device's `CL_DEVICE_MEM_BASE_ADDR_ALIGN`
-//! ([`Error::ViewMisaligned`] otherwise).
+//! # Rules
+//!
+//! - **A kernel argument is a sub-buffer.** A view passed to a kernel is a sub-buffer of
+//!   its bytes, made once and kept with the buffer ([`crate::record::sub`]), whose origin
+//!   must be a multiple of the device's `CL_DEVICE_MEM_BASE_ADDR_ALIGN`
+//!   ([`Error::ViewMisaligned`] otherwise).
+//! - **Through the view's sub-buffer.** OpenCL leaves concurrent use of a buffer and a
+//!   sub-buffer of it undefined where one writes, whatever bytes each touches (the
+//!   tracker's *sub-buffers* rule orders them). So that a transfer on one view need not
+//!   wait for a kernel writing another, writes, reads, copies and fills on part of a
+//!   buffer go through the view's sub-buffer where its origin is aligned for the queue's
+//!   device, and through the buffer itself otherwise. Maps and commands from other code
+//!   ([`BufferUse`](crate::BufferUse)) use the buffer itself, at the view's byte offset.
 
 use std::fmt;
 use std::ops::{Bound, Deref, RangeBounds};
 
+use std::sync::Arc;
+
 use super::buffer::ClBuffer;
 use crate::error::{Error, Result, Transfer};
+use crate::event::Event;
+use crate::ffi::cl_mem;
 use crate::pod::Pod;
 use crate::record::block::Block;
+use crate::record::sub::SubMem;
 use crate::tracker::Span;
 
 /// Elements `offset .. offset + len` of a [`ClBuffer`], taken by every command in place of
@@ -225,14 +238,90 @@ impl<'b, T: Pod> View<'b, T> {
         at == 0 && len == self.buffer.len()
     }
 
-    /// The view's own bytes, for the tracker.
+    /// The view's own bytes, for the tracker, as a kernel argument reaches them: through
+    /// the view's sub-buffer unless it is the whole buffer.
+    pub(crate) fn arg_span(&self) -> Span {
+        let span = self.span(self.offset, self.len);
+        if self.is_whole() {
+            span
+        } else {
+            span.through_sub_buffer()
+        }
+    }
+
+    /// The view's own bytes, for the tracker, through the buffer's own memory object.
     pub(crate) fn own_span(&self) -> Span {
         self.span(self.offset, self.len)
+    }
+
+    /// The memory object a transfer on the view goes through (the *through the view's
+    /// sub-buffer* rule of [`crate::api::view`]), on a device that places sub-buffers at
+    /// multiples of `align` bytes.
+    pub(crate) fn target(&self, align: usize) -> Target {
+        let own = Target {
+            mem: self.block().raw(),
+            origin: 0,
+            sub: None,
+        };
+        if self.is_whole() {
+            return own;
+        }
+        match self
+            .block()
+            .sub(self.byte_offset(), self.bytes(), align, false)
+        {
+            Ok(Some(sub)) => Target {
+                mem: sub.raw(),
+                origin: self.offset,
+                sub: Some(sub),
+            },
+            Ok(None) => own,
+            Err(e) => {
+                if !matches!(e, Error::ViewMisaligned { .. }) {
+                    log::debug!(target: "cl_lifetime::buffer", "a view's transfer goes through its buffer: {e}");
+                }
+                own
+            }
+        }
     }
 
     /// The view's region of the block, in bytes: `None` for the whole buffer.
     pub(crate) fn region(&self) -> Option<(usize, usize)> {
         (!self.is_whole()).then(|| (self.byte_offset(), self.bytes()))
+    }
+}
+
+/// Where a transfer on a view goes: the buffer's own memory object, or the view's
+/// sub-buffer.
+pub(crate) struct Target {
+    /// The memory object.
+    pub(crate) mem: cl_mem,
+    /// The buffer's element at `mem`'s start.
+    origin: usize,
+    /// The sub-buffer, kept until the command has ended.
+    sub: Option<Arc<SubMem>>,
+}
+
+impl Target {
+    /// The byte offset in `mem` of element `at` of the buffer.
+    pub(crate) fn byte_offset<T>(&self, at: usize) -> usize {
+        (at - self.origin) * size_of::<T>()
+    }
+
+    /// `span` (bytes of the buffer), through this object (rule 10 of the tracker).
+    pub(crate) fn span(&self, span: Span) -> Span {
+        if self.sub.is_some() {
+            span.through_sub_buffer()
+        } else {
+            span
+        }
+    }
+
+    /// Keeps the sub-buffer, if any, until `event` has ended.
+    pub(crate) fn keep_until(self, block: &Block, event: &Event) {
+        if let Some(sub) = self.sub {
+            block.keep_alive(event.clone(), Box::new(sub));
+        }
     }
 }
 

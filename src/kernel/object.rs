@@ -91,18 +91,13 @@ impl KernelInner {
     }
 }
 
-impl ArgHolder for KernelInner {
-    /// The *unbind at release* rule: resets every argument that holds block `mem_id` to
-    /// NULL. Called by the block's release, before `clReleaseMemObject`.
-    fn unbind(&self, mem_id: u64) {
+impl KernelInner {
+    /// Resets every argument whose binding `holds` says so to NULL.
+    fn reset_where(&self, holds: impl Fn(Bound) -> bool) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let raw = state.raw;
         for (index, bound) in state.bound.iter_mut().enumerate() {
-            let holds = match *bound {
-                Bound::Mem(id) | Bound::Sub { parent: id, .. } => id == mem_id,
-                _ => false,
-            };
-            if holds {
+            if holds(*bound) {
                 // SAFETY: a NULL value is allowed for a buffer argument (OpenCL 3.0,
                 // clSetKernelArg); the kernel lock is held.
                 let reset = unsafe { ffi::set_arg_mem(raw, index as u32, ptr::null_mut()) };
@@ -115,6 +110,25 @@ impl ArgHolder for KernelInner {
                 };
             }
         }
+    }
+}
+
+impl ArgHolder for KernelInner {
+    /// The *unbind at release* rule: resets every argument that holds block `mem_id` (or a
+    /// sub-buffer of it) to NULL. Called by the block's release, before
+    /// `clReleaseMemObject`.
+    fn unbind(&self, mem_id: u64) {
+        self.reset_where(|bound| match bound {
+            Bound::Mem(id) | Bound::Sub { parent: id, .. } => id == mem_id,
+            _ => false,
+        });
+    }
+
+    /// Resets every argument that holds sub-buffer `sub_id` to NULL: called before the
+    /// sub-buffer is released, so that the kernel (which some drivers let keep it) does
+    /// not release it later in an order the driver does not survive.
+    fn unbind_sub(&self, sub_id: u64) {
+        self.reset_where(|bound| matches!(bound, Bound::Sub { id, .. } if id == sub_id));
     }
 }
 

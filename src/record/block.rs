@@ -307,11 +307,39 @@ impl Block {
     /// The sub-buffer of the view of `bytes` at byte `origin` of this block, for a kernel
     /// argument on a device that places sub-buffers at multiples of `align` bytes: see
     /// [`super::sub`].
-    pub(crate) fn sub(&self, origin: usize, bytes: usize, align: usize) -> Result<Arc<SubMem>> {
-        self.subs.get(self.raw, origin, bytes, align)
+    /// `None` for a transfer (`for_kernel` false) once the block holds as many as it
+    /// makes for transfers.
+    pub(crate) fn sub(
+        &self,
+        origin: usize,
+        bytes: usize,
+        align: usize,
+        for_kernel: bool,
+    ) -> Result<Option<Arc<SubMem>>> {
+        self.subs.get(self.raw, origin, bytes, align, for_kernel)
     }
 
-    /// How many sub-buffers of views the block keeps.
+    /// Resets the kernel arguments that hold the sub-buffer `sub_id` of this block (the
+    /// sub-buffers' *unbound first* rule).
+    fn unbind_sub(&self, sub_id: u64) {
+        // The list is copied out first: a kernel's lock is never taken under it.
+        let kernels: Vec<Weak<dyn ArgHolder>> = self
+            .kernels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for kernel in kernels.iter().filter_map(Weak::upgrade) {
+            kernel.unbind_sub(sub_id);
+        }
+    }
+
+    /// Releases the block's sub-buffers (their *gone before the memory* rule).
+    pub(super) fn release_subs(&mut self) {
+        let mut subs = self.subs.take();
+        subs.clear(&|id| self.unbind_sub(id));
+    }
+
+    /// How many sub-buffers of views the block holds.
     pub(crate) fn subs_kept(&self) -> usize {
         self.subs.len()
     }

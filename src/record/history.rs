@@ -409,7 +409,7 @@ impl Record {
             // if they do: those whose bytes it holds all of go, unless one failed already
             // (it may not have waited for that). Those it leaves bytes of stay.
             let failed = |w: &Event| matches!(w.status(), Ok(Status::Failed(_)));
-            writes.retain(|(old, w)| !span.contains(*old) || failed(w));
+            writes.retain(|(old, w)| !span.contains_bytes(*old) || failed(w));
             if writes.len() >= WRITES_PRUNE_AT {
                 // Only a failed write matters: one that completed goes.
                 writes.retain(|(_, w)| !matches!(w.status(), Ok(Status::Complete)));
@@ -464,7 +464,7 @@ impl Writes {
     pub(crate) fn of(&self, span: Span) -> impl Iterator<Item = &Event> {
         self.list
             .iter()
-            .filter(move |(s, _)| s.overlaps(span))
+            .filter(move |(s, _)| s.overlaps_bytes(span))
             .map(|(_, w)| w)
     }
 
@@ -474,7 +474,7 @@ impl Writes {
             list: self
                 .list
                 .iter()
-                .filter(|(s, _)| s.overlaps(span))
+                .filter(|(s, _)| s.overlaps_bytes(span))
                 .cloned()
                 .collect(),
         }

@@ -13,6 +13,9 @@ pub(crate) trait Owner: Send + Sync {
 /// A kernel object that may hold blocks as arguments: the *unbind at release* rule of
 /// [`crate::kernel`] resets them before the block's memory is released.
 pub(crate) trait ArgHolder: Send + Sync {
-    /// Resets every argument that holds the block `block_id` to NULL.
+    /// Resets every argument that holds the block `block_id`, or a sub-buffer of it, to
+    /// NULL.
     fn unbind(&self, block_id: u64);
+    /// Resets every argument that holds the sub-buffer `sub_id` to NULL.
+    fn unbind_sub(&self, sub_id: u64);
 }

@@ -158,7 +158,7 @@ impl Block {
         }
         stages.mark("failures and events released");
         // The sub-buffer *gone before the memory* rule: every command has ended.
-        self.subs.clear();
+        self.release_subs();
         // Before the release: the driver may hand the handle out again after it.
         self.ctx.untrack(raw);
         // SAFETY: `raw` came from clCreateBuffer and is released once, here (it was

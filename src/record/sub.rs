@@ -1,4 +1,5 @@
-//! The sub-buffers a block makes for views passed as kernel arguments.
+//! The sub-buffers a block makes for views: kernel arguments, and transfers on part of a
+//! buffer.
 //!
 //! # Rules
 //!
@@ -6,12 +7,20 @@
 //!   part of (an arena's, or the one an adopted sub-buffer came from: OpenCL makes no
 //!   sub-buffer of a sub-buffer), at the view's origin there, which must be a multiple of
 //!   the device's `CL_DEVICE_MEM_BASE_ADDR_ALIGN` ([`Error::ViewMisaligned`]).
-//! - **Kept, bounded.** A block keeps the sub-buffers of its views, up to [`KEPT`], so a
-//!   view launched every frame makes one; the oldest goes when a new one would pass the
-//!   bound. A launch keeps the sub-buffers it used until its command has ended (the
-//!   record's *lent host memory* rule), so none is released while a command uses it.
-//! - **Gone before the memory.** A block's release drops its sub-buffers after its wait
-//!   and before `clReleaseMemObject`: none keeps the memory alive past it.
+//! - **Kept for the block's life.** A block keeps every sub-buffer it makes, one per view
+//!   (origin and length), and releases them only with its memory. NVIDIA's driver crashes
+//!   in `clReleaseMemObject` of a sub-buffer while a newer one that a kernel has used lies
+//!   inside it or overlaps it in part (seen with raw OpenCL calls on an H200, driver 580),
+//!   and any holder of a reference (a command, a kernel argument) could be the one that
+//!   releases it: so none is released while the block lives. A transfer makes one only
+//!   while the block holds fewer than [`KEPT`] (it goes through the buffer itself
+//!   otherwise); a kernel argument needs one, so the views a program passes to kernels
+//!   bound the count.
+//! - **Newest first, unbound first.** A block's release, after its wait and before its
+//!   own `clReleaseMemObject`, releases its sub-buffers newest first (the order that
+//!   driver survives), each after every kernel argument holding it has been reset to
+//!   NULL (a driver that lets a kernel argument keep its memory object would release it
+//!   later, out of that order).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -19,10 +28,11 @@ use crate::error::{Error, Result};
 use crate::ffi::{self, cl_mem};
 use crate::util::next_id;
 
-/// How many sub-buffers a block keeps (the *kept, bounded* rule).
+/// How many sub-buffers a block makes for transfers (the *kept for the block's life*
+/// rule).
 pub(crate) const KEPT: usize = 32;
 
-/// A sub-buffer for one view: released when its last holder lets go.
+/// A sub-buffer for one view, released when the block lets go of it.
 pub(crate) struct SubMem {
     raw: cl_mem,
     /// Unique for the process, as blocks' IDs are (a kernel argument names it).
@@ -47,8 +57,9 @@ impl SubMem {
 
 impl Drop for SubMem {
     fn drop(&mut self) {
-        // SAFETY: `raw` came from clCreateSubBuffer and is released once, here; every
-        // command that used it has ended (the *kept, bounded* rule).
+        // SAFETY: `raw` came from clCreateSubBuffer and is released once, here, when the
+        // last holder lets go: the block's release, newest first (the *newest first*
+        // rule), or a command that ends after it.
         if let Err(e) = unsafe { ffi::release_mem(self.raw) } {
             log::error!(target: "cl_lifetime::buffer", "releasing a view's sub-buffer: {e}");
         }
@@ -61,24 +72,24 @@ pub(crate) struct Subs(Mutex<Vec<Arc<SubMem>>>);
 
 impl Subs {
     /// The sub-buffer of `bytes` at `origin` of `block` (a live memory object), made if
-    /// it is not kept yet, for a device that places sub-buffers at multiples of `align`
-    /// bytes.
+    /// the block has none yet, for a device that places sub-buffers at multiples of
+    /// `align` bytes; `None` for a transfer (`for_kernel` false) when the block holds
+    /// [`KEPT`] already.
     pub(crate) fn get(
         &self,
         block: cl_mem,
         origin: usize,
         bytes: usize,
         align: usize,
-    ) -> Result<Arc<SubMem>> {
+        for_kernel: bool,
+    ) -> Result<Option<Arc<SubMem>>> {
         let mut subs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(at) = subs
-            .iter()
-            .position(|s| s.origin == origin && s.bytes == bytes)
-        {
-            let sub = subs.remove(at);
+        if let Some(sub) = subs.iter().find(|s| s.origin == origin && s.bytes == bytes) {
             check_align(sub.root_origin, align)?;
-            subs.push(sub.clone());
-            return Ok(sub);
+            return Ok(Some(sub.clone()));
+        }
+        if !for_kernel && subs.len() >= KEPT {
+            return Ok(None);
         }
         // The *on the root* rule.
         let (root, root_origin) = match ffi::mem_parent(block)? {
@@ -96,30 +107,29 @@ impl Subs {
             bytes,
             root_origin,
         });
-        if subs.len() == KEPT {
-            // Released here, or by the last command that used it once it has ended.
-            drop(subs.remove(0));
-        }
         subs.push(sub.clone());
-        Ok(sub)
+        Ok(Some(sub))
     }
 
-    /// Drops every kept sub-buffer (the *gone before the memory* rule).
-    pub(crate) fn clear(&mut self) {
-        self.0
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+    /// Releases every sub-buffer, newest first, each after `unbind` has reset the kernel
+    /// arguments holding it (by ID): the *newest first, unbound first* rule. No command
+    /// uses any of them any more.
+    pub(crate) fn clear(&mut self, unbind: &dyn Fn(u64)) {
+        let subs = self.0.get_mut().unwrap_or_else(PoisonError::into_inner);
+        while let Some(sub) = subs.pop() {
+            unbind(sub.id);
+            drop(sub);
+        }
     }
 
-    /// Moves the kept sub-buffers out, leaving none.
+    /// Moves the sub-buffers out, leaving none.
     pub(crate) fn take(&mut self) -> Subs {
         Subs(Mutex::new(std::mem::take(
             self.0.get_mut().unwrap_or_else(PoisonError::into_inner),
         )))
     }
 
-    /// How many are kept.
+    /// How many the block holds.
     pub(crate) fn len(&self) -> usize {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
     }

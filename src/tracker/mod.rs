@@ -59,6 +59,16 @@
 //!    it overlaps in part stays live, a hazard for the rest of its range. A fold's marker
 //!    (rule 7) spans the hull of the reads it stands for.
 //!
+//! 10. **Sub-buffers.** OpenCL leaves undefined any concurrent use of a buffer and a
+//!     sub-buffer of it where one writes, whatever bytes each touches, and of two
+//!     overlapping sub-buffers where one writes (OpenCL 3.0, `clCreateSubBuffer`; NVIDIA's
+//!     driver crashes on it). A span says whether its command goes through a sub-buffer
+//!     ([`Span::sub_buffer`]), and [`Span::overlaps`] counts one through the buffer's own
+//!     object and one through a sub-buffer as overlapping, whatever their bytes: rule 1
+//!     orders them when one writes. Sub-buffers among themselves follow rule 9 by bytes.
+//!     Rules 3 and 4 supersede across kinds only with the whole buffer through its own
+//!     object ([`Span::contains`]).
+//!
 //! Together these keep every command that may still touch the buffer covered: each is in
 //! the set, or completes before an event that is.
 
@@ -74,42 +84,78 @@ pub enum Access {
     Write,
 }
 
-/// The bytes of a buffer a command touches: `start..end` (rule 9).
+/// The bytes of a buffer a command touches: `start..end` (rule 9), and through which
+/// memory object (rule 10).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Span {
     /// The first byte.
     pub start: u64,
     /// One past the last byte.
     pub end: u64,
+    /// Whether the command reaches them through a sub-buffer (rule 10) rather than the
+    /// buffer's own memory object.
+    pub sub_buffer: bool,
 }
 
 impl Span {
-    /// Every byte of the buffer, whatever its size.
+    /// Every byte of the buffer, whatever its size, through its own memory object.
     pub const ALL: Span = Span {
         start: 0,
         end: u64::MAX,
+        sub_buffer: false,
     };
 
-    /// Bytes `start..end`.
+    /// Bytes `start..end`, through the buffer's own memory object.
     pub const fn new(start: u64, end: u64) -> Span {
-        Span { start, end }
+        Span {
+            start,
+            end,
+            sub_buffer: false,
+        }
     }
 
-    /// Whether the two share a byte.
+    /// The same bytes, through a sub-buffer of them (rule 10).
+    pub const fn through_sub_buffer(self) -> Span {
+        Span {
+            sub_buffer: true,
+            ..self
+        }
+    }
+
+    /// Whether commands on the two must be ordered when one of them writes (rules 9 and
+    /// 10): they share a byte, or one goes through the buffer's own memory object and the
+    /// other through a sub-buffer.
     pub fn overlaps(self, other: Span) -> bool {
+        self.sub_buffer != other.sub_buffer || self.overlaps_bytes(other)
+    }
+
+    /// Whether the two share a byte, whatever the objects.
+    pub fn overlaps_bytes(self, other: Span) -> bool {
         self.start < other.end && other.start < self.end
     }
 
-    /// Whether every byte of `other` is in `self`.
+    /// Whether a command on `self` stands for one on `other` in every ordering (rules 3,
+    /// 4 and 10): it holds every byte of `other`, through the same kind of object, or is
+    /// the whole buffer through its own.
     pub fn contains(self, other: Span) -> bool {
+        (self.sub_buffer == other.sub_buffer || self == Span::ALL) && self.contains_bytes(other)
+    }
+
+    /// Whether every byte of `other` is in `self`, whatever the objects.
+    pub fn contains_bytes(self, other: Span) -> bool {
         self.start <= other.start && other.end <= self.end
     }
 
-    /// The smallest span holding both.
+    /// The smallest span that [`contains`](Span::contains) both: the whole buffer when
+    /// they go through different kinds of object.
     pub fn hull(self, other: Span) -> Span {
+        if self.sub_buffer != other.sub_buffer {
+            return Span::ALL;
+        }
         Span {
             start: self.start.min(other.start),
             end: self.end.max(other.end),
+            sub_buffer: self.sub_buffer,
         }
     }
 }

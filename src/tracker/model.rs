@@ -48,14 +48,19 @@ enum Step {
 }
 
 /// The byte ranges commands touch (rule 9): the whole buffer, its bytes given as a range,
-/// its halves, a middle overlapping both, and a piece of the first half.
-const SPANS: [Span; 6] = [
+/// its halves, a middle overlapping both, and a piece of the first half; and some of
+/// them through sub-buffers (rule 10).
+const SPANS: [Span; 10] = [
     Span::ALL,
     Span::new(0, 100),
     Span::new(0, 50),
     Span::new(50, 100),
     Span::new(25, 75),
     Span::new(10, 20),
+    Span::new(0, 50).through_sub_buffer(),
+    Span::new(50, 100).through_sub_buffer(),
+    Span::new(25, 75).through_sub_buffer(),
+    Span::new(10, 20).through_sub_buffer(),
 ];
 
 fn step() -> impl Strategy<Value = Step> {

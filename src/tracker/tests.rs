@@ -455,3 +455,41 @@ fn a_fold_marker_spans_the_hull_of_its_reads() {
     assert_eq!(marker.span, Span::new(0, 30));
     assert!(hazards_in(&set, IN_ORDER_A, Access::Write, Span::new(40, 50)).is_empty());
 }
+
+#[test]
+fn the_buffer_and_a_sub_buffer_of_it_overlap_whatever_their_bytes_and_sub_buffers_by_bytes() {
+    let own_low = Span::new(0, 50);
+    let sub_high = Span::new(50, 100).through_sub_buffer();
+    let sub_low = Span::new(0, 50).through_sub_buffer();
+    // OpenCL 3.0, clCreateSubBuffer: a buffer and its sub-buffer, whatever the bytes.
+    assert!(own_low.overlaps(sub_high) && sub_high.overlaps(own_low));
+    assert!(!own_low.overlaps_bytes(sub_high));
+    // Two sub-buffers: by their bytes.
+    assert!(!sub_low.overlaps(sub_high));
+    assert!(sub_low.overlaps(Span::new(40, 60).through_sub_buffer()));
+    // Standing in for another command: the same kind of object, or the whole buffer.
+    assert!(!Span::new(0, 100).through_sub_buffer().contains(own_low));
+    assert!(!Span::new(0, 100).contains(sub_low));
+    assert!(Span::ALL.contains(sub_low));
+    assert!(Span::new(0, 100).through_sub_buffer().contains(sub_low));
+    assert_eq!(own_low.hull(sub_high), Span::ALL);
+    assert_eq!(
+        sub_low.hull(sub_high),
+        Span::new(0, 100).through_sub_buffer()
+    );
+}
+
+#[test]
+fn a_write_through_a_sub_buffer_waits_for_a_read_of_other_bytes_through_the_buffer() {
+    let mut set = EventSet::new();
+    let own = Span::new(0, 10);
+    let sub = Span::new(500, 600).through_sub_buffer();
+    set.record_in(OUT_OF_ORDER, Access::Read, own, 1, false, pending);
+    assert_eq!(hazards_in(&set, IN_ORDER_B, Access::Write, sub), [1]);
+    // Reads of both may run together.
+    assert!(hazards_in(&set, IN_ORDER_B, Access::Read, sub).is_empty());
+    // A write through the sub-buffer does not stand for the read of other bytes: a later
+    // write through the buffer of those bytes still waits for it.
+    set.record_in(IN_ORDER_B, Access::Write, sub, 2, true, pending);
+    assert_eq!(hazards_in(&set, IN_ORDER_A, Access::Write, own), [1, 2]);
+}

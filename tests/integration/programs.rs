@@ -138,9 +138,13 @@ fn kernel_names_and_argument_counts_match_the_source() {
     let busy = common::busy(&ctx);
     let mut names = busy.kernel_names().unwrap();
     names.sort();
-    assert_eq!(names, ["group_sum", "increment", "scale", "spin"]);
+    assert_eq!(
+        names,
+        ["group_sum", "increment", "scale", "spin", "spin_from"]
+    );
     for (name, args) in [
         ("spin", 2),
+        ("spin_from", 3),
         ("increment", 2),
         ("scale", 4),
         ("group_sum", 3),

@@ -90,6 +90,9 @@ use cl_lifetime::{
 use crate::common::{self, Rng, mix};
 
 const SEED_VAR: &str = "CL_LIFETIME_SCHEDULE_SEED";
+/// Set: each seed is named on stderr before it runs, so that a crash inside the driver
+/// names the seed to replay.
+const TRAIL_VAR: &str = "CL_LIFETIME_SCHEDULE_TRAIL";
 const SCHEDULES_VAR: &str = "CL_LIFETIME_SCHEDULES";
 const ROUNDS_VAR: &str = "CL_LIFETIME_ROUNDS";
 const FAILURE_SCHEDULES_VAR: &str = "CL_LIFETIME_FAILURE_SCHEDULES";
@@ -1379,6 +1382,9 @@ impl Runs {
                 unreachable!("a seed for a context that is not there")
             };
             counts[devices - 1] += 1;
+            if std::env::var_os(TRAIL_VAR).is_some() {
+                eprintln!("{what} seed {seed} ({})", env.label);
+            }
             if let Err(e) = run(env, seed) {
                 failures.push(format!(
                     "{what} seed {seed} ({}) failed; replay with {SEED_VAR}={seed}:\n{e}",
@@ -1922,7 +1928,12 @@ fn execute_with_failures(
                 .collect();
             let _ = wait_all(&free);
         };
+    // A replay names each step as it goes: a crash inside the driver prints nothing else.
+    let trail = std::env::var_os(SEED_VAR).is_some() && std::env::var_os(TRAIL_VAR).is_some();
     for (i, step) in plan.steps.iter().enumerate() {
+        if trail {
+            eprintln!("step #{i}");
+        }
         let (queue, gate, kind) = match step {
             Step::Enqueue { queue, gate, kind } => (&queues[*queue], *gate, kind),
             setting => {
@@ -1950,6 +1961,9 @@ fn execute_with_failures(
         }
     }
 
+    if trail {
+        eprintln!("pending reads");
+    }
     // The plan has set every gate by now.
     for (i, read) in pending.drain(..) {
         let event = Some(read.event().clone());
@@ -1983,8 +1997,14 @@ fn execute_with_failures(
         .chain(&finals)
         .filter_map(Issue::event)
         .collect();
+    if trail {
+        eprintln!("final reads issued");
+    }
     let _ = wait_all(&events);
     env.ctx.wait_deferred();
+    if trail {
+        eprintln!("all ended");
+    }
 
     let failures = replay(plan, &issues, &finals, tally);
     if failures.is_empty() {
@@ -2317,8 +2337,20 @@ fn run_failure_schedule(env: &Env, plan: &Plan, tally: &mut Tally) -> Result<(),
         let buffers = env.buffers(&plan.initial, plan.len)?;
         let refs: Vec<&ClBuffer<i32>> = buffers.iter().collect();
         let checked = execute_with_failures(env, plan, &queues, &refs, tally);
+        let trail = std::env::var_os(SEED_VAR).is_some();
+        if trail {
+            eprintln!("checked: {checked:?}");
+        }
         drop(refs);
-        drop(buffers);
+        for (b, buffer) in buffers.into_iter().enumerate() {
+            if trail {
+                eprintln!("dropping b{b}");
+            }
+            drop(buffer);
+        }
+        if trail {
+            eprintln!("buffers dropped");
+        }
         env.ctx.wait_deferred();
         let stats = env.ctx.memory_stats();
         let leaked = (stats.live_bytes != 0 || stats.pending_release_bytes != 0).then(|| {
@@ -2368,12 +2400,17 @@ fn failure_schedules(base: u64) {
     let start = Instant::now();
     let watchdog = Watchdog::new();
     let mut tally = Tally::default();
+    let runs_one = runs.replay.is_some();
     let (counts, failures) = runs.run("failure schedule", |env, seed| {
         let plan = plan_schedule(seed, true, env.unit);
         watchdog.watch(format!(
             "failure schedule seed {seed} ({}); replay with {SEED_VAR}={seed}:\n{plan}",
             env.label
         ));
+        if runs_one {
+            // A replay shows its plan first: a crash inside the driver prints nothing else.
+            eprintln!("{plan}");
+        }
         let outcome = run_failure_schedule(env, &plan, &mut tally);
         watchdog.done();
         outcome

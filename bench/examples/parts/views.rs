@@ -68,7 +68,12 @@ fn views_raw(raw: &Raw, halves: [cl_mem; 2], iters: u32, n: usize) -> anyhow::Re
         let start = Instant::now();
         let mut events = Vec::with_capacity(2);
         for (q, &half) in halves.iter().enumerate() {
-            events.push(raw.launch(q, &raw.spin, &[RawArg::Mem(half), RawArg::U32(iters)], HALF)?);
+            events.push(raw.launch(
+                q,
+                &raw.spin,
+                &[RawArg::Mem(half), RawArg::U32(iters)],
+                HALF,
+            )?);
         }
         raw.flush(1)?;
         // SAFETY: half A holds `HALF` f32s; `host` is alive and untouched until the read's
@@ -129,7 +134,10 @@ pub(super) fn views(
     let buf = lib.ctx.buffer_from(&vec![1f32; 2 * HALF])?;
     let mem = raw.create_from(&vec![1f32; 2 * HALF])?;
     let bytes = HALF * size_of::<f32>();
-    let subs = [raw_sub_buffer(mem, 0, bytes)?, raw_sub_buffer(mem, bytes, bytes)?];
+    let subs = [
+        raw_sub_buffer(mem, 0, bytes)?,
+        raw_sub_buffer(mem, bytes, bytes)?,
+    ];
     let n = if plan.quick { 4 } else { 8 };
     let result = (|| -> anyhow::Result<()> {
         // Warm-up: builds, sub-buffers, first launches.
@@ -154,7 +162,11 @@ pub(super) fn views(
             ("ms per round until both halves are written", 1),
         ] {
             let get = |v: usize| -> &Vec<f64> {
-                if pick == 0 { &samples[v].0 } else { &samples[v].1 }
+                if pick == 0 {
+                    &samples[v].0
+                } else {
+                    &samples[v].1
+                }
             };
             for (baseline, b) in [(RAW, 2), (WHOLE, 1)] {
                 report.cost(
