@@ -285,6 +285,20 @@ pub enum Error {
         /// The device's alignment, in bytes.
         align: usize,
     },
+    /// A view passed as a kernel argument overlaps another view of its buffer passed to a
+    /// kernel before, without being the same view or starting where it does and ending
+    /// within it: the views of one buffer passed to kernels must be disjoint (NVIDIA's
+    /// driver does not survive overlapping sub-buffers).
+    ViewOverlap {
+        /// The view's start in its buffer, in bytes.
+        byte_offset: usize,
+        /// The view's length, in bytes.
+        bytes: usize,
+        /// The other view's start, in bytes.
+        other_offset: usize,
+        /// The other view's length, in bytes.
+        other_bytes: usize,
+    },
     /// An arena has no room left for a sub-buffer.
     ArenaFull {
         /// Bytes asked for (aligned).
@@ -553,6 +567,20 @@ impl fmt::Display for Error {
                  device places sub-buffers at multiples of CL_DEVICE_MEM_BASE_ADDR_ALIGN, \
                  {align} bytes here (start the view at such a multiple, or pass the whole \
                  buffer with an offset argument)"
+            ),
+            Error::ViewOverlap {
+                byte_offset,
+                bytes,
+                other_offset,
+                other_bytes,
+            } => write!(
+                f,
+                "a view of bytes {byte_offset}..{} cannot be a kernel argument: it overlaps the \
+                 view of bytes {other_offset}..{} passed to a kernel before (the views of one \
+                 buffer passed to kernels must be disjoint, or the same view, or start where \
+                 an earlier one does and end within it)",
+                byte_offset + bytes,
+                other_offset + other_bytes
             ),
             Error::ArenaFull {
                 requested,

@@ -33,7 +33,10 @@ impl<'a> Arg<'a> {
     /// A view is passed to the kernel as a sub-buffer: its element 0 is the view's first
     /// element, and its start must be a multiple of the device's
     /// `CL_DEVICE_MEM_BASE_ADDR_ALIGN` (the launch returns
-    /// [`Error::ViewMisaligned`](crate::Error::ViewMisaligned) otherwise).
+    /// [`Error::ViewMisaligned`](crate::Error::ViewMisaligned) otherwise). The kernel must
+    /// touch only the view's elements (tell it the view's length). The views of one buffer
+    /// passed to kernels must not overlap but as [`View`](crate::View) says
+    /// ([`Error::ViewOverlap`](crate::Error::ViewOverlap) otherwise).
     pub fn write<T: Pod>(buffer: impl IntoView<'a, T>) -> Arg<'a> {
         buffer_arg(buffer.into_view(), Access::Write)
     }
@@ -124,12 +127,6 @@ impl After<'_> {
             };
             kernel.enqueue(queue, global, local, args, &subs, &wait)
         })?;
-        // The sub-buffer *kept, bounded* rule: each is kept until the command has ended.
-        for (index, sub) in subs {
-            if let Some(b) = args[index].buffer() {
-                b.block.keep_alive(event.clone(), Box::new(sub));
-            }
-        }
         if let Some(turn) = turn {
             turn.launched(&core.ctx, &event);
         }

@@ -91,7 +91,6 @@ impl After<'_> {
                 )
             }
         })?;
-        target.keep_until(block, &event);
         Ok(event)
     }
 
@@ -136,7 +135,6 @@ impl After<'_> {
             },
             Some(writers),
         )?;
-        target.keep_until(block, &event);
         Ok(event)
     }
 
@@ -441,8 +439,6 @@ impl After<'_> {
                 )
             }
         })?;
-        from.keep_until(s, &event);
-        to.keep_until(d, &event);
         Ok(event)
     }
 
@@ -494,7 +490,6 @@ impl After<'_> {
                 )
             }
         })?;
-        target.keep_until(block, &event);
         Ok(event)
     }
 }

@@ -9,30 +9,32 @@
 //!
 //! # Rules
 //!
-//! - **A kernel argument is a sub-buffer.** A view passed to a kernel is a sub-buffer of
-//!   its bytes, made once and kept with the buffer ([`crate::record::sub`]), whose origin
-//!   must be a multiple of the device's `CL_DEVICE_MEM_BASE_ADDR_ALIGN`
-//!   ([`Error::ViewMisaligned`] otherwise).
+//! - **A kernel argument is a sub-buffer.** A view passed to a kernel is a sub-buffer
+//!   starting at its first byte, made once and kept with the buffer
+//!   ([`crate::record::sub`]), whose origin must be a multiple of the device's
+//!   `CL_DEVICE_MEM_BASE_ADDR_ALIGN` ([`Error::ViewMisaligned`] otherwise). The views of
+//!   one buffer passed to kernels must be disjoint, or the same view, or start where an
+//!   earlier one does and end within it (the kernel is then given the earlier, longer
+//!   one, and must touch only the view's elements); any other is refused with
+//!   [`Error::ViewOverlap`], because NVIDIA's driver does not survive overlapping
+//!   sub-buffers. Transfers, maps and commands from other code take any view.
 //! - **Through the view's sub-buffer.** OpenCL leaves concurrent use of a buffer and a
 //!   sub-buffer of it undefined where one writes, whatever bytes each touches (the
 //!   tracker's *sub-buffers* rule orders them). So that a transfer on one view need not
-//!   wait for a kernel writing another, writes, reads, copies and fills on part of a
-//!   buffer go through the view's sub-buffer where its origin is aligned for the queue's
-//!   device, and through the buffer itself otherwise. Maps and commands from other code
+//!   wait for a kernel writing another, writes, reads, copies and fills on a view that
+//!   has a sub-buffer (one passed to a kernel) go through it; on any other part of a
+//!   buffer they go through the buffer itself. Maps and commands from other code
 //!   ([`BufferUse`](crate::BufferUse)) use the buffer itself, at the view's byte offset.
 
 use std::fmt;
 use std::ops::{Bound, Deref, RangeBounds};
 
-use std::sync::Arc;
-
 use super::buffer::ClBuffer;
 use crate::error::{Error, Result, Transfer};
-use crate::event::Event;
 use crate::ffi::cl_mem;
 use crate::pod::Pod;
 use crate::record::block::Block;
-use crate::record::sub::SubMem;
+use crate::record::sub::Held;
 use crate::tracker::Span;
 
 /// Elements `offset .. offset + len` of a [`ClBuffer`], taken by every command in place of
@@ -298,8 +300,8 @@ pub(crate) struct Target {
     pub(crate) mem: cl_mem,
     /// The buffer's element at `mem`'s start.
     origin: usize,
-    /// The sub-buffer, kept until the command has ended.
-    sub: Option<Arc<SubMem>>,
+    /// The sub-buffer, if the transfer goes through one.
+    sub: Option<Held>,
 }
 
 impl Target {
@@ -314,13 +316,6 @@ impl Target {
             span.through_sub_buffer()
         } else {
             span
-        }
-    }
-
-    /// Keeps the sub-buffer, if any, until `event` has ended.
-    pub(crate) fn keep_until(self, block: &Block, event: &Event) {
-        if let Some(sub) = self.sub {
-            block.keep_alive(event.clone(), Box::new(sub));
         }
     }
 }

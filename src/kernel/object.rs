@@ -13,7 +13,7 @@ use crate::error::{ClStatus, Error, Result};
 use crate::ffi::{self, cl_command_queue, cl_event, cl_kernel};
 use crate::launch::{self, Limits, Param};
 use crate::record::hooks::ArgHolder;
-use crate::record::sub::SubMem;
+use crate::record::sub::Held;
 
 /// The launch checks' *declared kinds* rule ([`crate::launch`]): what the kernel declares for each of its `count` parameters, or `None`
 /// where the driver gives no argument information (the *no argument information* rule).
@@ -292,7 +292,7 @@ impl Kernel {
         global: &[usize],
         local: Option<&[usize]>,
         args: &[Arg<'_>],
-        subs: &[(usize, Arc<SubMem>)],
+        subs: &[(usize, Held)],
         wait: &[cl_event],
     ) -> Result<cl_event> {
         let mut state = self
@@ -331,7 +331,7 @@ impl Kernel {
         &self,
         state: &mut KernelState,
         args: &[Arg<'_>],
-        subs: &[(usize, Arc<SubMem>)],
+        subs: &[(usize, Held)],
     ) -> Result<()> {
         let raw = state.raw;
         let sub_of = |index: usize| subs.iter().find(|(i, _)| *i == index).map(|(_, s)| s);
@@ -340,7 +340,7 @@ impl Kernel {
                 ArgKind::Buffer(b) => match sub_of(index) {
                     Some(sub) => Bound::Sub {
                         parent: b.block.id,
-                        id: sub.id,
+                        id: sub.id(),
                     },
                     None => Bound::Mem(b.block.id),
                 },

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use super::history::{MapStep, Record};
 use super::hooks::{ArgHolder, Owner};
-use super::sub::{SubMem, Subs};
+use super::sub::{Held, Subs};
 use crate::core::context::ContextCore;
 use crate::core::stats::{Bucket, Source};
 use crate::error::{Error, Result};
@@ -304,19 +304,22 @@ impl Block {
             .free_for(lane)
     }
 
-    /// The sub-buffer of the view of `bytes` at byte `origin` of this block, for a kernel
-    /// argument on a device that places sub-buffers at multiples of `align` bytes: see
-    /// [`super::sub`].
-    /// `None` for a transfer (`for_kernel` false) once the block holds as many as it
-    /// makes for transfers.
+    /// The sub-buffer of the view of `bytes` at byte `origin` of this block, on a device
+    /// that places sub-buffers at multiples of `align` bytes, made for a kernel argument
+    /// (`for_kernel`); see [`super::sub`]. `None` for a transfer when the view has none.
     pub(crate) fn sub(
         &self,
         origin: usize,
         bytes: usize,
         align: usize,
         for_kernel: bool,
-    ) -> Result<Option<Arc<SubMem>>> {
-        self.subs.get(self.raw, origin, bytes, align, for_kernel)
+    ) -> Result<Option<Held>> {
+        self.subs.get(self.raw, (origin, bytes), align, for_kernel)
+    }
+
+    /// How many sub-buffers of views the block holds.
+    pub(crate) fn subs_kept(&self) -> usize {
+        self.subs.len()
     }
 
     /// Resets the kernel arguments that hold the sub-buffer `sub_id` of this block (the
@@ -337,11 +340,6 @@ impl Block {
     pub(super) fn release_subs(&mut self) {
         let mut subs = self.subs.take();
         subs.clear(&|id| self.unbind_sub(id));
-    }
-
-    /// How many sub-buffers of views the block holds.
-    pub(crate) fn subs_kept(&self) -> usize {
-        self.subs.len()
     }
 
     /// Notes that `kernel` now holds this block, or a sub-buffer of it, as an argument.

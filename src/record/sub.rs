@@ -1,5 +1,5 @@
-//! The sub-buffers a block makes for views: kernel arguments, and transfers on part of a
-//! buffer.
+//! The sub-buffers a block makes for views passed to kernels, which transfers on those
+//! views use too.
 //!
 //! # Rules
 //!
@@ -7,20 +7,23 @@
 //!   part of (an arena's, or the one an adopted sub-buffer came from: OpenCL makes no
 //!   sub-buffer of a sub-buffer), at the view's origin there, which must be a multiple of
 //!   the device's `CL_DEVICE_MEM_BASE_ADDR_ALIGN` ([`Error::ViewMisaligned`]).
-//! - **Kept for the block's life.** A block keeps every sub-buffer it makes, one per view
-//!   (origin and length), and releases them only with its memory. NVIDIA's driver crashes
-//!   in `clReleaseMemObject` of a sub-buffer while a newer one that a kernel has used lies
-//!   inside it or overlaps it in part (seen with raw OpenCL calls on an H200, driver 580),
-//!   and any holder of a reference (a command, a kernel argument) could be the one that
-//!   releases it: so none is released while the block lives. A transfer makes one only
-//!   while the block holds fewer than [`KEPT`] (it goes through the buffer itself
-//!   otherwise); a kernel argument needs one, so the views a program passes to kernels
-//!   bound the count.
-//! - **Newest first, unbound first.** A block's release, after its wait and before its
-//!   own `clReleaseMemObject`, releases its sub-buffers newest first (the order that
-//!   driver survives), each after every kernel argument holding it has been reset to
-//!   NULL (a driver that lets a kernel argument keep its memory object would release it
-//!   later, out of that order).
+//! - **Disjoint or the same.** The views of one block passed to kernels are disjoint, or
+//!   the same view, or start where a kept one does and end within it (which is then
+//!   given to the kernel: a longer buffer whose first elements are the view's); any
+//!   other view is refused ([`Error::ViewOverlap`]). NVIDIA's driver does not survive
+//!   overlapping sub-buffers: it crashes in `clReleaseMemObject` of one while a newer one
+//!   that a kernel has used lies inside it or across it, and a kernel's writes through a
+//!   sub-buffer made over bytes an earlier, released one overlapped never reach the
+//!   buffer (both seen on an H200, driver 580; the first with raw OpenCL calls too).
+//! - **Kept for the block's life.** A sub-buffer is released only with its block (none is
+//!   made again over the same bytes), so a view launched every frame makes one; the
+//!   disjoint views of a block bound their number. A transfer on a view uses the view's
+//!   kept sub-buffer, and makes none.
+//! - **Unbound first, newest first.** The block's release, after its wait and before its
+//!   own `clReleaseMemObject`, releases its sub-buffers newest first, each after every
+//!   kernel argument holding it has been reset to NULL (a driver that lets a kernel
+//!   argument keep its memory object would release it later, when the argument is next
+//!   set). The block alone holds each, so each goes exactly then.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -28,16 +31,13 @@ use crate::error::{Error, Result};
 use crate::ffi::{self, cl_mem};
 use crate::util::next_id;
 
-/// How many sub-buffers a block makes for transfers (the *kept for the block's life*
-/// rule).
-pub(crate) const KEPT: usize = 32;
-
-/// A sub-buffer for one view, released when the block lets go of it.
+/// A sub-buffer for one view, held by its block alone (and, for a moment, by a
+/// [`Held`]): released when the block lets go of it.
 pub(crate) struct SubMem {
     raw: cl_mem,
     /// Unique for the process, as blocks' IDs are (a kernel argument names it).
-    pub(crate) id: u64,
-    /// The view's region of its block, in bytes.
+    id: u64,
+    /// Its region of its block, in bytes.
     origin: usize,
     bytes: usize,
     /// Its origin in the root memory object.
@@ -50,19 +50,38 @@ unsafe impl Send for SubMem {}
 unsafe impl Sync for SubMem {}
 
 impl SubMem {
-    pub(crate) fn raw(&self) -> cl_mem {
-        self.raw
+    fn end(&self) -> usize {
+        self.origin + self.bytes
+    }
+
+    /// Whether it shares a byte with `bytes` at `origin`.
+    fn overlaps(&self, origin: usize, bytes: usize) -> bool {
+        self.origin < origin + bytes && origin < self.end()
     }
 }
 
 impl Drop for SubMem {
     fn drop(&mut self) {
-        // SAFETY: `raw` came from clCreateSubBuffer and is released once, here, when the
-        // last holder lets go: the block's release, newest first (the *newest first*
-        // rule), or a command that ends after it.
+        // SAFETY: `raw` came from clCreateSubBuffer and is released once, here: by the
+        // block's release, after its wait (no command uses it) and after the kernel
+        // arguments holding it were reset.
         if let Err(e) = unsafe { ffi::release_mem(self.raw) } {
             log::error!(target: "cl_lifetime::buffer", "releasing a view's sub-buffer: {e}");
         }
+    }
+}
+
+/// A sub-buffer handed to a command: the memory object and the ID a kernel argument
+/// names it by.
+pub(crate) struct Held(Arc<SubMem>);
+
+impl Held {
+    pub(crate) fn raw(&self) -> cl_mem {
+        self.0.raw
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.0.id
     }
 }
 
@@ -71,25 +90,37 @@ impl Drop for SubMem {
 pub(crate) struct Subs(Mutex<Vec<Arc<SubMem>>>);
 
 impl Subs {
-    /// The sub-buffer of `bytes` at `origin` of `block` (a live memory object), made if
-    /// the block has none yet, for a device that places sub-buffers at multiples of
-    /// `align` bytes; `None` for a transfer (`for_kernel` false) when the block holds
-    /// [`KEPT`] already.
+    /// The sub-buffer for the view of `bytes` at `origin` of `block` (a live memory
+    /// object), on a device that places sub-buffers at multiples of `align` bytes, as the
+    /// rules above give it: made for a kernel argument (`for_kernel`) if none is kept; for
+    /// a transfer, `None` unless one is kept.
     pub(crate) fn get(
         &self,
         block: cl_mem,
-        origin: usize,
-        bytes: usize,
+        (origin, bytes): (usize, usize),
         align: usize,
         for_kernel: bool,
-    ) -> Result<Option<Arc<SubMem>>> {
+    ) -> Result<Option<Held>> {
         let mut subs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(sub) = subs.iter().find(|s| s.origin == origin && s.bytes == bytes) {
+        // The same view, or one that starts where it does and holds all of it.
+        if let Some(sub) = subs
+            .iter()
+            .find(|s| s.origin == origin && s.end() >= origin + bytes)
+        {
             check_align(sub.root_origin, align)?;
-            return Ok(Some(sub.clone()));
+            return Ok(Some(Held(sub.clone())));
         }
-        if !for_kernel && subs.len() >= KEPT {
+        if !for_kernel {
             return Ok(None);
+        }
+        // The *disjoint or the same* rule.
+        if let Some(other) = subs.iter().find(|s| s.overlaps(origin, bytes)) {
+            return Err(Error::ViewOverlap {
+                byte_offset: origin,
+                bytes,
+                other_offset: other.origin,
+                other_bytes: other.bytes,
+            });
         }
         // The *on the root* rule.
         let (root, root_origin) = match ffi::mem_parent(block)? {
@@ -108,12 +139,12 @@ impl Subs {
             root_origin,
         });
         subs.push(sub.clone());
-        Ok(Some(sub))
+        Ok(Some(Held(sub)))
     }
 
     /// Releases every sub-buffer, newest first, each after `unbind` has reset the kernel
-    /// arguments holding it (by ID): the *newest first, unbound first* rule. No command
-    /// uses any of them any more.
+    /// arguments holding it (by ID): the *unbound first, newest first* rule. No command
+    /// uses any of them any more, and no [`Held`] is left (a view borrows its buffer).
     pub(crate) fn clear(&mut self, unbind: &dyn Fn(u64)) {
         let subs = self.0.get_mut().unwrap_or_else(PoisonError::into_inner);
         while let Some(sub) = subs.pop() {
