@@ -485,8 +485,11 @@ impl Owner for PoolInner {
         mem.given_back();
         let mut state = self.lock();
         state.in_use = state.in_use.saturating_sub(class);
+        // A block with sub-buffers of its old owner's views goes: the next owner's views
+        // could overlap them (the sub-buffers' *disjoint or the same* rule).
         let keep = !self.closed.load(Ordering::Acquire)
-            && state.pooled + class <= self.options.release_threshold;
+            && state.pooled + class <= self.options.release_threshold
+            && mem.subs_kept() == 0;
         if keep {
             state.pooled += class;
             state.blocks += 1;

@@ -1870,3 +1870,55 @@ fn a_pooled_buffers_bytes_are_its_elements_and_its_block_is_the_size_class() {
     assert_eq!(words.bytes(), 400);
     assert_eq!(words.block_bytes(), 512);
 }
+
+/// A pooled block kept the sub-buffers of its first owner's views, so the next owner's
+/// views that overlap them were refused with `Error::ViewOverlap`: a block with sub-buffers
+/// is let go instead of kept.
+#[test]
+fn a_block_whose_views_were_kernel_arguments_is_not_handed_to_the_next_owner() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let align = ctx
+        .devices()
+        .iter()
+        .map(|d| d.base_addr_align_bytes())
+        .max()
+        .unwrap_or(1) as usize;
+    let unit = (align / size_of::<i32>()).max(1);
+    let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
+    let first = pool.acquire::<i32>(4 * unit).unwrap();
+    queue.fill(&first, 0).unwrap();
+    queue
+        .launch(
+            &increment,
+            &[2 * unit],
+            &[
+                Arg::read_write(first.view(0..2 * unit).unwrap()),
+                Arg::scalar(2 * unit as u32),
+            ],
+        )
+        .unwrap();
+    first.release().unwrap();
+    assert_eq!(pool.stats().pooled_blocks, 0);
+    let second = pool.acquire::<i32>(4 * unit).unwrap();
+    queue.fill(&second, 0).unwrap();
+    queue
+        .launch(
+            &increment,
+            &[2 * unit],
+            &[
+                Arg::read_write(second.view(unit..3 * unit).unwrap()),
+                Arg::scalar(2 * unit as u32),
+            ],
+        )
+        .unwrap();
+    let mut expected = vec![0i32; 4 * unit];
+    expected[unit..3 * unit].fill(1);
+    assert_eq!(contents(&queue, &second), expected);
+    // A block that never had a view's sub-buffer is kept as before.
+    second.release().unwrap();
+    let third = pool.acquire::<i32>(4 * unit).unwrap();
+    third.release().unwrap();
+    assert_eq!(pool.stats().pooled_blocks, 1);
+}
