@@ -124,8 +124,9 @@ impl<T: Pod> ClBuffer<T> {
         self.block.bytes()
     }
 
-    /// How many sub-buffers the buffer keeps for reuse by its views (at most 32, the least
-    /// recently used retiring first; all are released with the buffer).
+    /// How many sub-buffers the buffer holds: one per [`View`](crate::View) passed to a
+    /// kernel (views from the start of a longer one share its), kept until the buffer is
+    /// released.
     pub fn kept_sub_buffers(&self) -> usize {
         self.block.subs_kept()
     }

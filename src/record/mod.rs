@@ -76,11 +76,11 @@
 //! |---|---|---|---|
 //! | pool state | [`crate::alloc`] | acquire, take back, trim | a block's `free_for` status queries; never an enqueue |
 //! | program cache | [`crate::api`] `Context` | `program` | the build (`clBuildProgram`) |
-//! | a block's sub-buffers | [`sub`] | a launch or transfer on a view, before the records | `clCreateSubBuffer`, `clGetMemObjectInfo`, a retired sub-buffer's release (none of its commands pending) and the reset of the kernel arguments holding it (kernel state locks, taken after the block's kernel list is copied and let go) |
+//! | a block's sub-buffers | [`sub`] | a launch or transfer on a view, before the records | `clCreateSubBuffer`, `clGetMemObjectInfo` |
 //! | records of a command's buffers, in buffer-ID order | [`block::Block`] | [`submit::Submit`] | status queries, flushes of other queues, the enqueue, the fold's marker |
 //! | a context's pins | [`crate::core::pins`] | a commit that lists its record (inside the records), an enqueue that lists its queue's echo (after the echo's lock is let go), a release's sweep | try-locks of records and echoes, the status reads they make (which take echoes) |
 //! | a queue's echo | [`crate::core::echo`] | an enqueue on a queue that keeps one (inside the records; around a launch's kernel state), status reads | the enqueue (and the settling marker's), status queries of the commands it watches |
-//! | kernel state | [`crate::kernel`] | a launch's enqueue (inside the records), a release's unbind (no record held), a sub-buffer's release (inside a block's sub-buffers) | `clSetKernelArg` and `clEnqueueNDRangeKernel` |
+//! | kernel state | [`crate::kernel`] | a launch's enqueue (inside the records), a release's unbind (no record held; for a sub-buffer after the block's kernel list is copied and let go) | `clSetKernelArg` and `clEnqueueNDRangeKernel` |
 //! | a block's kernel list | [`block::Block`] | `set_args` (inside the kernel state) | nothing |
 //! | an event's dependency list | [`crate::event`] | status reads | nothing |
 //! | graveyard (try-lock only) | [`crate::event`] | sweep, bury | nothing: events are dropped outside it |
