@@ -1191,8 +1191,11 @@ fn execute(
                 after.fill(buffers[*b], *value).map_err(failed)?;
             }
             Kind::FillRange { b, value, range } => {
-                after
-                    .fill_range(buffers[*b], *value, range.clone())
+                // Through a view: where a kernel's view starts there and holds the range,
+                // the fill goes through its sub-buffer (the tracker's *sub-buffers* rule).
+                buffers[*b]
+                    .view(range.clone())
+                    .and_then(|view| after.fill(view, *value))
                     .map_err(failed)?;
             }
             Kind::Copy { src, dst } => {
@@ -1234,7 +1237,10 @@ fn execute(
                 let read = if range.len() == len {
                     after.read_owned(buffers[*b])
                 } else {
-                    after.read_owned_range(buffers[*b], range.clone())
+                    // Through a view, as a fill of part of a buffer is.
+                    buffers[*b]
+                        .view(range.clone())
+                        .and_then(|view| after.read_owned(view))
                 }
                 .map_err(failed)?;
                 if *wait_now {
@@ -1751,9 +1757,11 @@ fn issue(
             })
         }
         Kind::Fill { b, value } => enqueued(after.fill(buffers[*b], *value)),
-        Kind::FillRange { b, value, range } => {
-            enqueued(after.fill_range(buffers[*b], *value, range.clone()))
-        }
+        Kind::FillRange { b, value, range } => enqueued(
+            buffers[*b]
+                .view(range.clone())
+                .and_then(|view| after.fill(view, *value)),
+        ),
         Kind::Copy { src, dst } => enqueued(after.copy(buffers[*src], buffers[*dst])),
         Kind::CopyRange {
             src,
@@ -1780,7 +1788,9 @@ fn issue(
             let read = if range.len() == len {
                 after.read_owned(buffers[*b])
             } else {
-                after.read_owned_range(buffers[*b], range.clone())
+                buffers[*b]
+                    .view(range.clone())
+                    .and_then(|view| after.read_owned(view))
             };
             match read {
                 Err(e) => Issued::Now(Issue::Refused(e)),
