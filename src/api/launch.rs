@@ -108,11 +108,10 @@ impl After<'_> {
             .filter_map(|(index, arg)| {
                 let b = arg.buffer()?;
                 let (origin, bytes) = b.region?;
-                let sub = b.block.sub(origin, bytes, core.limits.base_align, true);
-                // A kernel argument always gets one (`Ok(None)` is for transfers only).
-                Some(
-                    sub.and_then(|sub| sub.map(|sub| (index, sub)).ok_or(crate::Error::ZeroLength)),
-                )
+                let sub = b
+                    .block
+                    .sub_for_kernel(origin, bytes, core.limits.base_align);
+                Some(sub.map(|sub| (index, sub)))
             })
             .collect::<Result<Vec<_>>>()?;
         let queue = core.raw;

@@ -270,20 +270,14 @@ impl<'b, T: Pod> View<'b, T> {
         }
         match self
             .block()
-            .sub(self.byte_offset(), self.bytes(), align, false)
+            .kept_sub(self.byte_offset(), self.bytes(), align)
         {
-            Ok(Some(sub)) => Target {
+            Some(sub) => Target {
                 mem: sub.raw(),
                 origin: self.offset,
                 sub: Some(sub),
             },
-            Ok(None) => own,
-            Err(e) => {
-                if !matches!(e, Error::ViewMisaligned { .. }) {
-                    log::debug!(target: "cl_lifetime::buffer", "a view's transfer goes through its buffer: {e}");
-                }
-                own
-            }
+            None => own,
         }
     }
 

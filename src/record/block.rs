@@ -304,17 +304,16 @@ impl Block {
             .free_for(lane)
     }
 
-    /// The sub-buffer of the view of `bytes` at byte `origin` of this block, on a device
-    /// that places sub-buffers at multiples of `align` bytes, made for a kernel argument
-    /// (`for_kernel`); see [`super::sub`]. `None` for a transfer when the view has none.
-    pub(crate) fn sub(
-        &self,
-        origin: usize,
-        bytes: usize,
-        align: usize,
-        for_kernel: bool,
-    ) -> Result<Option<Held>> {
-        self.subs.get(self.raw, (origin, bytes), align, for_kernel)
+    /// The sub-buffer of the view of `bytes` at byte `origin` of this block for a kernel
+    /// argument, on a device that places sub-buffers at multiples of `align` bytes: see
+    /// [`super::sub`].
+    pub(crate) fn sub_for_kernel(&self, origin: usize, bytes: usize, align: usize) -> Result<Held> {
+        self.subs.for_kernel(self.raw, (origin, bytes), align)
+    }
+
+    /// The view's kept sub-buffer, for a transfer: see [`super::sub`].
+    pub(crate) fn kept_sub(&self, origin: usize, bytes: usize, align: usize) -> Option<Held> {
+        self.subs.kept((origin, bytes), align)
     }
 
     /// How many sub-buffers of views the block holds.

@@ -90,28 +90,26 @@ impl Held {
 pub(crate) struct Subs(Mutex<Vec<Arc<SubMem>>>);
 
 impl Subs {
+    /// The kept sub-buffer for the view of `bytes` at `origin`: the same view, or one that
+    /// starts where it does and holds all of it, if its root origin is a multiple of
+    /// `align` bytes. What a transfer on a view uses; it makes none.
+    pub(crate) fn kept(&self, (origin, bytes): (usize, usize), align: usize) -> Option<Held> {
+        let subs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        find_kept(&subs, origin, bytes, align).ok().flatten()
+    }
+
     /// The sub-buffer for the view of `bytes` at `origin` of `block` (a live memory
-    /// object), on a device that places sub-buffers at multiples of `align` bytes, as the
-    /// rules above give it: made for a kernel argument (`for_kernel`) if none is kept; for
-    /// a transfer, `None` unless one is kept.
-    pub(crate) fn get(
+    /// object) passed to a kernel, on a device that places sub-buffers at multiples of
+    /// `align` bytes: the kept one, or a new one, as the rules above give it.
+    pub(crate) fn for_kernel(
         &self,
         block: cl_mem,
         (origin, bytes): (usize, usize),
         align: usize,
-        for_kernel: bool,
-    ) -> Result<Option<Held>> {
+    ) -> Result<Held> {
         let mut subs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        // The same view, or one that starts where it does and holds all of it.
-        if let Some(sub) = subs
-            .iter()
-            .find(|s| s.origin == origin && s.end() >= origin + bytes)
-        {
-            check_align(sub.root_origin, align)?;
-            return Ok(Some(Held(sub.clone())));
-        }
-        if !for_kernel {
-            return Ok(None);
+        if let Some(held) = find_kept(&subs, origin, bytes, align)? {
+            return Ok(held);
         }
         // The *disjoint or the same* rule.
         if let Some(other) = subs.iter().find(|s| s.overlaps(origin, bytes)) {
@@ -139,7 +137,7 @@ impl Subs {
             root_origin,
         });
         subs.push(sub.clone());
-        Ok(Some(Held(sub)))
+        Ok(Held(sub))
     }
 
     /// Releases every sub-buffer, newest first, each after `unbind` has reset the kernel
@@ -163,6 +161,26 @@ impl Subs {
     /// How many the block holds.
     pub(crate) fn len(&self) -> usize {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+}
+
+/// The kept sub-buffer that starts at `origin` and holds `bytes` from it, checked against
+/// `align`.
+fn find_kept(
+    subs: &[Arc<SubMem>],
+    origin: usize,
+    bytes: usize,
+    align: usize,
+) -> Result<Option<Held>> {
+    match subs
+        .iter()
+        .find(|s| s.origin == origin && s.end() >= origin + bytes)
+    {
+        Some(sub) => {
+            check_align(sub.root_origin, align)?;
+            Ok(Some(Held(sub.clone())))
+        }
+        None => Ok(None),
     }
 }
 

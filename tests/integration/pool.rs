@@ -1245,12 +1245,7 @@ fn resize_keeps_contents_and_orders_after_pending_writes() {
 fn arena_carves_aligned_non_overlapping_sub_buffers() {
     let ctx = device!();
     let queue = ctx.queue().unwrap();
-    let align = ctx
-        .devices()
-        .iter()
-        .map(|d| d.base_addr_align_bytes())
-        .max()
-        .unwrap() as usize;
+    let align = common::sub_buffer_align(&ctx);
     let capacity = 16 * align + 4096;
     let mut arena = Arena::new(&ctx, capacity).unwrap();
     assert_eq!(arena.capacity(), capacity);
@@ -1879,13 +1874,7 @@ fn a_block_whose_views_were_kernel_arguments_is_not_handed_to_the_next_owner() {
     let ctx = device!();
     let queue = ctx.queue().unwrap();
     let increment = common::busy(&ctx).kernel("increment").unwrap();
-    let align = ctx
-        .devices()
-        .iter()
-        .map(|d| d.base_addr_align_bytes())
-        .max()
-        .unwrap_or(1) as usize;
-    let unit = (align / size_of::<i32>()).max(1);
+    let unit = common::sub_buffer_unit(&ctx);
     let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
     let first = pool.acquire::<i32>(4 * unit).unwrap();
     queue.fill(&first, 0).unwrap();

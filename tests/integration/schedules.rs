@@ -975,13 +975,7 @@ impl Env {
         let program = ctx.program("schedule.cl", "").expect("schedule.cl builds");
         let add_const = program.kernel("add_const").expect("add_const kernel");
         let axpy = program.kernel("axpy_int").expect("axpy_int kernel");
-        let unit = ctx
-            .devices()
-            .iter()
-            .map(|d| d.base_addr_align_bytes() as usize / size_of::<i32>())
-            .max()
-            .unwrap_or(1)
-            .max(1);
+        let unit = common::sub_buffer_unit(&ctx);
         let pool = ctx
             .devices()
             .iter()
@@ -2348,20 +2342,8 @@ fn run_failure_schedule(env: &Env, plan: &Plan, tally: &mut Tally) -> Result<(),
         let buffers = env.buffers(&plan.initial, plan.len)?;
         let refs: Vec<&ClBuffer<i32>> = buffers.iter().collect();
         let checked = execute_with_failures(env, plan, &queues, &refs, tally);
-        let trail = std::env::var_os(SEED_VAR).is_some();
-        if trail {
-            eprintln!("checked: {checked:?}");
-        }
         drop(refs);
-        for (b, buffer) in buffers.into_iter().enumerate() {
-            if trail {
-                eprintln!("dropping b{b}");
-            }
-            drop(buffer);
-        }
-        if trail {
-            eprintln!("buffers dropped");
-        }
+        drop(buffers);
         env.ctx.wait_deferred();
         let stats = env.ctx.memory_stats();
         let leaked = (stats.live_bytes != 0 || stats.pending_release_bytes != 0).then(|| {

@@ -6,17 +6,7 @@ use cl_lifetime::{Arena, Arg, BufferUse, ClBuffer, Context, Error, Transfer};
 
 use crate::common;
 
-/// Elements of `i32` per `CL_DEVICE_MEM_BASE_ADDR_ALIGN` of the context's devices: a view
-/// starting at a multiple of it can be a kernel argument.
-fn unit(ctx: &Context) -> usize {
-    let align = ctx
-        .devices()
-        .iter()
-        .map(|d| d.base_addr_align_bytes())
-        .max()
-        .unwrap_or(1) as usize;
-    (align / size_of::<i32>()).max(1)
-}
+use common::sub_buffer_unit as unit;
 
 fn gates_work(ctx: &Context) -> bool {
     !common::not_on(ctx, "oclgrind", common::oclgrind::GATES)

@@ -174,6 +174,22 @@ macro_rules! device {
     };
 }
 
+/// The largest `CL_DEVICE_MEM_BASE_ADDR_ALIGN` of the context's devices, in bytes: where
+/// a sub-buffer (an arena's carving, a view passed to a kernel) may start on each of them.
+pub fn sub_buffer_align(ctx: &Context) -> usize {
+    ctx.devices()
+        .iter()
+        .map(|d| d.base_addr_align_bytes())
+        .max()
+        .unwrap_or(1) as usize
+}
+
+/// [`sub_buffer_align`] in elements of `i32` (at least one): a view starting at a multiple
+/// of it can be a kernel argument.
+pub fn sub_buffer_unit(ctx: &Context) -> usize {
+    (sub_buffer_align(ctx) / size_of::<i32>()).max(1)
+}
+
 /// The `busy.cl` program's kernels.
 pub fn busy(ctx: &Context) -> cl_lifetime::Program {
     ctx.program("busy.cl", "").expect("busy.cl builds")
