@@ -3,7 +3,7 @@ CARGO ?= cargo
 # Fall back to a rustup install whose bin directory is not on PATH yet.
 export PATH := $(PATH):$(HOME)/.cargo/bin
 
-.PHONY: setup demo examples test test-all lint clean bench cl-calls soak stress leakcheck trace trace-picture
+.PHONY: setup demo examples test test-all lint clean bench cl-calls emulate soak stress leakcheck trace trace-picture
 
 setup:
 	bash scripts/setup.sh
@@ -30,13 +30,23 @@ bench: setup
 # OPENCL_DYLIB_PATH=$(CURDIR)/target/libcl-calls.so to get its OpenCL calls and their host time.
 cl-calls: target/libcl-calls.so
 
+# The driver emulator (scripts/cl-emulate.c): LD_LIBRARY_PATH=$(CURDIR)/target/emulate
+# CL_EMULATE=mesa|amd|intel-gpu|intel-cpu|failed-profiling makes the OpenCL under it act as
+# that driver does (make test-all runs the suite under each).
+emulate: target/emulate/libOpenCL.so.1
+
+REAL_LOADER ?= $(shell (ldconfig -p 2>/dev/null || /sbin/ldconfig -p) | awk '/libOpenCL\.so\.1 / {print $$NF; exit}')
+target/emulate/libOpenCL.so.1: scripts/cl-emulate.c
+	mkdir -p target/emulate
+	$(CC) -O2 -Wall -Wextra -shared -fPIC -o $@ $< -ldl -lpthread -DREAL_LOADER='"$(REAL_LOADER)"'
+
 target/libcl-calls.so: scripts/cl-calls.c
 	mkdir -p target
 	$(CC) -O2 -Wall -shared -fPIC -o $@ $< -ldl -Wl,--no-as-needed -l:libOpenCL.so.1
 
 # Two CPU devices of one platform for the cross-device tests (PoCL 3 and 5 accept this).
 test: export POCL_DEVICES ?= pthread pthread
-test: setup
+test: setup emulate
 	$(CARGO) test --all-targets
 	$(CARGO) test --doc
 

@@ -114,7 +114,6 @@ impl After<'_> {
                 Some(sub.map(|sub| (index, sub)))
             })
             .collect::<Result<Vec<_>>>()?;
-        let queue = core.raw;
         // The kernel layer's *widest first* rule, where the driver needs it.
         let turn = core
             .orders_kernel_widths
@@ -124,7 +123,7 @@ impl After<'_> {
                 Some(turn) => turn.wait_list(wait),
                 None => std::borrow::Cow::Borrowed(wait),
             };
-            kernel.enqueue(queue, global, local, args, &subs, &wait)
+            kernel.enqueue(core.raw(), global, local, args, &subs, &wait)
         })?;
         if let Some(turn) = turn {
             turn.launched(&core.ctx, &event);

@@ -97,7 +97,6 @@ impl After<'_> {
             // whole buffer.
             span,
         };
-        let queue = core.raw;
         let mut writers = Writes::default();
         let mut mapped = ptr::null_mut();
         let event = self.submit().run_reading(
@@ -107,7 +106,7 @@ impl After<'_> {
                 // checked; the wait list holds live events.
                 let (event, at) = unsafe {
                     ffi::enqueue_map(
-                        queue,
+                        core.raw(),
                         block.raw(),
                         access == Access::Write,
                         start * size_of::<T>(),
@@ -157,14 +156,14 @@ impl After<'_> {
             Ok(read) => read,
             Err(e) => {
                 // Refused before it was enqueued: nothing reads into the block.
-                staging.give_back(pinned, self.queue.core.raw);
+                staging.give_back(pinned, self.queue.core.raw());
                 return Err(e);
             }
         };
         if let Err(e) = settle(&read, &writers) {
             // The read has ended (`settle` returns only after): the buffer is not mapped.
             block.forget_mapping(Access::Read);
-            staging.give_back(pinned, self.queue.core.raw);
+            staging.give_back(pinned, self.queue.core.raw());
             return Err(e);
         }
         Ok(Mapping {
@@ -204,13 +203,13 @@ impl<T: Pod> Mapping<'_, T> {
     /// comes first.
     fn unmap(&mut self) -> Result<Event> {
         self.unmapped = true;
-        let queue = self.queue.core.raw;
+        let queue = &self.queue.core;
         if let Some((pinned, read)) = self.staged.take() {
             // Nothing on the device to unmap: the record lets go of the mapping, and the
             // block goes back to the queue (its read has ended).
             self.block.forget_mapping(self.access);
             if let Some(staging) = &self.queue.core.staging {
-                staging.give_back(pinned, queue);
+                staging.give_back(pinned, queue.raw());
             }
             return Ok(read);
         }
@@ -229,7 +228,7 @@ impl<T: Pod> Mapping<'_, T> {
             // clEnqueueMapBuffer on this buffer and is unmapped once, here (`unmapped`
             // was false: the drop checks it, and the guard that lent the memory out was
             // consumed or dropped); the wait list holds live events.
-            unsafe { ffi::enqueue_unmap(queue, block.raw(), mapped.cast(), wait) }
+            unsafe { ffi::enqueue_unmap(queue.raw(), block.raw(), mapped.cast(), wait) }
         });
         if unmapped.is_err() {
             // The driver holds no mapping it would unmap (rusticl refuses the pointer of a

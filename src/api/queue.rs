@@ -328,8 +328,11 @@ impl Queue {
         self.core.lane.in_order
     }
 
-    /// The raw handle, still owned by this queue.
+    /// The raw handle that commands go to now, still owned by this queue. It changes once
+    /// a failure left the driver failing every later command of the queue (current Mesa's
+    /// rusticl): the queue then moved onto a new driver queue, so read it again rather than
+    /// keeping it across commands that may fail.
     pub fn as_raw(&self) -> cl_command_queue {
-        self.core.raw
+        self.core.raw()
     }
 }

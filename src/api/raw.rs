@@ -153,10 +153,9 @@ impl After<'_> {
         mut enqueue: impl FnMut(cl_command_queue, &[cl_event]) -> Result<cl_event>,
     ) -> Result<Event> {
         let core = &self.queue.core;
-        let queue = core.raw;
         let touches: Vec<Touch<'_>> = uses.iter().map(BufferUse::touch).collect();
         self.submit()
-            .run(&touches, |wait| checked(enqueue(queue, wait)?, core))
+            .run(&touches, |wait| checked(enqueue(core.raw(), wait)?, core))
     }
 
     /// [`After::enqueue_raw`] for code that takes no wait list (CLBlast's API takes a
@@ -184,10 +183,10 @@ impl After<'_> {
         mut enqueue: impl FnMut(cl_command_queue) -> Result<cl_event>,
     ) -> Result<Event> {
         let core = &self.queue.core;
-        let queue = core.raw;
         let touches: Vec<Touch<'_>> = uses.iter().map(BufferUse::touch).collect();
         let mut barrier = None;
         let event = self.submit().run(&touches, |wait| {
+            let queue = core.raw();
             if !wait.is_empty() {
                 // SAFETY: the queue is live (borrowed); the wait list holds live events
                 // (retained by the locked records).

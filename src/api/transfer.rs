@@ -70,7 +70,6 @@ impl After<'_> {
     fn enqueue_write<T: Pod>(&self, view: View<'_, T>, offset: usize, data: &[T]) -> Result<Event> {
         let at = view.at(Transfer::Write, offset, data.len())?;
         let block = view.block();
-        let queue = self.queue.core.raw;
         let target = view.target(self.queue.core.limits.base_align);
         let (mem, byte_offset) = (target.mem, target.byte_offset::<T>(at));
         let touch = Touch::host(block, Access::Write, view.covers(at, data.len()))
@@ -82,7 +81,7 @@ impl After<'_> {
             // wait list holds live events (retained by the locked records).
             unsafe {
                 ffi::enqueue_write(
-                    queue,
+                    self.queue.core.raw(),
                     mem,
                     byte_offset,
                     size_of_val(data),
@@ -109,7 +108,6 @@ impl After<'_> {
     ) -> Result<Event> {
         let at = view.at(Transfer::Read, offset, len)?;
         let block = view.block();
-        let queue = self.queue.core.raw;
         let target = view.target(self.queue.core.limits.base_align);
         let (mem, byte_offset) = (target.mem, target.byte_offset::<T>(at));
         let touch = [Touch {
@@ -124,7 +122,7 @@ impl After<'_> {
                 // is a valid `T: Pod`.
                 unsafe {
                     ffi::enqueue_read(
-                        queue,
+                        self.queue.core.raw(),
                         mem,
                         byte_offset,
                         len * size_of::<T>(),
@@ -285,7 +283,7 @@ impl After<'_> {
                 }
             }
             // The read has ended, or was never enqueued (`settle` returns only after).
-            staging.give_back(block, core.raw);
+            staging.give_back(block, core.raw());
             return read;
         }
         let mut writers = Writes::default();
@@ -415,7 +413,6 @@ impl After<'_> {
         let src_at = src.at(Transfer::CopySource, src_offset, len)?;
         let dst_at = dst.at(Transfer::CopyDestination, dst_offset, len)?;
         let (s, d) = (src.block(), dst.block());
-        let queue = self.queue.core.raw;
         let align = self.queue.core.limits.base_align;
         let (from, to) = (src.target(align), dst.target(align));
         let (from_mem, from_offset) = (from.mem, from.byte_offset::<T>(src_at));
@@ -429,7 +426,7 @@ impl After<'_> {
             // checked against their buffers; the wait list holds live events.
             unsafe {
                 ffi::enqueue_copy(
-                    queue,
+                    self.queue.core.raw(),
                     from_mem,
                     to_mem,
                     from_offset,
@@ -469,7 +466,6 @@ impl After<'_> {
         let len = check_span(Transfer::Fill, &range, view.len())?;
         let at = view.offset() + range.start;
         let block = view.block();
-        let queue = self.queue.core.raw;
         let target = view.target(self.queue.core.limits.base_align);
         let (mem, byte_offset) = (target.mem, target.byte_offset::<T>(at));
         let touch =
@@ -480,7 +476,7 @@ impl After<'_> {
             // copied by OpenCL before it returns.
             unsafe {
                 ffi::enqueue_fill(
-                    queue,
+                    self.queue.core.raw(),
                     mem,
                     ptr::from_ref(&value).cast(),
                     size_of::<T>(),

@@ -2,7 +2,7 @@
 //! know about the queue that produced a command.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::context::ContextCore;
@@ -12,7 +12,7 @@ use super::gates::{failure_epoch, failures_possible};
 use super::pins::LetGo;
 use super::staging::{Pinned, STAGE_MAX, Staging};
 use crate::error::Result;
-use crate::ffi::{self, CL_COMPLETE, cl_command_queue, cl_event};
+use crate::ffi::{self, CL_COMPLETE, cl_command_queue, cl_device_id, cl_event};
 use crate::launch::Limits;
 use crate::tracker::Lane;
 use crate::util::next_id;
@@ -20,7 +20,15 @@ use crate::util::next_id;
 /// One command queue. Held by the public `Queue` handles and by every event the queue
 /// produced, so a queue lives as long as a command of it may need a flush.
 pub(crate) struct QueueCore {
-    pub(crate) raw: cl_command_queue,
+    /// The driver's queue that commands go to now: replaced where a failure left the
+    /// one before failing every command (the *renewed* rule of [`QueueCore::settle`]).
+    raw: AtomicPtr<std::ffi::c_void>,
+    /// Queues replaced by the *renewed* rule, every command of each ended; released with
+    /// this one (a thread may still hold one's handle from before the swap).
+    retired: Mutex<Vec<cl_command_queue>>,
+    /// What a replacement queue is made on.
+    device: cl_device_id,
+    opencl_major: u32,
     pub(crate) lane: Lane,
     pub(crate) ctx: Arc<ContextCore>,
     /// The queue's device's limits, which launches are checked against.
@@ -159,7 +167,10 @@ impl QueueCore {
         }
         let single_event_waits = !out_of_order && behaviour.mishandles_failures();
         QueueCore {
-            raw,
+            raw: AtomicPtr::new(raw),
+            retired: Mutex::new(Vec::new()),
+            device: device.id,
+            opencl_major: opencl_major(device.version()),
             lane: Lane {
                 id,
                 in_order: !out_of_order,
@@ -207,7 +218,7 @@ impl QueueCore {
             }
             // SAFETY: `raw` is live (held by `self`); an empty wait list waits for every
             // command enqueued before.
-            let marker = match unsafe { ffi::enqueue_marker(self.raw, &[]) } {
+            let marker = match unsafe { ffi::enqueue_marker(self.raw(), &[]) } {
                 Ok(marker) => marker,
                 Err(e) => {
                     log::warn!(target: "cl_lifetime::queue", "settling a queue after a failure: {e}");
@@ -224,10 +235,58 @@ impl QueueCore {
         };
         let Some(marker) = marker else { return };
         if self.await_marker(&marker) {
+            self.renew_if_failed(&marker);
             // Sees the marker ended and closes the window.
             let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
             echo.before_enqueue(failure_epoch());
             self.echo_open.store(echo.open(), Ordering::Release);
+        }
+    }
+
+    /// The driver's queue that commands go to now.
+    pub(crate) fn raw(&self) -> cl_command_queue {
+        self.raw.load(Ordering::Acquire)
+    }
+
+    /// The *renewed* rule: a settling marker waits on nothing but the queue's order, so
+    /// when it ends failed, the driver fails the queue's commands whatever they wait on
+    /// (current Mesa's rusticl keeps a queue's first failure and fails every later command
+    /// of the queue with it). Every command before the marker has ended, so the queue is
+    /// replaced by a new one with the same device and properties, and commands go there
+    /// from now on: nothing on the old queue is left to order them after, and no failure
+    /// is inherited. Recognised at the failure, on every driver, with no probe; where the
+    /// new queue cannot be made, commands stay on the old one and fail as its driver says.
+    fn renew_if_failed(&self, marker: &RawEvent) {
+        let status = echo::Watched::status(marker);
+        if status >= CL_COMPLETE {
+            return;
+        }
+        let fresh = ffi::create_queue(
+            self.ctx.raw,
+            self.device,
+            !self.lane.in_order,
+            self.profiling,
+            self.opencl_major,
+        );
+        match fresh {
+            Ok(fresh) => {
+                let old = self.raw.swap(fresh, Ordering::AcqRel);
+                log::info!(
+                    target: "cl_lifetime::queue",
+                    "queue {old:p}: a marker waiting on nothing failed ({}), so its driver fails \
+                     every later command; commands go to a new queue {fresh:p}",
+                    crate::status::ExecStatus(status)
+                );
+                self.retired
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(old);
+            }
+            Err(e) => log::warn!(
+                target: "cl_lifetime::queue",
+                "queue {:p} fails every command after a failure, and no new queue could be made: {e}",
+                self.raw()
+            ),
         }
     }
 
@@ -258,7 +317,7 @@ impl QueueCore {
                     "settling queue {:p} after a failure: its marker {:p} has not ended after \
                      {MARKER_LIMIT:?}; a command enqueued on it outside the library may wait on \
                      a user event not set (the context's unset ones were created at {})",
-                    self.raw,
+                    self.raw(),
                     marker.as_raw(),
                     if gates.is_empty() { "nowhere: none is unset".to_string() } else { gates.join(", ") }
                 );
@@ -300,7 +359,7 @@ impl QueueCore {
         if echo.before_enqueue(failure_epoch()) {
             // SAFETY: `raw` is live (held by `self`); an empty wait list waits for every
             // command enqueued before.
-            match unsafe { ffi::enqueue_marker(self.raw, &[]) } {
+            match unsafe { ffi::enqueue_marker(self.raw(), &[]) } {
                 Ok(marker) => {
                     // SAFETY: the marker was just returned by the enqueue, so it is valid;
                     // this second reference is this function's.
@@ -310,6 +369,7 @@ impl QueueCore {
                     echo.settling(unsafe { RawEvent::own(marker) });
                     if let Some(ours) = ours {
                         if self.await_marker(&ours) {
+                            self.renew_if_failed(&ours);
                             echo.before_enqueue(failure_epoch());
                         }
                     }
@@ -390,7 +450,7 @@ impl QueueCore {
         for &event in others {
             // SAFETY: the queue is live (held by `self`); `event` is live (the caller
             // vouches).
-            markers.push(unsafe { ffi::enqueue_marker(self.raw, &[event]) }?);
+            markers.push(unsafe { ffi::enqueue_marker(self.raw(), &[event]) }?);
         }
         Ok(Cow::Owned(vec![*last]))
     }
@@ -421,7 +481,7 @@ impl QueueCore {
     /// queue's wait list (design trap "flush before a cross-queue wait").
     pub(crate) fn flush_if_dirty(&self) -> Result<()> {
         if self.dirty.swap(false, Ordering::AcqRel) {
-            ffi::flush(self.raw)?;
+            ffi::flush(self.raw())?;
         }
         Ok(())
     }
@@ -429,7 +489,7 @@ impl QueueCore {
     /// Flushes the queue.
     pub(crate) fn flush(&self) -> Result<()> {
         self.dirty.store(false, Ordering::Release);
-        ffi::flush(self.raw)
+        ffi::flush(self.raw())
     }
 
     /// A pinned block for a read of `bytes` through this queue's staging (the *small only*
@@ -439,7 +499,7 @@ impl QueueCore {
     /// read goes straight to its destination.
     pub(crate) fn stage(&self, bytes: usize) -> Option<(&Staging, Pinned)> {
         let staging = self.staging.as_ref().filter(|_| bytes <= STAGE_MAX)?;
-        match staging.take(self.ctx.raw, self.raw, bytes) {
+        match staging.take(self.ctx.raw, self.raw(), bytes) {
             Ok(block) => Some((staging, block)),
             Err(e) => {
                 log::debug!(target: "cl_lifetime::queue", "reading without staging: {e}");
@@ -460,7 +520,7 @@ impl QueueCore {
         self.flush_if_dirty()?;
         let ticket = self.finishes.begin();
         let clean = !crate::core::gates::failures_possible_now();
-        ffi::finish(self.raw)?;
+        ffi::finish(self.raw())?;
         if clean {
             self.finishes.ended_clean(ticket);
         }
@@ -483,11 +543,12 @@ impl QueueCore {
 
 impl Drop for QueueCore {
     fn drop(&mut self) {
+        let raw = self.raw();
         if let Some(staging) = &mut self.staging {
-            staging.release_all(self.raw);
+            staging.release_all(raw);
         }
         // Flushed first: a marker not yet submitted would never end.
-        let _ = ffi::flush(self.raw);
+        let _ = ffi::flush(self.raw());
         self.echo
             .echo
             .lock()
@@ -495,8 +556,16 @@ impl Drop for QueueCore {
             .wait_for_markers();
         // SAFETY: `raw` came from clCreateCommandQueue* and is released once, here. The
         // release flushes the queue; its commands still complete.
-        if let Err(e) = unsafe { ffi::release_queue(self.raw) } {
-            log::error!(target: "cl_lifetime::queue", "{e}");
+        let retired = std::mem::take(
+            self.retired
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for raw in retired.into_iter().chain([self.raw()]) {
+            // SAFETY: each came from clCreateCommandQueue* and is released once, here.
+            if let Err(e) = unsafe { ffi::release_queue(raw) } {
+                log::error!(target: "cl_lifetime::queue", "{e}");
+            }
         }
     }
 }

@@ -318,7 +318,7 @@ impl Submit<'_> {
             let (event, seq, _) = unsafe {
                 queue.enqueue_tracked(&[], |wait| {
                     ffi::enqueue_fill(
-                        queue.raw,
+                        queue.raw(),
                         raw,
                         (&raw const zero).cast(),
                         size,
@@ -567,8 +567,9 @@ impl Submit<'_> {
         let folded: Vec<cl_event> = holds.iter().map(Event::as_raw).collect();
         // SAFETY: `queue` is live (held by `self`); the wait list holds live events
         // (retained by `holds`) and outlives the call.
-        let (raw, seq, markers) =
-            unsafe { queue.enqueue_tracked(&folded, |wait| ffi::enqueue_marker(queue.raw, wait)) }?;
+        let (raw, seq, markers) = unsafe {
+            queue.enqueue_tracked(&folded, |wait| ffi::enqueue_marker(queue.raw(), wait))
+        }?;
         let mut holds = holds;
         holds.extend(
             markers

@@ -844,3 +844,73 @@ fn a_user_event_dropped_unset_is_named_in_the_log_with_where_it_was_created() {
         "no warning names {raw:p} and {site}: {said:?}"
     );
 }
+
+// Current Mesa's rusticl keeps a queue's first failure and fails every later command of
+// that queue with it: a fill after a cancelled command failed, and so did every command of
+// the library's own on that queue (pool reuse, staging). Run here under the project's
+// driver emulator (`make emulate`, profile `mesa`), in a child process whose OpenCL library
+// is the emulator over this device's driver.
+#[test]
+fn a_queue_whose_driver_fails_every_command_after_a_failure_runs_the_next_command() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let emulator = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/emulate");
+    if !emulator.join("libOpenCL.so.1").exists() {
+        common::not_run("the driver emulator is not built here (make emulate)");
+        return;
+    }
+    let library_path = match std::env::var("LD_LIBRARY_PATH") {
+        Ok(path) if !path.is_empty() => format!("{}:{path}", emulator.display()),
+        _ => emulator.display().to_string(),
+    };
+    let device = ctx.device().name().to_string();
+    drop(ctx);
+    let name =
+        test_path!(a_queue_whose_driver_fails_every_command_after_a_failure_runs_the_next_command);
+    let env = [
+        ("CL_EMULATE", "mesa"),
+        ("LD_LIBRARY_PATH", library_path.as_str()),
+        ("CL_LIFETIME_DEVICE", device.as_str()),
+    ];
+    common::isolated(&name, CHILD_LIMIT, &env, || {
+        let ctx = device!();
+        assert_eq!(
+            ctx.device().platform_name(),
+            "rusticl",
+            "the emulator is not the OpenCL library of this process"
+        );
+        let queue = ctx.queue().unwrap();
+        let buf = ctx.buffer_from(&[1u32; 64]).unwrap();
+        let mut recoveries = Vec::new();
+        for round in 0..20u32 {
+            let gate = ctx.user_event().unwrap();
+            let cancelled = queue.after(&[gate.event()]).fill(&buf, 7).unwrap();
+            let failed_at = std::time::Instant::now();
+            gate.fail(CANCELLED).unwrap();
+            assert!(
+                cancelled.wait().is_err(),
+                "round {round}: the cancelled fill succeeded"
+            );
+            // Not behind the failure: runs, on this queue, and so do the library's own
+            // commands (a blocking read stages through pinned memory).
+            queue.fill(&buf, round).unwrap().wait().unwrap();
+            recoveries.push(failed_at.elapsed());
+            assert_eq!(
+                queue.read_owned(&buf).unwrap().wait().unwrap(),
+                vec![round; 64]
+            );
+            let mut out = [0u32; 8];
+            queue.read(&buf, &mut out).unwrap();
+            assert_eq!(out, [round; 8], "round {round}");
+        }
+        recoveries.sort();
+        println!(
+            "from a failure to the next command of its queue completing: median {:?} (of {})",
+            recoveries[recoveries.len() / 2],
+            recoveries.len()
+        );
+        buf.release().unwrap();
+    });
+}

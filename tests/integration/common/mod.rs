@@ -164,6 +164,13 @@ pub fn on_platform(ctx: &Context, names: &[&str]) -> bool {
     names.iter().any(|name| platform.contains(name))
 }
 
+/// Whether `ctx`'s device is PoCL's, by its platform's name or, where an emulation
+/// (`make emulate`) renamed the platform, by the device version PoCL gives: for a test
+/// that PoCL's own faults keep from running.
+pub fn on_pocl(ctx: &Context) -> bool {
+    on_platform(ctx, &["portable computing language"]) || ctx.device().version().contains(" PoCL")
+}
+
 /// `let ctx = device!();` returns from the test when there is no device (see [`context`]).
 macro_rules! device {
     () => {
