@@ -36,9 +36,15 @@ cl-calls: target/libcl-calls.so
 emulate: target/emulate/libOpenCL.so.1
 
 REAL_LOADER ?= $(shell (ldconfig -p 2>/dev/null || /sbin/ldconfig -p) | awk '/libOpenCL\.so\.1 / {print $$NF; exit}')
+# Its entry points carry the loader's symbol versions (read with objdump where it is there),
+# as programs linked against the loader ask for them.
 target/emulate/libOpenCL.so.1: scripts/cl-emulate.c
 	mkdir -p target/emulate
-	$(CC) -O2 -Wall -Wextra -shared -fPIC -o $@ $< -ldl -lpthread -DREAL_LOADER='"$(REAL_LOADER)"'
+	(objdump -T "$(REAL_LOADER)" 2>/dev/null || true) | awk '$$NF ~ /^cl/ && $$(NF-1) ~ /^OPENCL/ \
+	  { v[$$(NF-1)] = v[$$(NF-1)] " " $$NF ";" } END { for (k in v) print k " {" v[k] " };"; \
+	  print "CL_EMULATE { global: *; };" }' > target/emulate/versions.map
+	$(CC) -O2 -Wall -Wextra -shared -fPIC -o $@ $< -ldl -lpthread -DREAL_LOADER='"$(REAL_LOADER)"' \
+	  -Wl,--version-script=target/emulate/versions.map
 
 target/libcl-calls.so: scripts/cl-calls.c
 	mkdir -p target

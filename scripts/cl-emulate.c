@@ -18,8 +18,8 @@
  *   intel-gpu    Intel's GPU runtime: a command enqueued behind an event that has already
  *                failed never runs, nor anything behind it on its queue (intel/compute-runtime,
  *                EventBuilder::finalize and Event::addChild). Platform "Intel(R) OpenCL Graphics".
- *   intel-cpu    Intel's CPU runtime (measured): a command that failed because a dependency
- *                did reads CL_COMPLETE (clWaitForEvents still reports the failure).
+ *   intel-cpu    Intel's CPU runtime (measured): a command that failed because an event of its
+ *                wait list did reads CL_COMPLETE (clWaitForEvents still reports the failure).
  *                Platform "Intel(R) OpenCL".
  *   failed-profiling
  *                profiling of a command that failed returns CL_SUCCESS and zeros
@@ -294,10 +294,19 @@ static struct queue_state *queues;
 static size_t queues_len, queues_cap;
 static struct fake *fakes;
 static size_t fakes_len, fakes_cap;
-/* Under `intel-cpu`: the events of commands enqueued with a wait list (those measured to read
- * CL_COMPLETE when a dependency failed; a command failed by its queue's order is not). */
-static cl_event *dependents;
+/* Under `intel-cpu`: the commands enqueued with a wait list, with that list (retained): one
+ * that failed because an event of its own wait list did reads CL_COMPLETE, as measured; one
+ * that failed for another reason (PoCL fails the commands behind a failed one on an in-order
+ * queue, where Intel's runtime runs them) reads its failure. */
+struct dependent {
+    cl_event event;
+    cl_uint n;
+    cl_event *wait; /* retained until the command is first seen ended, then let go */
+    int by_dependency;
+};
+static struct dependent *dependents;
 static size_t dependents_len, dependents_cap;
+static void forget_event(cl_event e);
 /* Under `intel-gpu`: the user events that hold commands enqueued behind a failed event. */
 static cl_event *holds;
 static size_t holds_len, holds_cap;
@@ -390,14 +399,27 @@ cl_int clGetEventInfo(cl_event e, cl_uint param, size_t size, void *value, size_
     }
     cl_int rc = REAL(clGetEventInfo, info_fn)(e, param, size, value, ret);
     if (profile & INTEL_CPU && rc == CL_SUCCESS && param == CL_EVENT_COMMAND_EXECUTION_STATUS &&
-        value && *(cl_int *)value < 0) {
+        value && *(cl_int *)value <= CL_COMPLETE) {
+        /* Ended: whether an event of its wait list failed is read once, and the list goes
+         * (a command that keeps its wait list would be another driver's behaviour). */
+        int by_dependency = 0;
+        pthread_mutex_lock(&lock);
+        for (size_t i = 0; i < dependents_len; i++) {
+            struct dependent *d = &dependents[i];
+            if (d->event != e) continue;
+            for (cl_uint j = 0; j < d->n; j++) {
+                if (status_of(d->wait[j]) < 0) d->by_dependency = 1;
+                REAL(clReleaseEvent, release_fn)(d->wait[j]);
+            }
+            d->n = 0;
+            by_dependency = d->by_dependency;
+            break;
+        }
+        pthread_mutex_unlock(&lock);
         cl_uint type = 0;
         REAL(clGetEventInfo, info_fn)(e, CL_EVENT_COMMAND_TYPE, sizeof type, &type, NULL);
-        pthread_mutex_lock(&lock);
-        int dependent = 0;
-        for (size_t i = 0; i < dependents_len && !dependent; i++) dependent = dependents[i] == e;
-        pthread_mutex_unlock(&lock);
-        if (type != CL_COMMAND_USER && dependent) *(cl_int *)value = CL_COMPLETE;
+        if (*(cl_int *)value < 0 && type != CL_COMMAND_USER && by_dependency)
+            *(cl_int *)value = CL_COMPLETE;
     }
     return rc;
 }
@@ -422,7 +444,10 @@ cl_int clReleaseEvent(cl_event e) {
             int i = fake_index(e);
             if (i >= 0) fakes[i] = fakes[--fakes_len];
             for (size_t j = 0; j < dependents_len; j++)
-                if (dependents[j] == e) {
+                if (dependents[j].event == e) {
+                    for (cl_uint k = 0; k < dependents[j].n; k++)
+                        REAL(clReleaseEvent, release_fn)(dependents[j].wait[k]);
+                    free(dependents[j].wait);
                     dependents[j] = dependents[--dependents_len];
                     break;
                 }
@@ -445,7 +470,8 @@ struct call {
     cl_event *wait;            /* intel-gpu: the wait list with the hold added */
     cl_int rc;                 /* the result, where the command did not reach the driver */
     cl_event *asked;           /* intel-cpu: where the caller asked for the event, if it did */
-    int dependent;             /* intel-cpu: the command has a wait list */
+    cl_uint n;                 /* intel-cpu: the command's own wait list */
+    const cl_event *wait_list;
 };
 
 /* Before an enqueue on `q` of a command of `type`: returns 1 when the command must not reach
@@ -455,7 +481,8 @@ static int begin(struct call *c, cl_command_queue q, cl_uint type, cl_uint *n, c
                  cl_event **e, int blocking) {
     memset(c, 0, sizeof *c);
     c->asked = *e;
-    c->dependent = *n > 0;
+    c->n = *n;
+    c->wait_list = *w;
     if (profile & INTEL_GPU) {
         for (cl_uint i = 0; i < *n; i++) {
             if (status_of((*w)[i]) >= 0) continue;
@@ -488,6 +515,7 @@ static int begin(struct call *c, cl_command_queue q, cl_uint type, cl_uint *n, c
             failed = REAL(clCreateUserEvent, user_event_fn)(ctx, NULL);
             if (failed) {
                 REAL(clSetUserEventStatus, set_status_fn)(failed, poison);
+                forget_event(failed);
                 GROW(fakes, fakes_len, fakes_cap);
                 fakes[fakes_len++] = (struct fake){failed, q, type};
             }
@@ -504,15 +532,41 @@ static int begin(struct call *c, cl_command_queue q, cl_uint type, cl_uint *n, c
     return 0;
 }
 
+/* `e` is a new event: what was kept for a released one at the same address goes (a driver
+ * may still hold a reference when the program releases its last). Called under `lock`. */
+static void forget_event(cl_event e) {
+    int i = fake_index(e);
+    if (i >= 0) fakes[i] = fakes[--fakes_len];
+    for (size_t j = 0; j < dependents_len; j++)
+        if (dependents[j].event == e) {
+            for (cl_uint k = 0; k < dependents[j].n; k++)
+                REAL(clReleaseEvent, release_fn)(dependents[j].wait[k]);
+            free(dependents[j].wait);
+            dependents[j] = dependents[--dependents_len];
+            break;
+        }
+}
+
 /* After the driver's enqueue returned `rc`: the command's event joins its queue's. */
 static cl_int end(struct call *c, cl_int rc) {
-    free(c->wait);
-    if (profile & INTEL_CPU && rc == CL_SUCCESS && c->dependent && c->asked && *c->asked) {
+    if (rc == CL_SUCCESS && c->asked && *c->asked && profile & (MESA | INTEL_CPU)) {
+        if (!c->state) pthread_mutex_lock(&lock);
+        forget_event(*c->asked);
+        if (!c->state) pthread_mutex_unlock(&lock);
+    }
+    if (profile & INTEL_CPU && rc == CL_SUCCESS && c->n && c->asked && *c->asked) {
+        struct dependent d = {*c->asked, c->n, malloc(c->n * sizeof(cl_event)), 0};
+        if (!d.wait) abort();
+        for (cl_uint i = 0; i < c->n; i++) {
+            d.wait[i] = c->wait_list[i];
+            REAL(clRetainEvent, release_fn)(d.wait[i]);
+        }
         pthread_mutex_lock(&lock);
         GROW(dependents, dependents_len, dependents_cap);
-        dependents[dependents_len++] = *c->asked;
+        dependents[dependents_len++] = d;
         pthread_mutex_unlock(&lock);
     }
+    free(c->wait);
     if (!c->state) return rc;
     if (rc == CL_SUCCESS && *c->event) {
         cl_event mine = *c->event;
@@ -628,6 +682,7 @@ static void *map_failing(cl_command_queue q, mem m, cl_bitfield f, size_t o, siz
     REAL(clReleaseEvent, release_fn)(gate);
     if (mine) {
         pthread_mutex_lock(&lock);
+        forget_event(mine);
         GROW(fakes, fakes_len, fakes_cap);
         fakes[fakes_len++] = (struct fake){mine, q, 0x11FB};
         pthread_mutex_unlock(&lock);
