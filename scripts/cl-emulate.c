@@ -26,6 +26,11 @@
  *                (intel/compute-runtime counts a negative status as completed; current rusticl
  *                returns its stored times, 0 when never set). Platform "Intel(R) OpenCL Graphics".
  *
+ * Under intel-gpu, a command with several dependencies (or one that had failed) waits on one
+ * user event standing for them, set as the driver would unblock it: at once when the program
+ * sets a user event, else by a thread of the emulation within about 20 µs of a command's end.
+ * CL_EMULATE_DEBUG=1 prints each such enqueue's wait list and statuses.
+ *
  * What it cannot show: the timing of a real driver (a poisoned command fails at its enqueue,
  * not when rusticl's worker reaches it), and a failure that happens between the status read at
  * an enqueue and the driver's own enqueue is not seen by that enqueue (the driver under it
@@ -42,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int32_t cl_int;
 typedef uint32_t cl_uint;
@@ -105,7 +111,7 @@ typedef cl_ptr cl_context;
     X(clSetDefaultDeviceCommandQueue) X(clSetEventCallback) X(clSetKernelArg)                 \
     X(clSetKernelArgSVMPointer) X(clSetKernelExecInfo) X(clSetMemObjectDestructorCallback)    \
     X(clSetProgramReleaseCallback) X(clSetProgramSpecializationConstant)                      \
-    X(clSetUserEventStatus) X(clUnloadCompiler) X(clUnloadPlatformCompiler) X(clWaitForEvents) \
+    X(clUnloadCompiler) X(clUnloadPlatformCompiler) X(clWaitForEvents) \
     X(clCreateUserEvent)
 
 #define CHANGED(X)                                                                            \
@@ -117,7 +123,7 @@ typedef cl_ptr cl_context;
     X(clEnqueueFillBuffer) X(clEnqueueMapBuffer) X(clEnqueueUnmapMemObject)                   \
     X(clEnqueueMarkerWithWaitList) X(clEnqueueBarrierWithWaitList)                            \
     X(clEnqueueMigrateMemObjects) X(clEnqueueSVMMemcpy) X(clEnqueueSVMMemFill)                \
-    X(clEnqueueSVMMap) X(clEnqueueSVMUnmap) X(clEnqueueSVMFree)
+    X(clEnqueueSVMMap) X(clEnqueueSVMUnmap) X(clEnqueueSVMFree) X(clSetUserEventStatus)
 
 /* The loader's entry points; the forwarded ones are reached by a jump, whatever their type. */
 #define POINTER(name) __attribute__((visibility("hidden"))) void *real_##name;
@@ -307,9 +313,20 @@ struct dependent {
 static struct dependent *dependents;
 static size_t dependents_len, dependents_cap;
 static void forget_event(cl_event e);
-/* Under `intel-gpu`: the user events that hold commands enqueued behind a failed event. */
-static cl_event *holds;
-static size_t holds_len, holds_cap;
+/* Under `intel-gpu`: a user event standing for a command's dependencies, set by the joiner
+ * thread when they have ended (never, where one had failed before the command came and the
+ * others completed: the command is held for ever, as the driver holds it). */
+struct join {
+    cl_event event;
+    cl_uint n;
+    cl_event *deps; /* retained */
+    int held;
+};
+static struct join *joins;
+static size_t joins_len, joins_cap;
+static pthread_cond_t joins_added = PTHREAD_COND_INITIALIZER;
+static pthread_t joiner;
+static int joiner_started;
 
 #define GROW(array, len, cap)                                                                 \
     do {                                                                                      \
@@ -457,10 +474,87 @@ cl_int clReleaseEvent(cl_event e) {
     return REAL(clReleaseEvent, release_fn)(e);
 }
 
+/* ---------------------------------------------------------------- intel-gpu's joins */
+
+typedef cl_int (*set_status_fn)(cl_event, cl_int);
+
+/* Sets each join whose dependencies have ended; returns how many it set. Called under
+ * `lock`. */
+static size_t settle_joins(void) {
+    size_t kept = 0, set = 0;
+    for (size_t i = 0; i < joins_len; i++) {
+        struct join *j = &joins[i];
+        cl_int failure = 0;
+        int ended = 1;
+        for (cl_uint k = 0; k < j->n; k++) {
+            cl_int st = status_of(j->deps[k]);
+            if (st < 0 && !failure) failure = st;
+            if (st > CL_COMPLETE) ended = 0;
+        }
+        if (!failure && !ended) {
+            joins[kept++] = *j;
+            continue;
+        }
+        if (failure || !j->held)
+            REAL(clSetUserEventStatus, set_status_fn)(j->event, failure ? failure : CL_COMPLETE);
+        for (cl_uint k = 0; k < j->n; k++) REAL(clReleaseEvent, release_fn)(j->deps[k]);
+        free(j->deps);
+        /* A held command's event stays unset: the user event is never released. */
+        if (failure || !j->held) REAL(clReleaseEvent, release_fn)(j->event);
+        set++;
+    }
+    joins_len = kept;
+    return set;
+}
+
+/* The joiner thread: settles joins every 20 µs while one is waiting (for commands that end
+ * on the device). A user event set by the program settles them at once, in its thread, as
+ * the driver propagates a user event's status inside clSetUserEventStatus. */
+static void *join_loop(void *unused) {
+    (void)unused;
+    pthread_mutex_lock(&lock);
+    for (;;) {
+        while (!joins_len) pthread_cond_wait(&joins_added, &lock);
+        settle_joins();
+        if (joins_len) {
+            pthread_mutex_unlock(&lock);
+            struct timespec pause = {0, 20000};
+            nanosleep(&pause, NULL);
+            pthread_mutex_lock(&lock);
+        }
+    }
+    return NULL;
+}
+
+cl_int clSetUserEventStatus(cl_event e, cl_int status) {
+    cl_int rc = REAL(clSetUserEventStatus, set_status_fn)(e, status);
+    if (profile & INTEL_GPU) {
+        pthread_mutex_lock(&lock);
+        while (joins_len && settle_joins()) {
+        }
+        pthread_mutex_unlock(&lock);
+    }
+    return rc;
+}
+
+static void add_join(struct join j) {
+    pthread_mutex_lock(&lock);
+    if (!joiner_started) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&joiner, &attr, join_loop, NULL)) abort();
+        joiner_started = 1;
+    }
+    GROW(joins, joins_len, joins_cap);
+    joins[joins_len++] = j;
+    pthread_cond_signal(&joins_added);
+    pthread_mutex_unlock(&lock);
+}
+
 /* ---------------------------------------------------------------- enqueues */
 
 typedef cl_event (*user_event_fn)(cl_context, cl_int *);
-typedef cl_int (*set_status_fn)(cl_event, cl_int);
 
 /* One enqueue as the profiles change it. */
 struct call {
@@ -469,6 +563,7 @@ struct call {
     cl_event *event;           /* where the driver writes the command's event */
     cl_event *wait;            /* intel-gpu: the wait list with the hold added */
     cl_int rc;                 /* the result, where the command did not reach the driver */
+    struct join join;          /* intel-gpu: given to the joiner once the driver has it */
     cl_event *asked;           /* intel-cpu: where the caller asked for the event, if it did */
     cl_uint n;                 /* intel-cpu: the command's own wait list */
     const cl_event *wait_list;
@@ -484,22 +579,49 @@ static int begin(struct call *c, cl_command_queue q, cl_uint type, cl_uint *n, c
     c->n = *n;
     c->wait_list = *w;
     if (profile & INTEL_GPU) {
+        /* The driver's own counting of a command's dependencies: one that had failed before
+         * the command came never signals it; the others unblock it when they end, failing it
+         * when one failed. PoCL gets one user event standing for them all (the emulation's
+         * joiner thread sets it), which also keeps PoCL from finishing a command twice when
+         * two of its dependencies end together. */
+        cl_uint pending = 0, failed = 0;
         for (cl_uint i = 0; i < *n; i++) {
-            if (status_of((*w)[i]) >= 0) continue;
+            if (status_of((*w)[i]) < 0)
+                failed++;
+            else
+                pending++;
+        }
+        if (getenv("CL_EMULATE_DEBUG")) {
+            fprintf(stderr, "cl-emulate: type %x:", type);
+            for (cl_uint i = 0; i < *n; i++) fprintf(stderr, " %p=%d", (*w)[i], status_of((*w)[i]));
+            fprintf(stderr, "\n");
+        }
+        if (failed || pending > 1) {
             cl_context ctx = NULL;
             REAL(clGetCommandQueueInfo, info_fn)(q, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL);
-            cl_event hold = REAL(clCreateUserEvent, user_event_fn)(ctx, NULL);
-            if (!hold) break;
-            c->wait = malloc((*n + 1) * sizeof(cl_event));
-            if (!c->wait) abort();
-            memcpy(c->wait, *w, *n * sizeof(cl_event));
-            c->wait[(*n)++] = hold;
-            *w = c->wait;
-            pthread_mutex_lock(&lock);
-            GROW(holds, holds_len, holds_cap);
-            holds[holds_len++] = hold;
-            pthread_mutex_unlock(&lock);
-            break;
+            cl_event joined = REAL(clCreateUserEvent, user_event_fn)(ctx, NULL);
+            if (joined) {
+                struct join j = {joined, 0, malloc((pending ? pending : 1) * sizeof(cl_event)),
+                                 failed > 0};
+                if (!j.deps) abort();
+                for (cl_uint i = 0; i < *n; i++) {
+                    if (status_of((*w)[i]) < 0) continue;
+                    REAL(clRetainEvent, release_fn)((*w)[i]);
+                    j.deps[j.n++] = (*w)[i];
+                }
+                /* A blocking call returns only once the joiner has set the event: it gets
+                 * it now (the driver may then meet it already failed, and PoCL would run
+                 * the command: a blocking call behind a failed event is rare). */
+                if (blocking)
+                    add_join(j);
+                else
+                    c->join = j;
+                c->wait = malloc(sizeof(cl_event));
+                if (!c->wait) abort();
+                c->wait[0] = joined;
+                *w = c->wait;
+                *n = 1;
+            }
         }
     }
     if (!(profile & MESA)) return 0;
@@ -523,6 +645,7 @@ static int begin(struct call *c, cl_command_queue q, cl_uint type, cl_uint *n, c
         }
         pthread_mutex_unlock(&lock);
         free(c->wait);
+        if (c->join.event) add_join(c->join);
         c->rc = blocking ? CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST : CL_SUCCESS;
         return 1;
     }
@@ -549,6 +672,9 @@ static void forget_event(cl_event e) {
 
 /* After the driver's enqueue returned `rc`: the command's event joins its queue's. */
 static cl_int end(struct call *c, cl_int rc) {
+    /* After the enqueue: the joiner may set the event at once, and the driver must have the
+     * command behind it by then (PoCL runs a command behind an event already failed). */
+    if (c->join.event) add_join(c->join);
     if (rc == CL_SUCCESS && c->asked && *c->asked && profile & (MESA | INTEL_CPU)) {
         if (!c->state) pthread_mutex_lock(&lock);
         forget_event(*c->asked);

@@ -840,7 +840,12 @@ impl UserEvent {
             // Noted before the driver propagates it, so no enqueue that follows misses it.
             self.gates.note_failure();
         }
-        let set = ffi::set_user_event_status(self.event.as_raw(), status);
+        let set = if status < 0 {
+            // The gates' *no failure mid-enqueue* rule.
+            crate::core::gates::failing(|| ffi::set_user_event_status(self.event.as_raw(), status))
+        } else {
+            ffi::set_user_event_status(self.event.as_raw(), status)
+        };
         self.gates.closed(self.id);
         // Failed events that waited on this gate may be free to go now.
         graveyard::sweep();

@@ -12,6 +12,14 @@
 //!   queued forever).
 //! - **Failure epoch.** Every failure seen anywhere moves a process-wide counter, so a
 //!   record looks for failed events only after one has happened since it last looked.
+//! - **No failure mid-enqueue.** A gate the program fails through the library is not failed
+//!   while another thread is between reading the statuses of a command's dependencies and
+//!   the driver's enqueue ([`Enqueuing`], [`failing`]): a driver that propagates a gate's
+//!   failure to its dependents inside `clSetUserEventStatus` (PoCL, Intel's GPU runtime)
+//!   then never meets a dependency that failed after the library read it, and never holds
+//!   the command behind it for ever (both leave a command enqueued behind an already-failed
+//!   event queued for good). A gate failed through its raw handle, or from inside an
+//!   enqueue on the same thread (a raw enqueue's closure), is not covered.
 //! - **Open gates.** Each context counts its user events not set yet, with where each was
 //!   created: a wait behind one lasts until the host sets it, so a buffer's drop does not
 //!   wait behind them, and a stalled release names them in the log.
@@ -30,6 +38,67 @@ static FAILURE_EPOCH: AtomicU64 = AtomicU64::new(0);
 /// event it would put in a wait list, since a driver never runs a command whose wait
 /// list holds a failed event (PoCL leaves it queued forever).
 static FAILURES_POSSIBLE: AtomicBool = AtomicBool::new(false);
+
+/// Threads between reading a command's dependencies and its enqueue, and gates being
+/// failed (the *no failure mid-enqueue* rule): a handshake on two counters, each side
+/// announcing itself before it looks at the other (`SeqCst`), so at most one side goes on.
+static ENQUEUING: AtomicUsize = AtomicUsize::new(0);
+static FAILING: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// How many [`Enqueuing`] guards this thread holds.
+    static ENQUEUING_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Held from reading a command's dependencies to the end of its enqueue: no gate is failed
+/// through the library meanwhile (the *no failure mid-enqueue* rule).
+pub(crate) struct Enqueuing(());
+
+impl Enqueuing {
+    /// Waits while a gate is being failed, then holds back the next one until dropped.
+    pub(crate) fn begin() -> Enqueuing {
+        if ENQUEUING_HERE.get() == 0 {
+            loop {
+                ENQUEUING.fetch_add(1, Ordering::SeqCst);
+                if FAILING.load(Ordering::SeqCst) == 0 {
+                    break;
+                }
+                ENQUEUING.fetch_sub(1, Ordering::SeqCst);
+                // A failing gate is one `clSetUserEventStatus` away from letting us go.
+                while FAILING.load(Ordering::SeqCst) != 0 {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        ENQUEUING_HERE.set(ENQUEUING_HERE.get() + 1);
+        Enqueuing(())
+    }
+}
+
+impl Drop for Enqueuing {
+    fn drop(&mut self) {
+        let here = ENQUEUING_HERE.get() - 1;
+        ENQUEUING_HERE.set(here);
+        if here == 0 {
+            ENQUEUING.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Runs `fail`, which fails a gate, once no other thread is inside an enqueue, and keeps
+/// new enqueues from reading statuses until it has returned (the *no failure mid-enqueue*
+/// rule). An enqueue of this thread's own (a raw enqueue's closure failing a gate) is not
+/// waited for: it could not end first.
+pub(crate) fn failing<R>(fail: impl FnOnce() -> R) -> R {
+    FAILING.fetch_add(1, Ordering::SeqCst);
+    let own = usize::from(ENQUEUING_HERE.get() > 0);
+    while ENQUEUING.load(Ordering::SeqCst) > own {
+        std::thread::yield_now();
+    }
+    let result = fail();
+    FAILING.fetch_sub(1, Ordering::SeqCst);
+    result
+}
 
 /// See [`FAILURES_POSSIBLE`].
 pub(crate) fn failures_possible() -> bool {

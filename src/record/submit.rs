@@ -218,6 +218,9 @@ impl Submit<'_> {
         // Reading an event's status costs microseconds on some drivers (NVIDIA), so the
         // statuses of dependencies and hazards are read only once a failure is possible.
         let failures_possible = failures_possible();
+        // No gate is failed through the library from the statuses' reading to the enqueue
+        // (the gates' *no failure mid-enqueue* rule).
+        let _enqueuing = failures_possible.then(crate::core::gates::Enqueuing::begin);
         // An event of the wait list can fail between the gathering and the enqueue, and
         // NVIDIA then refuses the enqueue with the failed status; a gate's failure reaches
         // all its commands at once there, so several can. Then the wait list is gathered

@@ -914,3 +914,66 @@ fn a_queue_whose_driver_fails_every_command_after_a_failure_runs_the_next_comman
         buf.release().unwrap();
     });
 }
+
+// Intel's GPU runtime never runs a command enqueued behind an event that has already
+// failed (intel/compute-runtime: `EventBuilder::finalize` makes it a child of the failed
+// event, and `Event::addChild` unblocks children only of a completed one), nor does PoCL
+// 3.1. The library refuses to enqueue behind an event it knows has failed, but a
+// dependency that failed between the library's status read and the driver's enqueue
+// slipped through, and the command, and a wait on it, hung (2 of 3 runs under the
+// emulation, 1 of 4 on PoCL 3.1 itself). Run under the driver emulator (profile
+// `intel-gpu`), with gates failed from another thread while commands behind their
+// dependents go in.
+#[test]
+fn a_dependency_failing_during_the_enqueue_never_leaves_a_command_that_never_runs() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let emulator = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/emulate");
+    if !emulator.join("libOpenCL.so.1").exists() {
+        common::not_run("the driver emulator is not built here (make emulate)");
+        return;
+    }
+    let library_path = match std::env::var("LD_LIBRARY_PATH") {
+        Ok(path) if !path.is_empty() => format!("{}:{path}", emulator.display()),
+        _ => emulator.display().to_string(),
+    };
+    let device = ctx.device().name().to_string();
+    drop(ctx);
+    let name =
+        test_path!(a_dependency_failing_during_the_enqueue_never_leaves_a_command_that_never_runs);
+    let env = [
+        ("CL_EMULATE", "intel-gpu"),
+        ("LD_LIBRARY_PATH", library_path.as_str()),
+        ("CL_LIFETIME_DEVICE", device.as_str()),
+    ];
+    common::isolated(&name, CHILD_LIMIT, &env, || {
+        let ctx = device!();
+        assert_eq!(
+            ctx.device().platform_name(),
+            "Intel(R) OpenCL Graphics",
+            "the emulator is not the OpenCL library of this process"
+        );
+        let (writer, reader) = queues(&ctx);
+        let buf = ctx.buffer_from(&[1u32; 64]).unwrap();
+        let (mut ran, mut refused) = (0, 0);
+        for round in 0..2000u32 {
+            let gate = ctx.user_event().unwrap();
+            writer.after(&[gate.event()]).fill(&buf, round).unwrap();
+            writer.flush().unwrap();
+            let failing = std::thread::spawn(move || gate.fail(CANCELLED).unwrap());
+            // Waits on the gated fill (a hazard), which fails around now.
+            match reader.copy_range(&buf, 0, &buf, 32, 32) {
+                Ok(copy) => {
+                    let _ = copy.wait();
+                    ran += 1;
+                }
+                Err(_) => refused += 1,
+            }
+            failing.join().unwrap();
+        }
+        println!("{ran} copies enqueued and ended, {refused} refused at enqueue");
+        buf.release().unwrap();
+    });
+}

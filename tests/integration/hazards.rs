@@ -297,7 +297,10 @@ fn reads_on_one_out_of_order_queue_run_without_waiting() {
         free_event.is_terminal()
     };
     if reordered {
-        assert!(!gated.event().is_terminal(), "the gated read ran before its gate");
+        assert!(
+            !gated.event().is_terminal(),
+            "the gated read ran before its gate"
+        );
     } else if !queue.is_in_order() {
         common::not_run(
             "the device's part: the driver runs out-of-order queues in order (a read beside \
