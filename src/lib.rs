@@ -13,6 +13,10 @@
 //! Kernels are `.cl` files built at run time, so the crate runs on any OpenCL ICD, PoCL on
 //! the CPU included. `CL_LIFETIME_DEVICE` picks the device (see [`Device::select`]).
 //!
+//! The [`guide`] has one chapter per task: releasing, ordering across queues, pools and
+//! deferred release, failures, adopting existing code, async, views, the trace, choosing a
+//! device, driver notes, and measuring.
+//!
 //! # Example
 //!
 //! ```
@@ -111,6 +115,7 @@ mod core;
 mod error;
 mod event;
 mod ffi;
+pub mod guide;
 mod kernel;
 mod launch;
 mod pod;
