@@ -1,6 +1,7 @@
 /*
  * cl-emulate: an OpenCL library that makes the driver under it act as drivers the project
- * cannot run act, as their own sources say they do (the README's table names the sources).
+ * cannot run act, as their own sources say they do (the table in docs/guide/10-driver-notes.md
+ * names the sources).
  *
  * Built by `make emulate` as target/emulate/libOpenCL.so.1. A program that loads
  * "libOpenCL.so.1" at run time (cl-lifetime does, through opencl3's `dynamic` loading) picks it

@@ -40,7 +40,8 @@ fn pocl_spec_picks_the_pocl_device_in_any_case() {
         common::not_run("no PoCL device here");
         return;
     };
-    // README and the *named device* rule name `pocl` as a spec that works.
+    // The README, the guide's "choosing a device" and the *named device* rule name `pocl` as
+    // a spec that works.
     for spec in ["POCL", "pocl", "PoCL"] {
         match Device::select(Some(spec)) {
             Ok(found) => assert_eq!(
