@@ -1,9 +1,9 @@
-# Developer entry points for cl-lifetime: make setup | demo | examples | bench | test | test-all | stress | soak | leakcheck | trace | trace-picture | lint | clean.
+# Developer entry points for cl-lifetime: make setup | demo | examples | bench | test | test-all | stress | soak | leakcheck | trace | trace-picture | package-check | lint | clean.
 CARGO ?= cargo
 # Fall back to a rustup install whose bin directory is not on PATH yet.
 export PATH := $(PATH):$(HOME)/.cargo/bin
 
-.PHONY: setup demo examples test test-all lint clean bench cl-calls emulate soak stress leakcheck trace trace-picture
+.PHONY: setup demo examples test test-all lint clean bench cl-calls emulate package-check soak stress leakcheck trace trace-picture
 
 setup:
 	bash scripts/setup.sh
@@ -29,6 +29,11 @@ bench: setup
 # The OpenCL call counter (scripts/cl-calls.c): run a program with
 # OPENCL_DYLIB_PATH=$(CURDIR)/target/libcl-calls.so to get its OpenCL calls and their host time.
 cl-calls: target/libcl-calls.so
+
+# The crate as packaged (cargo package), unpacked, and the README's example built and run
+# from it in a new crate (scripts/package-check.sh).
+package-check: setup
+	bash scripts/package-check.sh
 
 # The driver emulator (scripts/cl-emulate.c): LD_LIBRARY_PATH=$(CURDIR)/target/emulate
 # CL_EMULATE=mesa|amd|intel-gpu|intel-cpu|failed-profiling makes the OpenCL under it act as
