@@ -86,6 +86,25 @@
 //! | enqueues ([`Queue::launch`], [`Queue::fill`], ...) | never on the device; a driver may block them inside its own call (NVIDIA's, 11 to 32 ms, with many commands queued) | [`unblock`] |
 //! | [`Context::from_env`] and the other constructors | the first context over a device probes its driver (0.4 ms on PoCL, 1 ms on NVIDIA, 0.1 s on Intel's CPU runtime) | [`unblock`] |
 //!
+//! # Flushing
+//!
+//! An enqueue does not flush its own queue: commands are submitted in batches, as the
+//! driver chooses, until something needs them to run. The library flushes a queue (only
+//! when it has unflushed work) where a command could otherwise wait for ever:
+//!
+//! | when | what is flushed |
+//! |---|---|
+//! | a command of another queue is put in a wait list (a cross-queue hazard, or an [`Event`] given to [`Queue::after`]) | the queue of that command |
+//! | a command is awaited (`.await` on an [`Event`] or a [`PendingRead`]), or a pending transfer is dropped | the command's queue |
+//! | a buffer is released ([`ClBuffer::release`], its drop, [`ClBuffer::release_async`], [`ClBuffer::release_deferred`]) | the queues of its pending commands |
+//! | on a driver measured to end a flushed batch together ([`DriverBehaviour::ends_batches_together`]: rusticl 22.3), before a command that waits on another queue's command or a user event | the command's own queue, so that the commands before it are not held with it |
+//! | [`Queue::flush`], [`Queue::finish`] | the queue |
+//!
+//! The blocking calls above wait with `clWaitForEvents` or `clFinish`, which flush the
+//! queues they wait on themselves. A program that enqueues and then only polls an event's
+//! status (without waiting or awaiting) calls [`Queue::flush`] first: some drivers (rusticl)
+//! run nothing that was not flushed.
+//!
 //! # Layers
 //!
 //! Each layer calls only the layers below it; `src/` has one folder or file per layer.
