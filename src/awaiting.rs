@@ -37,6 +37,22 @@ use crate::event::Event;
 /// with what [`Event::wait`] returns ([`Event::ended`], or `.await` on an [`Event`]).
 ///
 /// Dropping it cancels nothing: the command runs as it would have.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer::<u32>(1024)?;
+/// let fill = queue.fill(&buf, 7)?;
+/// let ended: cl_lifetime::Ended = fill.ended();
+/// pollster::block_on(ended)?; // the task's thread never blocks on the device
+/// assert!(fill.is_terminal());
+/// assert_eq!(queue.read_owned(&buf)?.wait()?, vec![7; 1024]);
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "a future does nothing unless awaited"]
 pub struct Ended {
     event: Event,

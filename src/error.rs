@@ -17,6 +17,24 @@ use crate::status::{CommandKind, ExecStatus};
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// An OpenCL status code, printed as its name and number.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::ClStatus;
+/// assert_eq!(ClStatus(-38).to_string(), "CL_INVALID_MEM_OBJECT (-38)");
+/// assert!(!ClStatus(-2048).is_opencl()); // another library's code (CLBlast's)
+///
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let gate = ctx.user_event()?;
+/// gate.complete()?;
+/// let again = gate.complete().err().and_then(|e| e.status());
+/// assert_eq!(again.map(ClStatus::name), Some("CL_INVALID_OPERATION"));
+/// assert_eq!(again.map(ClStatus::code), Some(-59));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ClStatus(pub cl_int);
 
@@ -71,6 +89,25 @@ impl fmt::Debug for ClStatus {
 impl std::error::Error for ClStatus {}
 
 /// Which transfer a range check refers to.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::{Error, Transfer};
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer::<u32>(8)?;
+/// let read = queue.read_owned_range(&buf, 4..12);
+/// assert!(matches!(
+///     read,
+///     Err(Error::OutOfRange { transfer: Transfer::Read, offset: 4, len: 8, buffer_len: 8 })
+/// ));
+/// let fill = queue.fill_range(&buf, 1, 6..2);
+/// assert!(matches!(fill, Err(Error::ReversedRange { transfer: Transfer::Fill, .. })));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Transfer {
@@ -93,6 +130,23 @@ pub enum Transfer {
 }
 
 /// Everything that can go wrong.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::Error;
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// assert!(matches!(ctx.buffer::<f32>(0), Err(Error::ZeroLength)));
+///
+/// let built = ctx.program_from_source("broken", "__kernel void oops(", "");
+/// let Err(error) = built else { panic!("a broken source built") };
+/// assert_eq!(error.status().map(|s| s.name()), Some("CL_BUILD_PROGRAM_FAILURE"));
+/// let Error::Build { log, .. } = &error else { panic!("not a build error: {error}") };
+/// assert!(!log.is_empty()); // the compiler's full build log
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {

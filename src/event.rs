@@ -271,6 +271,23 @@ pub(crate) mod graveyard {
 }
 
 /// A retained OpenCL event.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::{CommandKind, Event, Status};
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer::<u32>(1024)?;
+/// let fill: Event = queue.fill(&buf, 3)?;
+/// assert_eq!(fill.command_kind()?, CommandKind::Fill);
+/// fill.wait()?;
+/// assert_eq!(fill.status()?, Status::Complete);
+/// assert!(fill.is_terminal());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Event {
     pub(crate) inner: Arc<EventInner>,
@@ -732,6 +749,23 @@ impl Event {
 
 /// When a command was queued, submitted, started and ended: `CL_PROFILING_COMMAND_*`, in
 /// nanoseconds of the device's clock (comparable between commands of one device).
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::{Profile, QueueOptions};
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue_with(QueueOptions::default().profiling(true))?;
+/// let buf = ctx.buffer::<u32>(1 << 16)?;
+/// let fill = queue.fill(&buf, 1)?;
+/// fill.wait()?;
+/// let profile: Profile = fill.profile()?;
+/// assert!(profile.queued <= profile.started && profile.started <= profile.ended);
+/// assert_eq!(profile.duration().as_nanos(), u128::from(profile.ended - profile.started));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Profile {
     /// When the host enqueued it.
@@ -760,6 +794,24 @@ impl Profile {
 /// A gate the host opens ([`UserEvent::complete`]) or fails ([`UserEvent::fail`]).
 /// Commands given it as a dependency wait until then. Dropping a gate that is still
 /// closed fails it with `CL_INVALID_OPERATION`, so nothing waits on it forever.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer::<u32>(256)?;
+/// let gate = ctx.user_event()?;
+/// let fill = queue.after(&[gate.event()]).fill(&buf, 5)?;
+/// queue.flush()?;
+/// assert!(!fill.is_terminal()); // held until the gate opens
+/// gate.complete()?;
+/// assert_eq!(queue.read_owned(&buf)?.wait()?, vec![5; 256]);
+/// assert!(gate.complete().is_err()); // a gate is set once
+/// # Ok(())
+/// # }
+/// ```
 pub struct UserEvent {
     event: Event,
     set: AtomicBool,

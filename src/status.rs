@@ -20,6 +20,25 @@ use crate::tracker::State;
 /// a user event's `fail(-1234)` gives -1234), so it prints as its number, with a name only
 /// for `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`, the one status the specification
 /// gives a command whose dependency failed.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::{ExecStatus, Status};
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer_from(&[0u32; 64])?;
+/// let gate = ctx.user_event()?;
+/// let fill = queue.after(&[gate.event()]).fill(&buf, 1)?;
+/// gate.fail(-1234)?;
+/// assert_eq!(gate.status()?, Status::Failed(ExecStatus(-1234)));
+/// // The fill never ran: -1234 or -14, as the driver says.
+/// let failed = fill.wait().err().and_then(|e| e.exec_status());
+/// assert!(failed.is_some_and(|status| status.code() < 0));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ExecStatus(pub cl_int);
 
@@ -47,6 +66,24 @@ impl fmt::Debug for ExecStatus {
 }
 
 /// Where a command is in its life, from `CL_EVENT_COMMAND_EXECUTION_STATUS`.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::Status;
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer::<u32>(64)?;
+/// let gate = ctx.user_event()?;
+/// let fill = queue.after(&[gate.event()]).fill(&buf, 1)?;
+/// assert!(!fill.status()?.is_terminal()); // queued, submitted or running: not ended
+/// gate.complete()?;
+/// fill.wait()?;
+/// assert_eq!(fill.status()?, Status::Complete);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
     /// Enqueued, not yet submitted to the device.
@@ -89,6 +126,24 @@ impl Status {
 }
 
 /// The kind of command an event belongs to, from `CL_EVENT_COMMAND_TYPE`.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::CommandKind;
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let src = ctx.buffer_from(&[1u32; 64])?;
+/// let dst = ctx.buffer::<u32>(64)?;
+/// let copy = queue.copy(&src, &dst)?;
+/// assert_eq!(copy.command_kind()?, CommandKind::Copy);
+/// let gate = ctx.user_event()?;
+/// assert_eq!(gate.command_kind()?, CommandKind::User);
+/// gate.complete()?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CommandKind {
