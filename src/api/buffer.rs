@@ -29,6 +29,22 @@ use crate::record::release::ReleaseReport;
 /// Create one with [`Context::buffer`](crate::Context::buffer); use it through a
 /// [`Queue`]. It is `Send` and `Sync`: several threads may enqueue commands
 /// on one buffer at once.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer_from(&[1.0f32, 2.0, 3.0])?;
+/// assert_eq!((buf.len(), buf.bytes()), (3, 12));
+/// queue.write_at(&buf, 1, &[5.0])?;
+/// assert_eq!(queue.read_owned(&buf)?.wait()?, [1.0, 5.0, 3.0]);
+/// let report = buf.release()?; // waits for this buffer's commands only, then frees it
+/// assert!(report.freed && report.failed.is_empty());
+/// # Ok(())
+/// # }
+/// ```
 pub struct ClBuffer<T: Pod> {
     block: Block,
     len: usize,
@@ -311,6 +327,21 @@ impl<T: Pod> Drop for ReleasedIfDropped<T> {
 /// that is not set (the caller may be about to set it, or unwinding past it), the drop
 /// returns at once and the memory goes to the library's thread, which frees it once the
 /// read has ended (and says so in the log).
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::PendingRead;
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer_from(&[1u32, 2, 3, 4])?;
+/// let pending: PendingRead<u32> = queue.read_owned_range(&buf, 1..3)?;
+/// // Host work here overlaps the read.
+/// assert_eq!(pending.wait()?, [2, 3]);
+/// # Ok(())
+/// # }
+/// ```
 pub struct PendingRead<T: Pod, H: HostMemory<T> = Vec<T>> {
     event: Event,
     /// The writes the buffer's contents came from when the read was enqueued (the
@@ -503,6 +534,24 @@ impl<P: Lends> Drop for Settled<P> {
 /// [`PendingRead::wait`] would return (`.await` on a `PendingRead`). The task's thread
 /// never blocks; dropped before the read ended, it hands the memory the read writes into
 /// to the library's thread, which frees it once the read has ended.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use std::future::IntoFuture;
+/// use cl_lifetime::ReadFuture;
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer_from(&[1u32; 16])?;
+/// let read: ReadFuture<u32> = queue.read_owned(&buf)?.into_future();
+/// assert_eq!(pollster::block_on(read)?, vec![1; 16]);
+/// // The same in an async block: `.await` on the `PendingRead`.
+/// let data = pollster::block_on(async { queue.read_owned(&buf)?.await })?;
+/// assert_eq!(data, vec![1; 16]);
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "a future does nothing unless awaited"]
 pub struct ReadFuture<T: Pod, H: HostMemory<T> = Vec<T>>(Settled<PendingRead<T, H>>);
 
@@ -543,6 +592,21 @@ impl<T: Pod, H: HostMemory<T>> std::future::Future for ReadFuture<T, H> {
 ///
 /// Dropped before the write has ended, it returns at once: the `Vec` goes to the library's
 /// thread, which frees it once the write has ended.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::PendingWrite;
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer::<u32>(1024)?;
+/// let pending: PendingWrite<u32> = queue.write_lent(&buf, vec![7u32; 1024])?;
+/// let data = pending.wait()?; // the same `Vec`, handed back once the write has ended
+/// assert_eq!(queue.read_owned(&buf)?.wait()?, data);
+/// # Ok(())
+/// # }
+/// ```
 pub struct PendingWrite<T: Pod, H: HostMemory<T> = Vec<T>> {
     event: Event,
     /// Read by the device until the write has ended; `None` once handed back.
@@ -601,6 +665,23 @@ impl<T: Pod, H: HostMemory<T>> Drop for PendingWrite<T, H> {
 
 /// A [`PendingWrite`] as a future: the `Vec` once the write has ended, or the error
 /// [`PendingWrite::wait`] would return (`.await` on a `PendingWrite`).
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use std::future::IntoFuture;
+/// use cl_lifetime::WriteFuture;
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer::<u32>(256)?;
+/// let write: WriteFuture<u32> = queue.write_lent(&buf, vec![3u32; 256])?.into_future();
+/// let back = pollster::block_on(write)?; // the `Vec`, once written
+/// assert_eq!(back, vec![3; 256]);
+/// assert_eq!(queue.read_owned(&buf)?.wait()?, back);
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "a future does nothing unless awaited"]
 pub struct WriteFuture<T: Pod, H: HostMemory<T> = Vec<T>>(Settled<PendingWrite<T, H>>);
 

@@ -22,6 +22,26 @@ use crate::pod::Pod;
 
 /// Host memory a non-blocking transfer can lend to the device: `Vec<T>` or
 /// [`HostBuffer<T>`]. Sealed: the library relies on what each does.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::{ClBuffer, HostMemory, Queue, Result};
+/// fn round_trip<H: HostMemory<f32>>(q: &Queue, buf: &ClBuffer<f32>, host: H) -> Result<H> {
+///     let host = q.write_lent(buf, host)?.wait()?; // handed back once written
+///     q.read_into(buf, host)?.wait()
+/// }
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer::<f32>(4)?;
+/// assert_eq!(round_trip(&queue, &buf, vec![1.5f32; 4])?, [1.5; 4]);
+/// let mut pinned = ctx.host_buffer::<f32>(4)?;
+/// pinned.fill(2.5);
+/// assert_eq!(*round_trip(&queue, &buf, pinned)?, [2.5; 4]);
+/// # Ok(())
+/// # }
+/// ```
 pub trait HostMemory<T: Pod>: Send + 'static + sealed::Sealed {
     /// The elements a write sends.
     #[doc(hidden)]

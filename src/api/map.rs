@@ -253,10 +253,45 @@ impl<T: Pod> Drop for Mapping<'_, T> {
 
 /// Part of a buffer mapped for reading on the host ([`Queue::map`]). Derefs to `[T]`;
 /// unmapped on drop.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::{Error, Mapped};
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer_from(&[1u32, 2, 3, 4])?;
+/// let mapped: Mapped<'_, u32> = queue.map(&buf, 0..4)?;
+/// assert_eq!(mapped.iter().sum::<u32>(), 10);
+/// assert!(matches!(queue.fill(&buf, 0), Err(Error::Mapped))); // no device write meanwhile
+/// drop(mapped);
+/// queue.fill(&buf, 0)?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct Mapped<'b, T: Pod>(Mapping<'b, T>);
 
 /// Part of a buffer mapped for reading and writing on the host ([`Queue::map_mut`]).
 /// Derefs to `[T]` mutably; unmapped on drop, after which device commands see the writes.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::{Error, MappedMut};
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer::<u32>(4)?;
+/// let mut mapped: MappedMut<'_, u32> = queue.map_mut(&buf, 0..4)?;
+/// mapped.copy_from_slice(&[1, 2, 3, 4]);
+/// mapped[0] = 10;
+/// assert!(matches!(queue.read_owned(&buf), Err(Error::Mapped))); // not while mapped
+/// drop(mapped); // unmapped: device commands see the writes
+/// assert_eq!(queue.read_owned(&buf)?.wait()?, [10, 2, 3, 4]);
+/// # Ok(())
+/// # }
+/// ```
 pub struct MappedMut<'b, T: Pod>(Mapping<'b, T>);
 
 impl<T: Pod> Mapped<'_, T> {

@@ -79,6 +79,24 @@ impl QueueOptions {
 }
 
 /// A command queue. Cheap to clone; all clones are the same queue.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// assert!(queue.is_in_order());
+/// let buf = ctx.buffer::<u32>(4)?;
+/// queue.write(&buf, &[1, 2, 3, 4])?; // blocks until written
+/// let same = queue.clone();
+/// same.fill_range(&buf, 0, 2..4)?; // does not block
+/// let mut out = [0u32; 4];
+/// queue.read(&buf, &mut out)?; // after the fill: it waits on the buffer's writes
+/// assert_eq!(out, [1, 2, 0, 0]);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Queue {
     pub(crate) core: Arc<QueueCore>,
@@ -143,6 +161,25 @@ impl Queue {
 }
 
 /// Commands on one queue that also wait on extra events: see [`Queue::after`].
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let (a, b) = (ctx.buffer::<u32>(16)?, ctx.buffer::<u32>(16)?);
+/// let gate = ctx.user_event()?;
+/// let deps = [gate.event()];
+/// let after: cl_lifetime::After<'_> = queue.after(&deps);
+/// let first = after.fill(&a, 1)?; // `After` is `Copy`: one for several commands
+/// let second = after.fill(&b, 2)?;
+/// assert!(!first.is_terminal() && !second.is_terminal());
+/// gate.complete()?;
+/// assert_eq!(queue.read_owned(&b)?.wait()?, [2; 16]);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy)]
 pub struct After<'a> {
     pub(super) queue: &'a Queue,

@@ -23,6 +23,29 @@ use crate::record::submit::Touch;
 use crate::tracker::{Access, Span};
 
 /// How a command from other code uses one buffer: see [`After::enqueue_raw`].
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::opencl3::command_queue::enqueue_copy_buffer;
+/// use cl_lifetime::{BufferUse, ClStatus, Error};
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let (src, dst) = (ctx.buffer_from(&[5u32; 64])?, ctx.buffer::<u32>(64)?);
+/// let uses = [BufferUse::read(&src), BufferUse::write(&dst)];
+/// // SAFETY: the copy reads `src`, writes `dst`, waits on `wait` and hands its event over.
+/// unsafe {
+///     queue.after(&[]).enqueue_raw(&uses, |raw, wait| {
+///         let list = if wait.is_empty() { std::ptr::null() } else { wait.as_ptr() };
+///         enqueue_copy_buffer(raw, src.as_raw(), dst.as_raw(), 0, 0, 256, wait.len() as u32, list)
+///             .map_err(|s| Error::Cl { call: "clEnqueueCopyBuffer", status: ClStatus(s) })
+///     })?;
+/// }
+/// assert_eq!(queue.read_owned(&dst)?.wait()?, vec![5; 64]); // waits for the raw copy
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy)]
 pub struct BufferUse<'a> {
     block: &'a Block,

@@ -321,6 +321,27 @@ mod sealed {
 /// What commands take as a buffer: a [`&ClBuffer`](ClBuffer) (all of it) or a [`View`]
 /// of one (by value or by reference), also behind a smart pointer (`&Arc<ClBuffer<T>>`).
 /// Sealed: the library's own types only.
+///
+/// # Examples
+///
+/// A function that, like the library's commands, takes a buffer or a view of one:
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::{IntoView, Queue};
+/// fn zero<'b>(queue: &Queue, target: impl IntoView<'b, u32>) -> cl_lifetime::Result<()> {
+///     queue.fill(target, 0)?.wait()
+/// }
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer_from(&[9u32; 8])?;
+/// zero(&queue, buf.view(0..4)?)?; // a view
+/// assert_eq!(queue.read_owned(&buf)?.wait()?, [0, 0, 0, 0, 9, 9, 9, 9]);
+/// zero(&queue, &buf)?; // the whole buffer
+/// assert_eq!(queue.read_owned(&buf)?.wait()?, [0; 8]);
+/// # Ok(())
+/// # }
+/// ```
 pub trait IntoView<'b, T: Pod>: sealed::Sealed {
     /// The view this names.
     fn into_view(self) -> View<'b, T>;
