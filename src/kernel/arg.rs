@@ -35,6 +35,28 @@ pub(crate) enum ArgKind<'a> {
 }
 
 /// One kernel argument, naming how the kernel uses it.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::{Arg, Error};
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let source = "__kernel void axpy(__global const float *x, __global float *y, float a) {
+///     size_t i = get_global_id(0); y[i] += a * x[i]; }";
+/// let axpy = ctx.program_from_source("axpy", source, "")?.kernel("axpy")?;
+/// let x = ctx.buffer_from(&[1.0f32; 4])?;
+/// let y = ctx.buffer_from(&[1.0f32, 2.0, 3.0, 4.0])?;
+/// queue.launch(&axpy, &[4], &[Arg::read(&x), Arg::read_write(&y), Arg::scalar(10.0f32)])?;
+/// assert_eq!(queue.read_owned(&y)?.wait()?, [11.0, 12.0, 13.0, 14.0]);
+/// // An argument that does not match the kernel is refused before the driver sees it.
+/// let wrong = [Arg::read(&x), Arg::read_write(&y), Arg::scalar(10u64)]; // `a` is a float
+/// let refused = queue.launch(&axpy, &[4], &wrong);
+/// assert!(matches!(refused, Err(Error::KernelArg { index: 2, .. })));
+/// # Ok(())
+/// # }
+/// ```
 pub struct Arg<'a>(pub(crate) ArgKind<'a>);
 
 impl fmt::Debug for Arg<'_> {

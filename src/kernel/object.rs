@@ -143,6 +143,23 @@ impl Drop for KernelInner {
 }
 
 /// A kernel of a built program. Cheap to clone; clones share one `cl_kernel` and its lock.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::Arg;
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let source = "__kernel void scale(__global float *v, float k) { v[get_global_id(0)] *= k; }";
+/// let scale = ctx.program_from_source("scale", source, "")?.kernel("scale")?;
+/// assert_eq!((scale.name(), scale.num_args()), ("scale", 2));
+/// let buf = ctx.buffer_from(&[1.0f32, 2.0, 3.0])?;
+/// queue.launch(&scale, &[3], &[Arg::read_write(&buf), Arg::scalar(2.0f32)])?;
+/// assert_eq!(queue.read_owned(&buf)?.wait()?, [2.0, 4.0, 6.0]);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Kernel {
     inner: Arc<KernelInner>,

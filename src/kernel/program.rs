@@ -114,6 +114,25 @@ impl ProgramInner {
 }
 
 /// A built program.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::Error;
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let source = "__kernel void one(__global int *v) { v[0] = 1; }
+///               __kernel void two(__global int *v) { v[0] = 2; }";
+/// let program = ctx.program_from_source("pair", source, "")?;
+/// let mut names = program.kernel_names()?;
+/// names.sort();
+/// assert_eq!(names, ["one", "two"]);
+/// assert!(matches!(program.kernel("three"), Err(Error::UnknownKernel { .. })));
+/// ctx.program_from_source("pair", source, "")?; // from the context's cache
+/// assert_eq!(ctx.programs_built(), 1);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Program {
     inner: Arc<ProgramInner>,

@@ -76,6 +76,20 @@
 pub const FOLD_AT: usize = 64;
 
 /// How a command uses a buffer.
+///
+/// # Examples
+///
+/// ```
+/// use cl_lifetime::tracker::{Access, EventSet, Lane, State};
+/// let (a, b) = (Lane { id: 1, in_order: true }, Lane { id: 2, in_order: true });
+/// let mut set = EventSet::new();
+/// set.record(a, Access::Write, "write", false, |_| State::Pending);
+/// set.record(a, Access::Read, "read", false, |_| State::Pending);
+/// // On another queue, a read waits on the write only, a write on both (rule 1).
+/// let waits = |access| set.hazards(b, access).map(|e| e.event).collect::<Vec<_>>();
+/// assert_eq!(waits(Access::Read), ["write"]);
+/// assert_eq!(waits(Access::Write), ["write", "read"]);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Access {
     /// The command only reads the buffer.
@@ -86,6 +100,23 @@ pub enum Access {
 
 /// The bytes of a buffer a command touches: `start..end` (rule 9), and through which
 /// memory object (rule 10).
+///
+/// # Examples
+///
+/// ```
+/// use cl_lifetime::tracker::{Access, EventSet, Lane, Span, State};
+/// let (low, high) = (Span::new(0, 512), Span::new(512, 1024));
+/// assert!(!low.overlaps(high) && Span::ALL.contains(low));
+/// assert_eq!(low.hull(high), Span::new(0, 1024));
+/// // Through a sub-buffer it overlaps the buffer's own object whatever the bytes (rule 10).
+/// assert!(low.through_sub_buffer().overlaps(high));
+/// // Commands on disjoint bytes never wait on each other (rule 9).
+/// let (a, b) = (Lane { id: 1, in_order: true }, Lane { id: 2, in_order: true });
+/// let mut set = EventSet::new();
+/// set.record_in(a, Access::Write, low, "low", false, |_| State::Pending);
+/// assert_eq!(set.hazards_in(b, Access::Write, high).count(), 0);
+/// assert_eq!(set.hazards_in(b, Access::Read, Span::new(500, 600)).count(), 1);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Span {
     /// The first byte.
@@ -215,6 +246,25 @@ struct LaneShadow<E> {
 }
 
 /// The events of every command that may still touch one buffer.
+///
+/// # Examples
+///
+/// Plain numbers stand in for events; the closure says which recorded ones have ended.
+///
+/// ```
+/// use cl_lifetime::tracker::{Access, EventSet, Lane, State};
+/// let queue = Lane { id: 1, in_order: true };
+/// let other = Lane { id: 2, in_order: false };
+/// let mut set = EventSet::new();
+/// set.record(queue, Access::Write, 1, false, |_| State::Pending);
+/// // The write's own in-order queue runs it first: no wait (rule 2). Another queue waits.
+/// assert_eq!(set.hazards(queue, Access::Read).count(), 0);
+/// assert_eq!(set.hazards(other, Access::Read).map(|e| e.event).collect::<Vec<_>>(), [1]);
+/// // A newer write with no wait list covers the older one, which leaves the set (rule 3).
+/// set.record(queue, Access::Write, 2, false, |_| State::Pending);
+/// assert_eq!(set.entries().iter().map(|e| e.event).collect::<Vec<_>>(), [2]);
+/// assert_eq!(set.shadow_len(), 0);
+/// ```
 #[derive(Debug)]
 pub struct EventSet<E> {
     entries: Vec<Entry<E>>,
