@@ -83,6 +83,23 @@ const SCAN: usize = 8;
 const WAIT_SLICE: Duration = Duration::from_millis(5);
 
 /// How a [`Pool`] behaves.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::{Context, Error, Pool, PoolOptions};
+/// let ctx = Context::from_env()?;
+/// let options = PoolOptions::default().max_bytes(1 << 20).release_threshold(0);
+/// let pool = Pool::new(&ctx, options)?;
+/// let held = pool.acquire::<u8>(1 << 20)?;
+/// assert!(matches!(pool.acquire::<u8>(1), Err(Error::PoolExhausted { .. })));
+/// let report = held.release()?;
+/// assert!(!report.recycled); // over the threshold of 0: released, not kept
+/// assert_eq!(pool.stats().pooled_bytes, 0);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct PoolOptions {
@@ -135,6 +152,27 @@ impl PoolOptions {
 }
 
 /// What a pool holds.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::{Context, Pool, PoolOptions, PoolStats};
+/// let ctx = Context::from_env()?;
+/// let pool = Pool::new(&ctx, PoolOptions::default())?;
+/// let buf = pool.acquire::<u32>(1000)?;
+/// let held: PoolStats = pool.stats();
+/// assert!(held.in_use_bytes >= 4000); // its size class
+/// assert_eq!((held.pooled_bytes, held.pooled_blocks), (0, 0));
+/// buf.release()?; // back to the pool, not to the driver
+/// let kept = pool.stats();
+/// assert_eq!((kept.in_use_bytes, kept.pooled_blocks), (0, 1));
+/// assert_eq!(kept.pooled_bytes, held.in_use_bytes);
+/// assert_eq!(pool.trim(0), held.in_use_bytes);
+/// assert_eq!(pool.stats(), PoolStats::default());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolStats {
     /// Bytes handed out and not yet back.

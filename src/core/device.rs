@@ -20,6 +20,23 @@ use crate::launch::Limits;
 pub const DEVICE_VAR: &str = "CL_LIFETIME_DEVICE";
 
 /// One OpenCL device, with what the library needs to know about it.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::{Context, Device};
+/// let device = Device::from_env()?; // `CL_LIFETIME_DEVICE`, else the first GPU
+/// assert!(Device::all()?.iter().any(|d| d.as_raw() == device.as_raw()));
+/// let (platform, index) = device.indices();
+/// let same = Device::select(Some(&format!("{platform}:{index}")))?;
+/// assert_eq!(same.name(), device.name());
+/// assert!(device.max_alloc_bytes() <= device.global_mem_bytes());
+/// let ctx = Context::new(&device)?;
+/// assert_eq!(ctx.device().as_raw(), device.as_raw());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Device {
     pub(crate) platform: cl_platform_id,

@@ -53,6 +53,23 @@ pub const DRIVER_VAR: &str = "CL_LIFETIME_DRIVER";
 
 /// What the library knows of a device's driver, measured at the device's first context
 /// (see [`Context::driver`](crate::Context::driver)).
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::DriverBehaviour;
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let driver: DriverBehaviour = ctx.driver();
+/// println!("{}: {driver:?}", ctx.device().name());
+/// assert_eq!(ctx.driver_of(ctx.device()), driver);
+/// // The careful values are correct on every driver; an unmeasured one gets them.
+/// let careful = DriverBehaviour::CAREFUL;
+/// assert!(careful.events_keep_buffers() && careful.chains_events() && !careful.measured());
+/// assert!(driver.measured() || driver.events_keep_buffers());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Behaviour {
     events_keep_buffers: bool,

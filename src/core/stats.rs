@@ -3,6 +3,26 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How many wait-list entries the hazard rules produced, for a [`Context`](crate::Context).
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer_from(&[0u32; 1024])?;
+/// let gate = ctx.user_event()?;
+/// queue.after(&[gate.event()]).fill(&buf, 1)?; // waits on the gate
+/// queue.fill(&buf, 2)?; // after the first fill, which its in-order queue runs first
+/// gate.complete()?;
+/// queue.finish()?;
+/// let stats = ctx.hazard_stats();
+/// assert_eq!((stats.enqueues, stats.wait_entries), (2, 1));
+/// assert_eq!(stats.wait_entries_without_elision, 2);
+/// assert_eq!(stats.per_enqueue(), 0.5);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HazardStats {
     /// Commands enqueued on buffers.
@@ -51,6 +71,24 @@ impl Stats {
 }
 
 /// Device memory a [`Context`](crate::Context) accounts for, in bytes and counts.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let buf = ctx.buffer::<u8>(1 << 20)?;
+/// let stats = ctx.memory_stats();
+/// assert_eq!(stats.live_bytes, 1 << 20);
+/// assert_eq!((stats.allocations, stats.driver_allocations), (1, 1));
+/// buf.release_deferred();
+/// ctx.wait_deferred();
+/// let stats = ctx.memory_stats();
+/// assert_eq!((stats.live_bytes, stats.pending_release_bytes), (0, 0));
+/// assert_eq!(stats.peak_bytes, 1 << 20);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryStats {
     /// Bytes in buffers the program holds.
@@ -138,6 +176,24 @@ pub struct LiveBuffer {
 /// The leak report: every buffer the program holds, largest first, with where it was
 /// allocated ([`Context::live_buffers`](crate::Context::live_buffers)). The context logs
 /// it at `warn` when its last handle is dropped with buffers still alive.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let small = ctx.buffer::<u32>(256)?;
+/// let large = ctx.buffer::<u32>(1 << 16)?;
+/// let live = ctx.live_buffers();
+/// let sizes: Vec<u64> = live.buffers.iter().map(|b| b.bytes).collect();
+/// assert_eq!(sizes, [1 << 18, 1 << 10]); // largest first
+/// assert_eq!(live.total_bytes(), (1 << 18) + (1 << 10));
+/// assert!(live.to_string().starts_with("2 live buffers"));
+/// drop((small, large));
+/// assert!(ctx.live_buffers().is_empty());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LiveBuffers {
     /// The buffers, largest first.

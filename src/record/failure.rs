@@ -11,6 +11,25 @@ use crate::status::{CommandKind, ExecStatus, Status};
 pub(crate) const MAX_FAILURES: usize = 64;
 
 /// A command that ended with an error status.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::{CommandKind, FailedCommand};
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer_from(&[0u32; 64])?;
+/// let gate = ctx.user_event()?;
+/// queue.after(&[gate.event()]).fill(&buf, 1)?;
+/// gate.fail(-1234)?; // the fill never runs
+/// let report = buf.release()?;
+/// let [FailedCommand { command, status }] = report.failed[..] else { panic!("{report:?}") };
+/// assert_eq!(command, CommandKind::Fill);
+/// assert!(status.code() < 0);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FailedCommand {
     /// What kind of command it was.

@@ -25,6 +25,25 @@ use crate::util::stages::Stages;
 pub const STALL_LOG_AFTER: Duration = Duration::from_secs(1);
 
 /// What [`ClBuffer::release`](crate::ClBuffer::release) did.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::{Pool, PoolOptions, ReleaseReport};
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let buf = ctx.buffer::<u8>(4096)?;
+/// queue.fill(&buf, 1)?.wait()?;
+/// let report: ReleaseReport = buf.release()?;
+/// assert_eq!(report.waited_on, 0); // its one command had ended
+/// assert!(report.freed && report.failed.is_empty() && !report.recycled);
+/// let pool = Pool::new(&ctx, PoolOptions::default())?;
+/// let pooled = pool.acquire::<u8>(4096)?;
+/// assert!(pooled.release()?.recycled); // back to its pool: nothing waited for
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReleaseReport {
     /// How many recorded events had not ended when it was called, and so were waited on
