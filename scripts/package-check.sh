@@ -12,6 +12,28 @@ cargo package --no-verify --allow-dirty --offline -q -p cl-lifetime
 crate=$(ls -t target/package/cl-lifetime-*.crate | head -1)
 tar xzf "$crate" -C "$out"
 unpacked=$(basename "$crate" .crate)
+# Every file the README and the docs link to is in the package (rustdoc's `crate::` links
+# and web addresses aside).
+python3 - "$out/$unpacked" <<'PY'
+import glob, os, re, sys
+root = sys.argv[1]
+docs = ["README.md", "BENCHMARKS.md", "docs/design.md"] + glob.glob("docs/guide/*.md") + glob.glob("docs/bench/*.md")
+missing = []
+for doc in docs:
+    if not os.path.exists(os.path.join(root, doc)):
+        missing.append(f"{doc} itself")
+        continue
+    for m in re.finditer(r"\]\(([^)#\s]+)", open(os.path.join(root, doc)).read()):
+        target = m.group(1)
+        if re.match(r"[a-z]+:", target) or target == "crate":
+            continue
+        path = os.path.normpath(os.path.join(os.path.dirname(doc), target))
+        if not os.path.exists(os.path.join(root, path)):
+            missing.append(f"{doc} links to {target}")
+if missing:
+    sys.exit("package-check: not in the package:\n  " + "\n  ".join(missing))
+print(f"package-check: every file linked from {len(docs)} documents is in the package")
+PY
 # The README's first Rust block, as the user's src/main.rs (rustdoc's hidden `# ` lines shown).
 python3 - "$out/user/src/main.rs" <<'PY'
 import re, sys
