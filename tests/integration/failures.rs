@@ -856,25 +856,9 @@ fn a_queue_whose_driver_fails_every_command_after_a_failure_runs_the_next_comman
     if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
         return;
     }
-    let emulator = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/emulate");
-    if !emulator.join("libOpenCL.so.1").exists() {
-        common::not_run("the driver emulator is not built here (make emulate)");
-        return;
-    }
-    let library_path = match std::env::var("LD_LIBRARY_PATH") {
-        Ok(path) if !path.is_empty() => format!("{}:{path}", emulator.display()),
-        _ => emulator.display().to_string(),
-    };
-    let device = ctx.device().name().to_string();
-    drop(ctx);
     let name =
         test_path!(a_queue_whose_driver_fails_every_command_after_a_failure_runs_the_next_command);
-    let env = [
-        ("CL_EMULATE", "mesa"),
-        ("LD_LIBRARY_PATH", library_path.as_str()),
-        ("CL_LIFETIME_DEVICE", device.as_str()),
-    ];
-    common::isolated(&name, CHILD_LIMIT, &env, || {
+    common::under_emulation(ctx, &name, "mesa", || {
         let ctx = device!();
         assert_eq!(
             ctx.device().platform_name(),
@@ -930,15 +914,6 @@ fn a_dependency_failing_during_the_enqueue_never_leaves_a_command_that_never_run
     if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
         return;
     }
-    let emulator = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/emulate");
-    if !emulator.join("libOpenCL.so.1").exists() {
-        common::not_run("the driver emulator is not built here (make emulate)");
-        return;
-    }
-    let library_path = match std::env::var("LD_LIBRARY_PATH") {
-        Ok(path) if !path.is_empty() => format!("{}:{path}", emulator.display()),
-        _ => emulator.display().to_string(),
-    };
     // Intel's GPU runtime fails a gate's dependents inside `clSetUserEventStatus`; the
     // emulation follows it only over a driver that does the same (PoCL does; rusticl fails
     // them later, on its worker thread, where the emulation would hold commands that
@@ -961,16 +936,9 @@ fn a_dependency_failing_during_the_enqueue_never_leaves_a_command_that_never_run
         );
         return;
     }
-    let device = ctx.device().name().to_string();
-    drop(ctx);
     let name =
         test_path!(a_dependency_failing_during_the_enqueue_never_leaves_a_command_that_never_runs);
-    let env = [
-        ("CL_EMULATE", "intel-gpu"),
-        ("LD_LIBRARY_PATH", library_path.as_str()),
-        ("CL_LIFETIME_DEVICE", device.as_str()),
-    ];
-    common::isolated(&name, CHILD_LIMIT, &env, || {
+    common::under_emulation(ctx, &name, "intel-gpu", || {
         let ctx = device!();
         assert_eq!(
             ctx.device().platform_name(),

@@ -171,6 +171,30 @@ pub fn on_pocl(ctx: &Context) -> bool {
     on_platform(ctx, &["portable computing language"]) || ctx.device().version().contains(" PoCL")
 }
 
+/// Runs `body` in a child process ([`isolated`], test `name`) whose OpenCL library is the
+/// project's driver emulator (`make emulate`) with profile `profile`, over the driver of
+/// `ctx`'s device, which the child selects by name; where the emulator is not built, says
+/// the test did not run.
+pub fn under_emulation(ctx: Context, name: &str, profile: &str, body: impl FnOnce()) {
+    let emulator = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/emulate");
+    if !emulator.join("libOpenCL.so.1").exists() {
+        not_run("the driver emulator is not built here (make emulate)");
+        return;
+    }
+    let library_path = match std::env::var("LD_LIBRARY_PATH") {
+        Ok(path) if !path.is_empty() => format!("{}:{path}", emulator.display()),
+        _ => emulator.display().to_string(),
+    };
+    let device = ctx.device().name().to_string();
+    drop(ctx);
+    let env = [
+        ("CL_EMULATE", profile),
+        ("LD_LIBRARY_PATH", library_path.as_str()),
+        ("CL_LIFETIME_DEVICE", device.as_str()),
+    ];
+    isolated(name, CHILD_LIMIT, &env, body);
+}
+
 /// `let ctx = device!();` returns from the test when there is no device (see [`context`]).
 macro_rules! device {
     () => {
