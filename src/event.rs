@@ -417,6 +417,23 @@ impl Event {
     /// answer with times never written); [`Error::Cl`] with
     /// `CL_PROFILING_INFO_NOT_AVAILABLE` when the queue does not profile, the command has
     /// not ended, it is a user event, or the driver's times are out of order.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::QueueOptions;
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue_with(QueueOptions::default().profiling(true))?;
+    /// let buf = ctx.buffer::<u32>(1 << 16)?;
+    /// let fill = queue.fill(&buf, 1)?;
+    /// fill.wait()?;
+    /// let profile = fill.profile()?;
+    /// assert!(profile.started <= profile.ended);
+    /// assert!(ctx.queue()?.fill(&buf, 2)?.profile().is_err()); // not a profiling queue
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn profile(&self) -> Result<Profile> {
         let not_available = || {
             Err(Error::cl(
@@ -474,6 +491,21 @@ impl Event {
     /// # Errors
     ///
     /// [`Error::CommandFailed`] when it ended with an error status.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<u32>(1024)?;
+    /// let fill = queue.fill(&buf, 6)?;
+    /// fill.wait()?; // the fill has ended, successfully
+    /// assert!(fill.is_terminal());
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, vec![6; 1024]);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn wait(&self) -> Result<()> {
         ffi::wait_terminal(&[self.inner.raw]);
         self.outcome()
@@ -523,6 +555,21 @@ impl Event {
     /// # Errors
     ///
     /// [`Error::Cl`] when the status cannot be queried.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::Status;
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<u32>(1024)?;
+    /// let fill = queue.fill(&buf, 1)?;
+    /// fill.wait()?;
+    /// assert_eq!(fill.status()?, Status::Complete);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn status(&self) -> Result<Status> {
         let seen = self.inner.seen.load(Ordering::Acquire);
         if seen != UNKNOWN {
@@ -860,6 +907,22 @@ impl UserEvent {
     /// # Errors
     ///
     /// [`Error::Cl`] with `CL_INVALID_OPERATION` when the gate was already set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<u32>(8)?;
+    /// let gate = ctx.user_event()?;
+    /// let write = queue.after(&[gate.event()]).write_owned(&buf, vec![4; 8])?;
+    /// gate.complete()?; // the write may run now
+    /// write.wait()?;
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, [4; 8]);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn complete(&self) -> Result<()> {
         self.set_status(ffi::CL_COMPLETE)
     }
@@ -871,6 +934,24 @@ impl UserEvent {
     ///
     /// [`Error::Cl`] with `CL_INVALID_VALUE` for a status that is not negative, or
     /// `CL_INVALID_OPERATION` when the gate was already set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::{Error, Status};
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<u32>(8)?;
+    /// let gate = ctx.user_event()?;
+    /// let fill = queue.after(&[gate.event()]).fill(&buf, 1)?;
+    /// gate.fail(-1)?; // the fill never runs
+    /// assert!(matches!(fill.wait(), Err(Error::CommandFailed { .. })));
+    /// assert!(matches!(fill.status()?, Status::Failed(_)));
+    /// assert!(gate.fail(0).is_err()); // a status that is not negative is refused
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn fail(&self, status: cl_int) -> Result<()> {
         if status >= 0 {
             return Err(Error::cl(
@@ -934,6 +1015,20 @@ impl Drop for UserEvent {
 /// # Errors
 ///
 /// [`Error::CommandFailed`] with the first failed status, after all have ended.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let (a, b) = (ctx.queue()?, ctx.queue()?);
+/// let (x, y) = (ctx.buffer::<u32>(1024)?, ctx.buffer::<u32>(1024)?);
+/// let (fx, fy) = (a.fill(&x, 1)?, b.fill(&y, 2)?);
+/// cl_lifetime::wait_all(&[&fx, &fy])?;
+/// assert!(fx.is_terminal() && fy.is_terminal());
+/// # Ok(())
+/// # }
+/// ```
 pub fn wait_all(events: &[&Event]) -> Result<()> {
     let raws: Vec<cl_event> = events.iter().map(|e| e.as_raw()).collect();
     ffi::wait_terminal(&raws);

@@ -59,6 +59,17 @@ impl Arena {
     /// # Errors
     ///
     /// As [`Context::buffer`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let arena = cl_lifetime::Arena::new(&ctx, 1 << 16)?;
+    /// assert_eq!((arena.capacity(), arena.used()), (1 << 16, 0));
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
     pub fn new(ctx: &Context, bytes: usize) -> Result<Arena> {
         let parent = ctx.buffer::<u8>(bytes)?.into_block();
@@ -83,6 +94,22 @@ impl Arena {
     ///
     /// [`Error::ZeroLength`], [`Error::ArenaFull`], or [`Error::Cl`] from
     /// `clCreateSubBuffer`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let arena = cl_lifetime::Arena::new(&ctx, 1 << 16)?;
+    /// let (a, b) = (arena.carve::<u32>(16)?, arena.carve::<u32>(16)?);
+    /// queue.fill(&a, 1)?;
+    /// queue.fill(&b, 2)?; // b does not overlap a
+    /// assert_eq!(queue.read_owned(&a)?.wait()?, [1; 16]);
+    /// assert!(arena.carve::<u8>(1 << 17).is_err()); // larger than what is left
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
     pub fn carve<T: Pod>(&self, len: usize) -> Result<ClBuffer<T>> {
         let site = Location::caller();

@@ -596,6 +596,18 @@ impl Pool {
     ///
     /// [`Error::Cl`] when its queue cannot be created, [`Error::Build`] when the poison
     /// kernel does not build.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::{Pool, PoolOptions};
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(64 << 20))?;
+    /// assert_eq!(pool.stats().in_use_bytes, 0); // nothing allocated yet
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(ctx: &Context, options: PoolOptions) -> Result<Pool> {
         let poison = if options.poison {
             let program = ctx.own_program("poison.cl", include_str!("../../kernels/poison.cl"))?;
@@ -623,6 +635,23 @@ impl Pool {
     ///
     /// [`Error::ZeroLength`], [`Error::TooLarge`], [`Error::PoolExhausted`] (the *maximum* rule), or
     /// the driver's allocation error after one trim and retry.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::{Pool, PoolOptions};
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let pool = Pool::new(&ctx, PoolOptions::default())?;
+    /// let buf = pool.acquire::<f32>(100)?;
+    /// queue.fill(&buf, 0.5)?;
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, vec![0.5; 100]);
+    /// buf.release()?; // back to the pool
+    /// assert_eq!(pool.stats().pooled_blocks, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
     pub fn acquire<T: Pod>(&self, len: usize) -> Result<ClBuffer<T>> {
         self.take::<T>(len, None, Location::caller())
@@ -730,6 +759,24 @@ impl Pool {
     /// # Errors
     ///
     /// As [`Pool::acquire_on`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::{Pool, PoolOptions};
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let pool = Pool::new(&ctx, PoolOptions::default())?;
+    /// let data = pollster::block_on(async {
+    ///     let buf = pool.acquire_on_async::<u32>(&queue, 64).await?;
+    ///     queue.fill(&buf, 8)?;
+    ///     queue.read_owned(&buf)?.await
+    /// })?;
+    /// assert_eq!(data, vec![8; 64]);
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
     pub fn acquire_on_async<T: Pod>(
         &self,

@@ -265,6 +265,21 @@ impl<T: Pod> ClBuffer<T> {
     ///
     /// As [`Context::buffer`](crate::Context::buffer) for the new block, or from the copy;
     /// on error the buffer is unchanged.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let mut buf = ctx.buffer_from(&[1u32, 2, 3])?;
+    /// buf.resize(&queue, 5)?; // grown: the old contents, then zeros
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, [1, 2, 3, 0, 0]);
+    /// buf.resize(&queue, 2)?; // shrunk: the contents that fit
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, [1, 2]);
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
     pub fn resize(&mut self, queue: &Queue, new_len: usize) -> Result<()> {
         let mut grown = ClBuffer::<T>::create(&self.block.ctx, new_len, None, true)?;

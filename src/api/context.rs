@@ -101,6 +101,17 @@ impl Context {
     ///
     /// [`Error::NoLoader`] or [`Error::NoDevice`] as [`Device::select`];
     /// [`Error::Cl`] when `clCreateContext` fails.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// assert!(!ctx.devices().is_empty());
+    /// println!("running on {} ({})", ctx.device().name(), ctx.device().platform_name());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn from_env() -> Result<Context> {
         Context::new(&Device::from_env()?)
     }
@@ -168,6 +179,19 @@ impl Context {
     /// # Errors
     ///
     /// [`Error::Cl`] when the queue cannot be created.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<u32>(64)?;
+    /// queue.fill(&buf, 9)?;
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, vec![9; 64]); // in order: after the fill
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn queue(&self) -> Result<Queue> {
         self.queue_with(QueueOptions::default())
     }
@@ -177,6 +201,20 @@ impl Context {
     /// # Errors
     ///
     /// [`Error::Cl`] with `CL_INVALID_QUEUE_PROPERTIES` when the device has none.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.out_of_order_queue()?;
+    /// let buf = ctx.buffer::<u32>(64)?;
+    /// queue.fill(&buf, 3)?;
+    /// // The library still orders commands on one buffer, out of order queue or not.
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, vec![3; 64]);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn out_of_order_queue(&self) -> Result<Queue> {
         self.queue_with(QueueOptions::default().out_of_order(true))
     }
@@ -247,6 +285,22 @@ impl Context {
     }
 
     /// Live, pending-release, pooled and peak bytes, and allocation counts.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let before = ctx.memory_stats();
+    /// let buf = ctx.buffer::<u32>(1000)?;
+    /// let stats = ctx.memory_stats();
+    /// assert_eq!(stats.live_bytes, before.live_bytes + 4000);
+    /// assert_eq!(stats.allocations, before.allocations + 1);
+    /// buf.release()?;
+    /// assert_eq!(ctx.memory_stats().live_bytes, before.live_bytes);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn memory_stats(&self) -> MemoryStats {
         self.core().ledger.memory()
     }
@@ -303,6 +357,19 @@ impl Context {
     ///
     /// [`Error::ZeroLength`], [`Error::TooLarge`] past `CL_DEVICE_MAX_MEM_ALLOC_SIZE`, or
     /// [`Error::Cl`] from `clCreateBuffer`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<f32>(256)?;
+    /// assert_eq!(buf.len(), 256);
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, vec![0.0; 256]); // reads as zeros
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
     pub fn buffer<T: Pod>(&self, len: usize) -> Result<ClBuffer<T>> {
         ClBuffer::create(self.core(), len, None, true)
@@ -327,6 +394,18 @@ impl Context {
     /// # Errors
     ///
     /// As [`Context::buffer`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer_from(&[1u16, 2, 3])?;
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, [1, 2, 3]);
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
     pub fn buffer_from<T: Pod>(&self, data: &[T]) -> Result<ClBuffer<T>> {
         ClBuffer::create(self.core(), data.len(), Some(data), false)
@@ -341,6 +420,22 @@ impl Context {
     ///
     /// [`Error::ZeroLength`](crate::Error::ZeroLength), or the driver's error making or
     /// mapping it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<i32>(128)?;
+    /// let mut pinned = ctx.host_buffer::<i32>(128)?;
+    /// assert!(pinned.iter().all(|&x| x == 0)); // starts zeroed
+    /// pinned.fill(-4);
+    /// let pinned = queue.write_lent(&buf, pinned)?.wait()?; // handed back once written
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, *pinned);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn host_buffer<T: Pod>(&self, len: usize) -> Result<crate::HostBuffer<T>> {
         let device = &self.core().device;
         crate::HostBuffer::new(self.core().raw, device.id, device.version(), len)
@@ -351,6 +446,22 @@ impl Context {
     /// # Errors
     ///
     /// [`Error::Cl`] when `clCreateUserEvent` fails.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<u8>(16)?;
+    /// let gate = ctx.user_event()?;
+    /// let fill = queue.after(&[gate.event()]).fill(&buf, 1)?;
+    /// gate.complete()?; // the fill may run now
+    /// fill.wait()?;
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, [1; 16]);
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
     pub fn user_event(&self) -> Result<UserEvent> {
         UserEvent::new(
@@ -407,6 +518,22 @@ impl Context {
     ///
     /// [`Error::BuildOptions`] as [`Context::program`]; [`Error::Build`] with the device
     /// and the full build log.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::Arg;
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let source = "__kernel void twice(__global int *x) { x[get_global_id(0)] *= 2; }";
+    /// let twice = ctx.program_from_source("twice", source, "")?.kernel("twice")?;
+    /// let buf = ctx.buffer_from(&[1, 2, 3, 4])?;
+    /// queue.launch(&twice, &[4], &[Arg::read_write(&buf)])?;
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, [2, 4, 6, 8]);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn program_from_source(&self, name: &str, source: &str, options: &str) -> Result<Program> {
         self.cached_program(PathBuf::from(format!("<source>/{name}")), source, options)
     }

@@ -79,6 +79,23 @@ impl After<'_> {
     /// argument, what was given and what the kernel declares, [`Error::WorkSize`](crate::Error::WorkSize) with the
     /// sizes and the device's limits, [`Error::DependencyFailed`](crate::Error::DependencyFailed) (the *failed write* rule, or a failed dependency), or
     /// [`Error::Cl`](crate::Error::Cl) from `clEnqueueNDRangeKernel`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::Arg;
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let source = "__kernel void axpy(__global const float *x, __global float *y, float a) {
+    ///     size_t i = get_global_id(0); y[i] += a * x[i]; }";
+    /// let axpy = ctx.program_from_source("axpy", source, "")?.kernel("axpy")?;
+    /// let (x, y) = (ctx.buffer_from(&[1.0f32; 64])?, ctx.buffer_from(&[2.0f32; 64])?);
+    /// queue.launch(&axpy, &[64], &[Arg::read(&x), Arg::read_write(&y), Arg::scalar(3.0f32)])?;
+    /// assert_eq!(queue.read_owned(&y)?.wait()?, vec![5.0; 64]);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn launch(&self, kernel: &Kernel, global: &[usize], args: &[Arg<'_>]) -> Result<Event> {
         self.launch_local(kernel, global, None, args)
     }

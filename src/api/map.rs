@@ -39,6 +39,20 @@ impl After<'_> {
     ///
     /// [`Error::OutOfRange`](crate::Error::OutOfRange) or [`Error::ZeroLength`](crate::Error::ZeroLength) for a bad range, [`Error::Mapped`](crate::Error::Mapped)
     /// while the buffer is mapped for writing, [`Error::CommandFailed`](crate::Error::CommandFailed) when the map failed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer_from(&[10u32, 20, 30, 40])?;
+    /// let mapped = queue.map(&buf, 1..3)?; // waits for the buffer's writers only
+    /// assert_eq!(*mapped, [20, 30]);
+    /// drop(mapped); // unmapped
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn map<'b, T: Pod>(
         &self,
         buffer: impl IntoView<'b, T>,

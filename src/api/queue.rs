@@ -150,6 +150,20 @@ impl Queue {
     /// # Errors
     ///
     /// [`Error::Cl`](crate::Error::Cl) from `clFinish`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<u32>(1024)?;
+    /// let fill = queue.fill(&buf, 4)?;
+    /// queue.finish()?;
+    /// assert!(fill.is_terminal()); // everything queued before the finish has ended
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn finish(&self) -> Result<()> {
         self.core.finish()
     }
@@ -356,6 +370,23 @@ impl Queue {
     /// # Errors
     ///
     /// [`Error::Cl`](crate::Error::Cl) from `clFlush`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<u32>(1 << 20)?;
+    /// let fill = queue.fill(&buf, 1)?;
+    /// queue.flush()?; // the device starts on the fill while the host works on
+    /// let host_sum: u64 = (0..1000u64).sum();
+    /// fill.wait()?;
+    /// assert_eq!(host_sum, 499_500);
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?[..4], [1; 4]);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn flush(&self) -> Result<()> {
         self.core.flush()
     }

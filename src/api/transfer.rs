@@ -142,6 +142,20 @@ impl After<'_> {
     ///
     /// [`Error::OutOfRange`] when `data` is longer than the buffer, [`Error::ZeroLength`]
     /// when empty, [`Error::CommandFailed`] when the write failed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<i32>(8)?;
+    /// let data = [7; 8];
+    /// queue.write(&buf, &data)?; // `data` is free again when this returns
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, data);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn write<'v, T: Pod>(&self, buffer: impl IntoView<'v, T>, data: &[T]) -> Result<()> {
         self.write_at(buffer, 0, data)
     }
@@ -168,6 +182,20 @@ impl After<'_> {
     /// # Errors
     ///
     /// As [`After::write`], except that a failure of the command shows in the event.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<f32>(1024)?;
+    /// let written = queue.write_owned(&buf, vec![0.5; 1024])?; // returns at once
+    /// written.wait()?;
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, vec![0.5; 1024]);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn write_owned<'v, T: Pod>(
         &self,
         buffer: impl IntoView<'v, T>,
@@ -236,6 +264,20 @@ impl After<'_> {
     ///
     /// [`Error::OutOfRange`] when `out` is longer than the buffer, [`Error::ZeroLength`]
     /// when empty, [`Error::CommandFailed`] when the read failed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer_from(&[1u8, 2, 3, 4])?;
+    /// let mut out = [0u8; 4];
+    /// queue.read(&buf, &mut out)?;
+    /// assert_eq!(out, [1, 2, 3, 4]);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn read<'v, T: Pod>(&self, buffer: impl IntoView<'v, T>, out: &mut [T]) -> Result<()> {
         self.read_at(buffer, 0, out)
     }
@@ -304,6 +346,20 @@ impl After<'_> {
     /// # Errors
     ///
     /// As [`After::read_owned_range`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer_from(&[3u64; 100])?;
+    /// let pending = queue.read_owned(&buf)?; // returns at once
+    /// // ... host work here overlaps the read ...
+    /// assert_eq!(pending.wait()?, vec![3; 100]);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn read_owned<'v, T: Pod>(&self, buffer: impl IntoView<'v, T>) -> Result<PendingRead<T>> {
         let view = buffer.into_view();
         self.read_owned_range(view, 0..view.len())
@@ -385,6 +441,20 @@ impl After<'_> {
     /// # Errors
     ///
     /// [`Error::OutOfRange`] when `dst` is shorter than `src`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let src = ctx.buffer_from(&[1u32, 2, 3])?;
+    /// let dst = ctx.buffer::<u32>(5)?;
+    /// queue.copy(&src, &dst)?; // no wait needed: the read below is ordered after it
+    /// assert_eq!(queue.read_owned(&dst)?.wait()?, [1, 2, 3, 0, 0]);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn copy<'s, 'd, T: Pod>(
         &self,
         src: impl IntoView<'s, T>,
@@ -445,6 +515,19 @@ impl After<'_> {
     ///
     /// [`Error::Cl`] from `clEnqueueFillBuffer` (the pattern size must be 1, 2, 4, ...,
     /// 128 bytes).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<f32>(512)?;
+    /// queue.fill(&buf, 1.25)?.wait()?;
+    /// assert!(queue.read_owned(&buf)?.wait()?.iter().all(|&x| x == 1.25));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn fill<'v, T: Pod>(&self, buffer: impl IntoView<'v, T>, value: T) -> Result<Event> {
         let view = buffer.into_view();
         self.fill_range(view, value, 0..view.len())

@@ -134,6 +134,22 @@ impl<T: Pod> ClBuffer<T> {
     ///
     /// [`Error::OutOfRange`] or [`Error::ReversedRange`] (naming [`Transfer::View`]) for a
     /// range that leaves the buffer, [`Error::ZeroLength`] for an empty one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<u32>(8)?;
+    /// let middle = buf.view(2..6)?;
+    /// assert_eq!((middle.offset(), middle.len()), (2, 4));
+    /// queue.fill(middle, 7)?;
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, [0, 0, 7, 7, 7, 7, 0, 0]);
+    /// assert!(buf.view(4..9).is_err()); // past the end
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn view(&self, range: impl RangeBounds<usize>) -> Result<View<'_, T>> {
         View::whole(self).view(range)
     }
@@ -144,6 +160,21 @@ impl<T: Pod> ClBuffer<T> {
     ///
     /// [`Error::ZeroLength`] when `mid` is 0 or the buffer's length (a view holds at least
     /// one element), [`Error::OutOfRange`] when past it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let buf = ctx.buffer::<i16>(6)?;
+    /// let (head, tail) = buf.split_at(2)?;
+    /// queue.write(head, &[1, 2])?;
+    /// queue.fill(tail, -1)?;
+    /// assert_eq!(queue.read_owned(&buf)?.wait()?, [1, 2, -1, -1, -1, -1]);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn split_at(&self, mid: usize) -> Result<(View<'_, T>, View<'_, T>)> {
         View::whole(self).split_at(mid)
     }

@@ -97,6 +97,22 @@ pub fn is_on() -> bool {
 /// [`Error::TraceAlreadyOn`] when a trace is already being recorded (it goes on,
 /// unchanged); [`Error::TraceUnwritable`] when `path` cannot be created (checked now, so
 /// that a long run does not find out at its end).
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// let path = std::env::temp_dir().join("cl-lifetime-doc-trace-start.json");
+/// cl_lifetime::trace::start(&path)?;
+/// assert!(cl_lifetime::trace::is_on());
+/// assert!(cl_lifetime::trace::start(&path).is_err()); // one trace at a time
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// ctx.buffer_from(&[1u32; 64])?.release()?;
+/// cl_lifetime::trace::finish()?;
+/// assert!(std::fs::read_to_string(&path).unwrap().contains("traceEvents"));
+/// # Ok(())
+/// # }
+/// ```
 pub fn start(path: impl AsRef<Path>) -> Result<()> {
     let path = path.as_ref().to_path_buf();
     let mut tracer = lock();
@@ -121,6 +137,22 @@ pub fn start(path: impl AsRef<Path>) -> Result<()> {
 ///
 /// [`Error::TraceUnwritable`] when the file cannot be written; the trace is stopped all
 /// the same.
+///
+/// # Examples
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// let path = std::env::temp_dir().join("cl-lifetime-doc-trace-finish.json");
+/// assert_eq!(cl_lifetime::trace::finish()?, None); // no trace on
+/// cl_lifetime::trace::start(&path)?;
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// ctx.queue()?.fill(&ctx.buffer::<u8>(256)?, 1)?.wait()?;
+/// assert_eq!(cl_lifetime::trace::finish()?, Some(path.clone()));
+/// assert!(!cl_lifetime::trace::is_on());
+/// assert!(std::fs::metadata(&path).unwrap().len() > 0);
+/// # Ok(())
+/// # }
+/// ```
 pub fn finish() -> Result<Option<PathBuf>> {
     let tracer = {
         let mut guard = lock();
