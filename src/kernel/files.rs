@@ -89,18 +89,18 @@ mod tests {
 
     #[test]
     fn the_kernel_lookup_rule_tries_each_place_in_order() {
-        let cwd = Path::new("/work/app");
+        let cwd = Path::new("/home/user/app");
         let list = std::env::join_paths(["extra", "/opt/k"]).unwrap();
         let paths = search_paths("add", cwd, Some(&list), Some(Path::new("/usr/bin/app")));
         let expected: Vec<PathBuf> = [
-            "/work/app/add",
-            "/work/app/add.cl",
-            "/work/app/extra/add",
-            "/work/app/extra/add.cl",
+            "/home/user/app/add",
+            "/home/user/app/add.cl",
+            "/home/user/app/extra/add",
+            "/home/user/app/extra/add.cl",
             "/opt/k/add",
             "/opt/k/add.cl",
-            "/work/app/kernels/add",
-            "/work/app/kernels/add.cl",
+            "/home/user/app/kernels/add",
+            "/home/user/app/kernels/add.cl",
             "/usr/bin/add",
             "/usr/bin/add.cl",
             "/usr/bin/kernels/add",
@@ -114,13 +114,13 @@ mod tests {
 
     #[test]
     fn a_name_with_an_extension_or_an_absolute_path_is_looked_for_as_given() {
-        let cwd = Path::new("/work/app");
+        let cwd = Path::new("/home/user/app");
         let paths = search_paths("add.cl", cwd, None, None);
         assert_eq!(
             paths,
             [
-                PathBuf::from("/work/app/add.cl"),
-                PathBuf::from("/work/app/kernels/add.cl")
+                PathBuf::from("/home/user/app/add.cl"),
+                PathBuf::from("/home/user/app/kernels/add.cl")
             ]
         );
         let paths = search_paths("/k/add.cl", cwd, Some(OsStr::new("x")), None);
