@@ -97,7 +97,7 @@ typedef cl_ptr cl_context;
     X(clEnqueueNativeKernel) X(clEnqueueReadImage) X(clEnqueueReleaseEGLObjectsKHR)           \
     X(clEnqueueReleaseGLObjects) X(clEnqueueSVMMigrateMem) X(clEnqueueWaitForEvents)          \
     X(clEnqueueWriteImage) X(clEnqueueBarrier) X(clEnqueueMarker) X(clFinish) X(clFlush)      \
-    X(clGetContextInfo) X(clGetDeviceAndHostTimer) X(clGetDeviceIDs)                          \
+    X(clGetCommandQueueInfo) X(clGetContextInfo) X(clGetDeviceAndHostTimer) X(clGetDeviceIDs)                          \
     X(clGetExtensionFunctionAddress) X(clGetExtensionFunctionAddressForPlatform)              \
     X(clGetGLContextInfoKHR) X(clGetGLObjectInfo) X(clGetGLTextureInfo) X(clGetHostTimer)     \
     X(clGetImageInfo) X(clGetKernelArgInfo) X(clGetKernelInfo) X(clGetKernelSubGroupInfo)     \
@@ -117,7 +117,7 @@ typedef cl_ptr cl_context;
 
 #define CHANGED(X)                                                                            \
     X(clGetPlatformInfo) X(clGetDeviceInfo) X(clCreateCommandQueue)                           \
-    X(clCreateCommandQueueWithProperties) X(clGetCommandQueueInfo) X(clReleaseCommandQueue)   \
+    X(clCreateCommandQueueWithProperties) X(clReleaseCommandQueue)   \
     X(clGetEventInfo) X(clGetEventProfilingInfo) X(clReleaseEvent) X(clEnqueueNDRangeKernel)  \
     X(clEnqueueTask) X(clEnqueueReadBuffer) X(clEnqueueWriteBuffer) X(clEnqueueReadBufferRect) \
     X(clEnqueueWriteBufferRect) X(clEnqueueCopyBuffer) X(clEnqueueCopyBufferRect)             \
@@ -153,6 +153,20 @@ enum { MESA = 1, AMD = 2, INTEL_GPU = 4, INTEL_CPU = 8, FAILED_PROFILING = 16 };
 static int profile;
 static const char *platform_name, *platform_vendor;
 
+/* Each profile: its name in CL_EMULATE, and the platform name and vendor its driver gives. */
+static const struct known {
+    const char *name;
+    int bit;
+    const char *platform, *vendor;
+} known[] = {
+    {"mesa", MESA, "rusticl", "Mesa/X.org"},
+    {"amd", AMD, "AMD Accelerated Parallel Processing", "Advanced Micro Devices, Inc."},
+    {"intel-gpu", INTEL_GPU, "Intel(R) OpenCL Graphics", "Intel(R) Corporation"},
+    {"intel-cpu", INTEL_CPU, "Intel(R) OpenCL", "Intel(R) Corporation"},
+    {"failed-profiling", FAILED_PROFILING, "Intel(R) OpenCL Graphics", "Intel(R) Corporation"},
+    {NULL, 0, NULL, NULL},
+};
+
 /* Marks this library, so that it never takes itself for the loader. */
 __attribute__((visibility("default"))) int cl_emulate_marker;
 
@@ -172,30 +186,16 @@ __attribute__((constructor)) static void open_loader(void) {
     char list[256];
     snprintf(list, sizeof list, "%s", p ? p : "");
     for (char *save, *tok = strtok_r(list, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
-        if (!strcmp(tok, "mesa")) {
-            profile |= MESA;
-            platform_name = "rusticl";
-            platform_vendor = "Mesa/X.org";
-        } else if (!strcmp(tok, "amd")) {
-            profile |= AMD;
-            platform_name = "AMD Accelerated Parallel Processing";
-            platform_vendor = "Advanced Micro Devices, Inc.";
-        } else if (!strcmp(tok, "intel-gpu")) {
-            profile |= INTEL_GPU;
-            platform_name = "Intel(R) OpenCL Graphics";
-            platform_vendor = "Intel(R) Corporation";
-        } else if (!strcmp(tok, "intel-cpu")) {
-            profile |= INTEL_CPU;
-            platform_name = "Intel(R) OpenCL";
-            platform_vendor = "Intel(R) Corporation";
-        } else if (!strcmp(tok, "failed-profiling")) {
-            profile |= FAILED_PROFILING;
-            platform_name = "Intel(R) OpenCL Graphics";
-            platform_vendor = "Intel(R) Corporation";
-        } else if (strcmp(tok, "none")) {
+        if (!strcmp(tok, "none")) continue;
+        const struct known *k = known;
+        while (k->name && strcmp(tok, k->name)) k++;
+        if (!k->name) {
             fprintf(stderr, "cl-emulate: unknown profile \"%s\" in CL_EMULATE\n", tok);
             abort();
         }
+        profile |= k->bit;
+        platform_name = k->platform;
+        platform_vendor = k->vendor;
     }
 }
 
@@ -274,11 +274,6 @@ cl_command_queue clCreateCommandQueueWithProperties(cl_context c, cl_ptr d, cons
                                                    cl_int *))(c, d, props, err);
     forget_queue(q);
     return q;
-}
-
-cl_int clGetCommandQueueInfo(cl_command_queue q, cl_uint param, size_t size, void *value,
-                             size_t *ret) {
-    return REAL(clGetCommandQueueInfo, info_fn)(q, param, size, value, ret);
 }
 
 /* A queue's state under `mesa`: the events of its commands not yet seen ended, and the status
@@ -458,18 +453,8 @@ cl_int clGetEventProfilingInfo(cl_event e, cl_uint param, size_t size, void *val
 cl_int clReleaseEvent(cl_event e) {
     if (profile & (MESA | INTEL_CPU)) {
         pthread_mutex_lock(&lock);
-        if (count_of(e, CL_EVENT_REFERENCE_COUNT, REAL(clGetEventInfo, info_fn)) == 1) {
-            int i = fake_index(e);
-            if (i >= 0) fakes[i] = fakes[--fakes_len];
-            for (size_t j = 0; j < dependents_len; j++)
-                if (dependents[j].event == e) {
-                    for (cl_uint k = 0; k < dependents[j].n; k++)
-                        REAL(clReleaseEvent, release_fn)(dependents[j].wait[k]);
-                    free(dependents[j].wait);
-                    dependents[j] = dependents[--dependents_len];
-                    break;
-                }
-        }
+        if (count_of(e, CL_EVENT_REFERENCE_COUNT, REAL(clGetEventInfo, info_fn)) == 1)
+            forget_event(e);
         pthread_mutex_unlock(&lock);
     }
     return REAL(clReleaseEvent, release_fn)(e);
@@ -656,8 +641,9 @@ static int begin(struct call *c, cl_command_queue q, cl_uint type, cl_uint *n, c
     return 0;
 }
 
-/* `e` is a new event: what was kept for a released one at the same address goes (a driver
- * may still hold a reference when the program releases its last). Called under `lock`. */
+/* Drops what is kept for `e`: at its last release, or when a new event takes the address of a
+ * released one (a driver may still hold a reference when the program releases its last).
+ * Called under `lock`. */
 static void forget_event(cl_event e) {
     int i = fake_index(e);
     if (i >= 0) fakes[i] = fakes[--fakes_len];
