@@ -380,6 +380,14 @@ pub enum Error {
         /// Its execution status.
         status: ExecStatus,
     },
+    /// The context's devices do not all report a capability the call needs, such as
+    /// shared virtual memory on an OpenCL 1.2 device.
+    Unsupported {
+        /// The capability, by its OpenCL name (`CL_DEVICE_SVM_COARSE_GRAIN_BUFFER`).
+        capability: &'static str,
+        /// The first device that lacks it, as `P:D platform / device`.
+        device: String,
+    },
     /// [`trace::start`](crate::trace::start) while a trace is already being recorded.
     TraceAlreadyOn {
         /// Where that trace goes.
@@ -656,6 +664,10 @@ impl fmt::Display for Error {
             Error::DependencyFailed { command, status } => write!(
                 f,
                 "a {command:?} command this one depends on failed with {status}"
+            ),
+            Error::Unsupported { capability, device } => write!(
+                f,
+                "device {device} does not report {capability}, which this call needs"
             ),
             Error::TraceAlreadyOn { path } => {
                 write!(

@@ -163,6 +163,14 @@ pub enum CommandKind {
     Unmap,
     /// `clEnqueueMarkerWithWaitList`.
     Marker,
+    /// `clEnqueueSVMMemcpy`.
+    SvmMemcpy,
+    /// `clEnqueueSVMMemFill`.
+    SvmMemFill,
+    /// `clEnqueueSVMMap`.
+    SvmMap,
+    /// `clEnqueueSVMUnmap`.
+    SvmUnmap,
     /// A user event.
     User,
     /// Any other command type, by its raw value.
@@ -181,6 +189,10 @@ impl CommandKind {
             cl::CL_COMMAND_MAP_BUFFER => CommandKind::Map,
             cl::CL_COMMAND_UNMAP_MEM_OBJECT => CommandKind::Unmap,
             cl::CL_COMMAND_MARKER => CommandKind::Marker,
+            cl::CL_COMMAND_SVM_MEMCPY => CommandKind::SvmMemcpy,
+            cl::CL_COMMAND_SVM_MEMFILL => CommandKind::SvmMemFill,
+            cl::CL_COMMAND_SVM_MAP => CommandKind::SvmMap,
+            cl::CL_COMMAND_SVM_UNMAP => CommandKind::SvmUnmap,
             cl::CL_COMMAND_USER => CommandKind::User,
             other => CommandKind::Other(other),
         }

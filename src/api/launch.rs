@@ -1,6 +1,7 @@
 //! Kernel launches, and the buffer arguments that name their access.
 
 use super::queue::After;
+use super::svm::{IntoSvm, SvmBuffer, SvmView};
 use super::view::{IntoView, View};
 use crate::error::Result;
 use crate::event::Event;
@@ -22,13 +23,39 @@ fn buffer_arg<'a, T: Pod>(view: View<'a, T>, access: Access) -> Arg<'a> {
     )
 }
 
+/// What a kernel takes as a pointer argument: a buffer or a [`View`] of one
+/// (every [`IntoView`]), or shared virtual memory ([`SvmBuffer`], [`SvmView`]).
+pub trait IntoArg<'a, T: Pod> {
+    /// The argument, used by the kernel with `access`.
+    fn into_arg(self, access: Access) -> Arg<'a>;
+}
+
+impl<'a, T: Pod, V: IntoView<'a, T>> IntoArg<'a, T> for V {
+    fn into_arg(self, access: Access) -> Arg<'a> {
+        buffer_arg(self.into_view(), access)
+    }
+}
+
+impl<'a, T: Pod> IntoArg<'a, T> for &'a SvmBuffer<T> {
+    fn into_arg(self, access: Access) -> Arg<'a> {
+        self.into_svm().arg(access)
+    }
+}
+
+impl<'a, T: Pod> IntoArg<'a, T> for SvmView<'a, T> {
+    fn into_arg(self, access: Access) -> Arg<'a> {
+        self.arg(access)
+    }
+}
+
 impl<'a> Arg<'a> {
-    /// A buffer (or a [`View`](crate::View) of one) the kernel only reads.
-    pub fn read<T: Pod>(buffer: impl IntoView<'a, T>) -> Arg<'a> {
-        buffer_arg(buffer.into_view(), Access::Read)
+    /// A buffer (or a [`View`](crate::View) of one, or shared virtual memory) the kernel
+    /// only reads.
+    pub fn read<T: Pod>(buffer: impl IntoArg<'a, T>) -> Arg<'a> {
+        buffer.into_arg(Access::Read)
     }
 
-    /// A buffer (or a view) the kernel writes (and may read).
+    /// A buffer (or a view, or shared virtual memory) the kernel writes (and may read).
     ///
     /// A view is passed to the kernel as a sub-buffer: its element 0 is the view's first
     /// element, and its start must be a multiple of the device's
@@ -36,13 +63,15 @@ impl<'a> Arg<'a> {
     /// [`Error::ViewMisaligned`](crate::Error::ViewMisaligned) otherwise). The kernel must
     /// touch only the view's elements (tell it the view's length). The views of one buffer
     /// passed to kernels must not overlap but as [`View`](crate::View) says
-    /// ([`Error::ViewOverlap`](crate::Error::ViewOverlap) otherwise).
-    pub fn write<T: Pod>(buffer: impl IntoView<'a, T>) -> Arg<'a> {
-        buffer_arg(buffer.into_view(), Access::Write)
+    /// ([`Error::ViewOverlap`](crate::Error::ViewOverlap) otherwise). A view of shared
+    /// virtual memory is the address of its first element, with none of these limits
+    /// (see [`SvmBuffer`]).
+    pub fn write<T: Pod>(buffer: impl IntoArg<'a, T>) -> Arg<'a> {
+        buffer.into_arg(Access::Write)
     }
 
-    /// A buffer (or a view) the kernel reads and writes.
-    pub fn read_write<T: Pod>(buffer: impl IntoView<'a, T>) -> Arg<'a> {
+    /// A buffer (or a view, or shared virtual memory) the kernel reads and writes.
+    pub fn read_write<T: Pod>(buffer: impl IntoArg<'a, T>) -> Arg<'a> {
         Arg::write(buffer)
     }
 }
@@ -123,7 +152,7 @@ impl After<'_> {
             .iter()
             .enumerate()
             .filter_map(|(index, arg)| {
-                let b = arg.buffer()?;
+                let b = arg.buffer().filter(|b| !b.block.is_svm())?;
                 let (origin, bytes) = b.region?;
                 let sub = b
                     .block

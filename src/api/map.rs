@@ -7,6 +7,7 @@ use std::ops::Range;
 use std::ptr;
 
 use super::queue::{After, Queue};
+use super::svm::{IntoSvm, SvmView, svm_range};
 use super::transfer::check_span;
 use super::view::{IntoView, View};
 use crate::core::staging::{Pinned, Staging};
@@ -194,6 +195,112 @@ impl After<'_> {
     }
 }
 
+impl After<'_> {
+    /// Maps elements `range` of the shared virtual memory `svm` for reading on the host
+    /// (`clEnqueueSVMMap`); blocks until the map is done, which waits only on the
+    /// allocation's writers. Unmapped when the guard drops. The same guard, and the same
+    /// rules while mapped, as [`After::map`].
+    ///
+    /// # Errors
+    ///
+    /// As [`After::map`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::SvmKind;
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let Ok(svm) = ctx.svm::<u32>(4, SvmKind::Coarse) else { return Ok(()) };
+    /// queue.fill_svm(&svm, 9)?;
+    /// let mapped = queue.map_svm(&svm, 1..3)?; // waits for the fill
+    /// assert_eq!(*mapped, [9, 9]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn map_svm<'b, T: Pod>(
+        &self,
+        svm: impl IntoSvm<'b, T>,
+        range: Range<usize>,
+    ) -> Result<Mapped<'b, T>> {
+        self.map_svm_as(svm.into_svm(), range, Access::Read)
+            .map(Mapped)
+    }
+
+    /// Maps elements `range` of `svm` for reading and writing on the host; blocks until
+    /// the map is done. No device command may use the allocation until the guard drops.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::map_mut`].
+    pub fn map_svm_mut<'b, T: Pod>(
+        &self,
+        svm: impl IntoSvm<'b, T>,
+        range: Range<usize>,
+    ) -> Result<MappedMut<'b, T>> {
+        self.map_svm_as(svm.into_svm(), range, Access::Write)
+            .map(MappedMut)
+    }
+
+    fn map_svm_as<'b, T: Pod>(
+        &self,
+        view: SvmView<'b, T>,
+        range: Range<usize>,
+        access: Access,
+    ) -> Result<Mapping<'b, T>> {
+        let transfer = match access {
+            Access::Read => Transfer::Map,
+            Access::Write => Transfer::MapMut,
+        };
+        let (start, len, span) = svm_range(&view, transfer, &range)?;
+        let block = view.block();
+        let at = block.svm_at(start * size_of::<T>());
+        let touch = Touch {
+            block,
+            access,
+            map: MapStep::Map(access),
+            reads: true,
+            covers: false,
+            host: true,
+            span,
+        };
+        let core = &self.queue.core;
+        let mut writers = Writes::default();
+        let event = self.submit().run_reading(
+            &[touch],
+            |wait| {
+                // SAFETY: the queue and the allocation are live (borrowed); the range was
+                // checked against it; the wait list holds live events.
+                unsafe {
+                    ffi::enqueue_svm_map(
+                        core.raw(),
+                        at,
+                        access == Access::Write,
+                        len * size_of::<T>(),
+                        wait,
+                    )
+                }
+            },
+            Some(&mut writers),
+        )?;
+        // From here on the guard unmaps, whatever happens.
+        let mapping = Mapping {
+            queue: self.queue.clone(),
+            block,
+            ptr: at.cast(),
+            len,
+            access,
+            span,
+            unmapped: false,
+            staged: None,
+            _elements: PhantomData,
+        };
+        settle(&event, &writers)?;
+        Ok(mapping)
+    }
+}
+
 /// A live mapping; unmaps on drop, or when asked (the unmap is recorded like any
 /// command).
 struct Mapping<'b, T: Pod> {
@@ -241,8 +348,15 @@ impl<T: Pod> Mapping<'_, T> {
             // SAFETY: the queue and the buffer are live (borrowed); `mapped` came from
             // clEnqueueMapBuffer on this buffer and is unmapped once, here (`unmapped`
             // was false: the drop checks it, and the guard that lent the memory out was
-            // consumed or dropped); the wait list holds live events.
-            unsafe { ffi::enqueue_unmap(queue.raw(), block.raw(), mapped.cast(), wait) }
+            // consumed or dropped); the wait list holds live events. An SVM mapping is
+            // unmapped by its address, which clEnqueueSVMMap mapped.
+            unsafe {
+                if block.is_svm() {
+                    ffi::enqueue_svm_unmap(queue.raw(), mapped.cast(), wait)
+                } else {
+                    ffi::enqueue_unmap(queue.raw(), block.raw(), mapped.cast(), wait)
+                }
+            }
         });
         if unmapped.is_err() {
             // The driver holds no mapping it would unmap (rusticl refuses the pointer of a

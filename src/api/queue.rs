@@ -17,6 +17,7 @@ use std::sync::Arc;
 use super::buffer::{PendingRead, PendingWrite};
 use super::host::HostMemory;
 use super::map::{Mapped, MappedMut};
+use super::svm::IntoSvm;
 use super::view::IntoView;
 use crate::core::queue::QueueCore;
 use crate::error::Result;
@@ -286,6 +287,19 @@ impl Queue {
         fn launch(&self, kernel: &Kernel, global: &[usize], args: &[Arg<'_>]) -> Result<Event>;
         /// Launches `kernel` over `global` work items in work groups of `local`.
         fn launch_local(&self, kernel: &Kernel, global: &[usize], local: Option<&[usize]>, args: &[Arg<'_>]) -> Result<Event>;
+
+        /// Copies `data` into the start of shared virtual memory; blocks until done.
+        fn write_svm<'v, T>(&self, svm: impl IntoSvm<'v, T>, data: &[T]) -> Result<()>;
+        /// Copies the start of shared virtual memory into `out`; blocks until done.
+        fn read_svm<'v, T>(&self, svm: impl IntoSvm<'v, T>, out: &mut [T]) -> Result<()>;
+        /// Copies all of `src` to the start of `dst`, both shared virtual memory.
+        fn copy_svm<'s, 'd, T>(&self, src: impl IntoSvm<'s, T>, dst: impl IntoSvm<'d, T>) -> Result<Event>;
+        /// Sets every element of shared virtual memory to `value`.
+        fn fill_svm<'v, T>(&self, svm: impl IntoSvm<'v, T>, value: T) -> Result<Event>;
+        /// Maps elements `range` of shared virtual memory for reading on the host.
+        fn map_svm<'b, T>(&self, svm: impl IntoSvm<'b, T>, range: Range<usize>) -> Result<Mapped<'b, T>>;
+        /// Maps elements `range` of shared virtual memory for reading and writing.
+        fn map_svm_mut<'b, T>(&self, svm: impl IntoSvm<'b, T>, range: Range<usize>) -> Result<MappedMut<'b, T>>;
     }
 
     /// Writes `data` (a `Vec` or a [`HostBuffer`](crate::HostBuffer)) without blocking,

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::device::Device;
+use super::device::{Device, SvmKind};
 use super::driver::{self, Behaviour};
 use super::gates::OpenGates;
 use super::pins::Pins;
@@ -82,6 +82,18 @@ impl ContextCore {
             .unwrap_or_else(PoisonError::into_inner)
             .get(&(raw as usize))
             .copied()
+    }
+
+    /// Whether every device of the context reports shared virtual memory of `kind`:
+    /// [`Error::Unsupported`] naming the capability and the first device without it.
+    pub(crate) fn check_svm(&self, kind: SvmKind) -> Result<()> {
+        match self.devices.iter().find(|d| !d.supports_svm(kind)) {
+            Some(device) => Err(Error::Unsupported {
+                capability: kind.capability(),
+                device: device.to_string(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// A new context over `devices` (at least one, all of one platform).

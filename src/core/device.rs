@@ -52,6 +52,8 @@ pub struct Device {
     max_alloc: u64,
     base_addr_align_bits: u32,
     global_mem: u64,
+    /// `CL_DEVICE_SVM_CAPABILITIES`; 0 below OpenCL 2.0.
+    svm: u64,
     /// What a launch is checked against (`crate::launch`).
     pub(crate) limits: Limits,
 }
@@ -75,6 +77,39 @@ impl fmt::Display for Device {
             "{}:{} {} / {}",
             self.platform_index, self.device_index, self.platform_name, self.name
         )
+    }
+}
+
+/// A kind of shared virtual memory (OpenCL 2.0's buffer SVM): how the host may reach an
+/// [`SvmBuffer`](crate::SvmBuffer)'s memory.
+///
+/// The library reaches the host side of both kinds through maps
+/// ([`Queue::map_svm`](crate::Queue::map_svm)), so code written for coarse-grained SVM runs
+/// on either.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SvmKind {
+    /// `CL_DEVICE_SVM_COARSE_GRAIN_BUFFER`: the host reaches the memory only while it is
+    /// mapped. Every OpenCL 2.0 device with SVM has it.
+    Coarse,
+    /// `CL_DEVICE_SVM_FINE_GRAIN_BUFFER`: the device sees the host's writes without an
+    /// unmap.
+    Fine,
+}
+
+impl SvmKind {
+    pub(crate) fn capability_bit(self) -> u64 {
+        match self {
+            SvmKind::Coarse => ffi::SVM_COARSE_GRAIN_BUFFER,
+            SvmKind::Fine => ffi::SVM_FINE_GRAIN_BUFFER,
+        }
+    }
+
+    /// The capability's OpenCL name, for errors.
+    pub(crate) fn capability(self) -> &'static str {
+        match self {
+            SvmKind::Coarse => "CL_DEVICE_SVM_COARSE_GRAIN_BUFFER",
+            SvmKind::Fine => "CL_DEVICE_SVM_FINE_GRAIN_BUFFER",
+        }
     }
 }
 
@@ -117,6 +152,7 @@ impl Device {
             max_alloc: ffi::device_u64(id, ffi::CL_DEVICE_MAX_MEM_ALLOC_SIZE)?,
             base_addr_align_bits: ffi::device_u32(id, ffi::CL_DEVICE_MEM_BASE_ADDR_ALIGN)?,
             global_mem: ffi::device_u64(id, ffi::CL_DEVICE_GLOBAL_MEM_SIZE)?,
+            svm: ffi::svm_capabilities(id, &ffi::device_string(id, ffi::CL_DEVICE_VERSION)?),
             limits: limits(id)?,
         })
     }
@@ -238,6 +274,24 @@ impl Device {
         u64::from(self.base_addr_align_bits / 8).max(1)
     }
 
+    /// Whether the device reports shared virtual memory of `kind`
+    /// (`CL_DEVICE_SVM_CAPABILITIES`; never below OpenCL 2.0).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::{Device, SvmKind};
+    /// let device = Device::from_env()?;
+    /// // Fine-grained buffer SVM is a superset: a device that has it has coarse too.
+    /// assert!(!device.supports_svm(SvmKind::Fine) || device.supports_svm(SvmKind::Coarse));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn supports_svm(&self, kind: SvmKind) -> bool {
+        self.svm & kind.capability_bit() != 0
+    }
+
     /// The raw platform ID.
     pub fn platform_as_raw(&self) -> cl_platform_id {
         self.platform
@@ -284,6 +338,7 @@ mod tests {
             driver_version: String::new(),
             kind: 0,
             max_alloc: 0,
+            svm: 0,
             base_addr_align_bits: 0,
             global_mem: 0,
             limits: Limits {

@@ -18,6 +18,7 @@ mod event;
 mod mem;
 mod program;
 mod queue;
+mod svm;
 
 pub(crate) use context::*;
 pub(crate) use device::*;
@@ -25,6 +26,7 @@ pub(crate) use event::*;
 pub(crate) use mem::*;
 pub(crate) use program::*;
 pub(crate) use queue::*;
+pub(crate) use svm::*;
 
 pub(crate) use opencl3::error_codes as codes;
 pub(crate) use opencl3::types::{

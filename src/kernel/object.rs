@@ -53,6 +53,8 @@ enum Bound {
     Mem(u64),
     /// The sub-buffer with ID `id` of the block with ID `parent` (a view).
     Sub { parent: u64, id: u64 },
+    /// Byte `offset` of the shared virtual memory block with ID `id`.
+    Svm { id: u64, offset: usize },
     /// These bytes.
     Scalar { bytes: [u8; MAX_SCALAR], len: usize },
     /// Local memory of this size.
@@ -354,6 +356,10 @@ impl Kernel {
         let sub_of = |index: usize| subs.iter().find(|(i, _)| *i == index).map(|(_, s)| s);
         for ((index, arg), bound) in args.iter().enumerate().zip(state.bound.iter_mut()) {
             let wanted = match &arg.0 {
+                ArgKind::Buffer(b) if b.block.is_svm() => Bound::Svm {
+                    id: b.block.id,
+                    offset: b.region.map_or(0, |(origin, _)| origin),
+                },
                 ArgKind::Buffer(b) => match sub_of(index) {
                     Some(sub) => Bound::Sub {
                         parent: b.block.id,
@@ -371,6 +377,13 @@ impl Kernel {
                 continue;
             }
             let set = match &arg.0 {
+                // SAFETY: the kernel lock is held; the block is a live SVM allocation of
+                // the kernel's context (borrowed for the launch; `check_launch` compared
+                // the contexts), and the offset is within it (the view's region).
+                ArgKind::Buffer(b) if b.block.is_svm() => unsafe {
+                    let offset = b.region.map_or(0, |(origin, _)| origin);
+                    ffi::set_arg_svm(raw, index as u32, b.block.svm_at(offset))
+                },
                 // SAFETY: the kernel lock is held; the block is a live buffer (borrowed for
                 // the launch), and a view's sub-buffer is live (held by `subs`).
                 ArgKind::Buffer(b) => unsafe {
@@ -395,9 +408,12 @@ impl Kernel {
                     status: Some(ClStatus(status)),
                 });
             }
+            // A kernel holds no reference to SVM: nothing to unbind at its release.
             if let ArgKind::Buffer(b) = &arg.0 {
-                b.block
-                    .bound_to(Arc::downgrade(&self.inner) as Weak<dyn ArgHolder>);
+                if !b.block.is_svm() {
+                    b.block
+                        .bound_to(Arc::downgrade(&self.inner) as Weak<dyn ArgHolder>);
+                }
             }
             *bound = wanted;
         }

@@ -1,4 +1,5 @@
-//! A block: one `cl_mem`, its record, its place in the ledger and its home.
+//! A block: one allocation (a `cl_mem`, or a shared virtual memory pointer), its record,
+//! its place in the ledger and its home.
 
 use std::any::Any;
 use std::ffi::c_void;
@@ -10,6 +11,7 @@ use super::history::{MapStep, Record};
 use super::hooks::{ArgHolder, Owner};
 use super::sub::{Held, Subs};
 use crate::core::context::ContextCore;
+use crate::core::device::SvmKind;
 use crate::core::stats::{Bucket, Source};
 use crate::error::{Error, Result};
 use crate::event::Event;
@@ -22,7 +24,11 @@ use crate::util::next_id;
 /// typed handle to one; a pool keeps unused ones. Its drop releases it (the *release*
 /// rules of [`crate::record`]).
 pub(crate) struct Block {
+    /// The allocation's handle: a `cl_mem`, or for shared virtual memory the pointer
+    /// `clSVMAlloc` returned (`memory` says which); null once released.
     pub(super) raw: cl_mem,
+    /// What `raw` is, and so how commands name it and how it is freed.
+    pub(crate) memory: Memory,
     pub(crate) id: u64,
     pub(super) bytes: usize,
     pub(crate) ctx: Arc<ContextCore>,
@@ -43,6 +49,19 @@ pub(crate) struct Block {
     pub(super) shared: bool,
     /// The sub-buffers of its views passed as kernel arguments ([`super::sub`]).
     pub(super) subs: Subs,
+}
+
+/// What a block's memory is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Memory {
+    /// A buffer: commands name it by its `cl_mem`; `clReleaseMemObject` releases it, and
+    /// the driver frees it when its last reference goes (the destructor callback says
+    /// when).
+    Buffer,
+    /// A shared virtual memory allocation: commands and kernels name it by address;
+    /// `clSVMFree` frees it at once, whatever still uses it (so the release waits first,
+    /// as for a buffer).
+    Svm(SvmKind),
 }
 
 /// The owner a block returns to, or keeps alive.
@@ -96,7 +115,31 @@ impl Block {
         }
         // SAFETY: as the caller vouches.
         let raw = unsafe { ffi::create_buffer(ctx.raw, bytes, init) }?;
-        Ok(Block::adopt(ctx, raw, bytes, site, Bucket::Live))
+        Ok(Block::adopt(
+            ctx,
+            raw,
+            Memory::Buffer,
+            bytes,
+            site,
+            Bucket::Live,
+        ))
+    }
+
+    /// A new shared virtual memory allocation of `bytes`, of `kind`, handed out at
+    /// `site`, holding whatever the driver left there (so marked fresh: the *zeroed
+    /// before read* rule).
+    pub(crate) fn create_svm(
+        ctx: &Arc<ContextCore>,
+        bytes: usize,
+        kind: SvmKind,
+        site: &'static Location<'static>,
+    ) -> Result<Block> {
+        ctx.check_svm(kind)?;
+        // SAFETY: every device of the context reports `kind` (checked above).
+        let at = unsafe { ffi::svm_alloc(ctx.raw, bytes, kind == SvmKind::Fine) }?;
+        let block = Block::adopt(ctx, at.cast(), Memory::Svm(kind), bytes, site, Bucket::Live);
+        block.mark_fresh();
+        Ok(block)
     }
 
     /// Marks the block as holding whatever the driver left in its memory (the *zeroed
@@ -143,7 +186,7 @@ impl Block {
         }
         // SAFETY: `raw` is valid, as the caller vouches; this reference is the block's.
         unsafe { ffi::retain_mem(raw) }?;
-        let mut block = Block::adopt(ctx, raw, bytes, site, Bucket::Live);
+        let mut block = Block::adopt(ctx, raw, Memory::Buffer, bytes, site, Bucket::Live);
         block.shared = true;
         Ok(block)
     }
@@ -158,28 +201,44 @@ impl Block {
     ) -> Result<Block> {
         // SAFETY: `parent` is live while borrowed; the driver checks the region.
         let raw = unsafe { ffi::create_sub_buffer(parent.raw, origin, bytes) }?;
-        Ok(Block::adopt(&parent.ctx, raw, bytes, site, Bucket::Freed))
+        Ok(Block::adopt(
+            &parent.ctx,
+            raw,
+            Memory::Buffer,
+            bytes,
+            site,
+            Bucket::Freed,
+        ))
     }
 
-    /// Takes ownership of `raw` (one reference) as a block of `bytes` handed out at
-    /// `site`, counted in `bucket` (`Live` for a new allocation).
+    /// Takes ownership of `raw` (one reference, or the allocation) as a block of `memory`
+    /// of `bytes` handed out at `site`, counted in `bucket` (`Live` for a new allocation).
     fn adopt(
         ctx: &Arc<ContextCore>,
         raw: cl_mem,
+        memory: Memory,
         bytes: usize,
         site: &'static Location<'static>,
         bucket: Bucket,
     ) -> Block {
-        ctx.track(raw, site);
+        let freed = match memory {
+            Memory::Buffer => {
+                ctx.track(raw, site);
+                // SAFETY: `raw` is valid, and one reference to it is owned here.
+                unsafe { ffi::watch_free(raw) }
+            }
+            // Freed inside clSVMFree: nothing to watch.
+            Memory::Svm(_) => None,
+        };
         let mut block = Block {
             raw,
+            memory,
             id: next_id(),
             bytes,
             ctx: ctx.clone(),
             record: Arc::default(),
             allocated_at: site,
-            // SAFETY: `raw` is valid, and one reference to it is owned here.
-            freed: unsafe { ffi::watch_free(raw) },
+            freed,
             bucket: Bucket::Freed,
             home: None,
             kernels: Mutex::default(),
@@ -229,6 +288,7 @@ impl Block {
     pub(crate) fn take_block(&mut self) -> Block {
         Block {
             raw: std::mem::replace(&mut self.raw, ptr::null_mut()),
+            memory: self.memory,
             id: self.id,
             bytes: self.bytes,
             ctx: self.ctx.clone(),
@@ -252,8 +312,25 @@ impl Block {
         self.bytes
     }
 
+    /// The buffer's `cl_mem`.
     pub(crate) fn raw(&self) -> cl_mem {
+        debug_assert_eq!(self.memory, Memory::Buffer, "an SVM block has no cl_mem");
         self.raw
+    }
+
+    /// The address of byte `offset` of a shared virtual memory block.
+    pub(crate) fn svm_at(&self, offset: usize) -> *mut c_void {
+        debug_assert!(
+            matches!(self.memory, Memory::Svm(_)),
+            "a buffer has no address"
+        );
+        debug_assert!(offset <= self.bytes);
+        self.raw.cast::<u8>().wrapping_add(offset).cast()
+    }
+
+    /// Whether the block is shared virtual memory.
+    pub(crate) fn is_svm(&self) -> bool {
+        matches!(self.memory, Memory::Svm(_))
     }
 
     /// Hands a kept block out again, at `site`: it goes back to the live bytes and the

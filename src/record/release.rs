@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::block::{Block, Home};
+use super::block::{Block, Home, Memory};
 use super::failure::{self, FailedCommand};
 use crate::core::context::ContextCore;
 use crate::core::gates::OpenGates;
@@ -178,15 +178,31 @@ impl Block {
         stages.mark("failures and events released");
         // The sub-buffer *gone before the memory* rule: every command has ended.
         self.release_subs();
-        // Before the release: the driver may hand the handle out again after it.
-        self.ctx.untrack(raw);
-        // SAFETY: `raw` came from clCreateBuffer and is released once, here (it was
-        // swapped out for null above); every event that used it has ended (waited for
-        // above, or found ended by the reaper before it called this).
-        let released = unsafe { ffi::release_mem(raw) };
-        stages.mark("clReleaseMemObject");
+        let released = match self.memory {
+            Memory::Buffer => {
+                // Before the release: the driver may hand the handle out again after it.
+                self.ctx.untrack(raw);
+                // SAFETY: `raw` came from clCreateBuffer and is released once, here (it
+                // was swapped out for null above); every event that used it has ended
+                // (waited for above, or found ended by the reaper before it called this).
+                let released = unsafe { ffi::release_mem(raw) };
+                stages.mark("clReleaseMemObject");
+                released
+            }
+            Memory::Svm(_) => {
+                // SAFETY: `raw` came from clSVMAlloc on this context and is freed once,
+                // here (swapped out for null above); every command that used it has
+                // ended, as above. Kernels hold no reference to it: an argument set to
+                // it is set again at the next launch that names it (its block ID is new).
+                let released = unsafe { ffi::svm_free(self.ctx.raw, raw.cast()) };
+                stages.mark("clSVMFree");
+                released
+            }
+        };
         let watched = self.freed.take();
-        if crate::trace::on() && watched.as_ref().is_some_and(|f| f.fired()) {
+        // A buffer is freed when its destructor callback has fired, SVM inside clSVMFree.
+        let freed_now = self.is_svm() || watched.as_ref().is_some_and(|f| f.fired());
+        if crate::trace::on() && freed_now {
             crate::trace::freed(self.id);
         }
         let unfreed = watched.filter(|f| !f.fired());
@@ -286,9 +302,14 @@ impl Block {
 
     /// Whether a later allocation may take this block over while its deferred release
     /// waits (the reaper's *reclaim* rule): a whole buffer the library made, that no one
-    /// else holds and no owner takes back.
+    /// else holds and no owner takes back (not shared virtual memory, which a new buffer
+    /// cannot be).
     fn reclaimable(&self) -> bool {
-        !self.raw.is_null() && self.home.is_none() && !self.shared && self.bucket == Bucket::Pending
+        !self.raw.is_null()
+            && self.memory == Memory::Buffer
+            && self.home.is_none()
+            && !self.shared
+            && self.bucket == Bucket::Pending
     }
 
     /// The reaper's *reclaim* rule: a parked block of `bytes` whose commands have all

@@ -311,24 +311,23 @@ impl Submit<'_> {
                 l.record.fresh = false;
                 continue;
             }
-            let (raw, bytes) = (l.block.raw(), l.block.bytes());
+            let (block, bytes) = (l.block, l.block.bytes());
             // A four-byte pattern where the size allows (drivers fill words faster).
             let (zero, size) = if bytes % 4 == 0 { (0u32, 4) } else { (0u32, 1) };
+            let pattern = (&raw const zero).cast();
             // SAFETY: the queue is live (borrowed) and the block is live (locked); the
             // pattern is `size` readable bytes, copied by OpenCL before it returns; the
-            // fill covers the block's `bytes`; its record is empty (fresh), so nothing is
-            // waited on.
+            // fill covers the block's `bytes`, a multiple of `size`; its record is empty
+            // (fresh), so nothing is waited on.
             let (event, seq, _) = unsafe {
                 queue.enqueue_tracked(&[], |wait| {
-                    ffi::enqueue_fill(
-                        queue.raw(),
-                        raw,
-                        (&raw const zero).cast(),
-                        size,
-                        0,
-                        bytes,
-                        wait,
-                    )
+                    if block.is_svm() {
+                        let at = block.svm_at(0);
+                        ffi::enqueue_svm_fill(queue.raw(), at, pattern, size, bytes, wait)
+                    } else {
+                        let raw = block.raw();
+                        ffi::enqueue_fill(queue.raw(), raw, pattern, size, 0, bytes, wait)
+                    }
                 })
             }?;
             queue.mark_dirty();

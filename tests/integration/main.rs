@@ -24,6 +24,7 @@ mod programs;
 mod release;
 mod schedules;
 mod stress;
+mod svm;
 mod threads;
 mod trace;
 mod transfers;

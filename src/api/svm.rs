@@ -1,0 +1,511 @@
+//! Shared virtual memory: [`SvmBuffer`], an OpenCL 2.0 SVM allocation under the same
+//! guarantee as a [`ClBuffer`](crate::ClBuffer).
+//!
+//! `clSVMFree` frees at once, whatever still uses the memory: the OpenCL specification
+//! leaves the wait to the caller. An `SvmBuffer` is a block of the record layer like a
+//! buffer's ([`crate::record`]), so every command that uses it is recorded with its access
+//! and byte range, and its release waits for exactly those commands before `clSVMFree`.
+//!
+//! # Rules
+//!
+//! - **Recorded like a buffer.** Kernel arguments ([`Arg::read`](crate::Arg::read) and
+//!   its siblings take an `SvmBuffer` or an [`SvmView`], passed with
+//!   `clSetKernelArgSVMPointer`), copies and fills (`clEnqueueSVMMemcpy`,
+//!   `clEnqueueSVMMemFill`), host transfers and maps (`clEnqueueSVMMap`) go through the
+//!   enqueue protocol ([`crate::record::submit`]): the hazards, the failure rules, the
+//!   *mapped* rule and the trace are a buffer's.
+//! - **The host only through a map.** Safe code reaches the memory on the host only
+//!   through [`Queue::map_svm`](crate::Queue::map_svm) and
+//!   [`Queue::map_svm_mut`](crate::Queue::map_svm_mut) (or a transfer), which coarse-grained
+//!   SVM needs, and which orders the host's access after the device's and the reverse on
+//!   both kinds. [`SvmBuffer::as_ptr`] gives the address, for pointers stored in the
+//!   memory and for raw calls; dereferencing it is the caller's `unsafe`.
+//! - **Views are pointers.** A view passed to a kernel is the address of its first
+//!   element: no sub-buffer, no alignment beyond the element's, and any views may overlap
+//!   (the tracker orders them by their bytes).
+//! - **Pointers the kernel follows.** A kernel may follow pointers stored in the memory to
+//!   anywhere in the same allocation: its use, declared by the argument, covers all of
+//!   it. To follow pointers into another allocation, pass that allocation as an argument
+//!   too, with its use, so that it is recorded and made available to the kernel.
+//! - **Released after its own commands, then freed.** The release waits for the recorded
+//!   commands, as a buffer's does, then calls `clSVMFree`, which frees the memory before
+//!   it returns: the report's `freed` is `true`. The deferred form does the same on the
+//!   reaper thread.
+//! - **Only where every device has it.** A context whose devices do not all report the
+//!   kind asked for refuses it with [`Error::Unsupported`](crate::Error::Unsupported) naming the capability; no SVM
+//!   call reaches a driver that does not have one (an OpenCL 1.x driver has no entry
+//!   points for them).
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::{Bound, Range, RangeBounds};
+use std::panic::Location;
+use std::ptr;
+
+use super::context::Context;
+use super::queue::After;
+use super::transfer::{check_range, check_span, span_of};
+use crate::core::device::SvmKind;
+use crate::error::{Result, Transfer};
+use crate::event::Event;
+use crate::ffi;
+use crate::kernel::Arg;
+use crate::pod::{Pod, Ty};
+use crate::record::block::{Block, Memory};
+use crate::record::failure::settle;
+use crate::record::history::Writes;
+use crate::record::release::ReleaseReport;
+use crate::record::submit::Touch;
+use crate::tracker::{Access, Span};
+
+/// A shared virtual memory allocation of `len` elements of `T` (OpenCL 2.0's
+/// `clSVMAlloc`), freed only after its own commands end. See [`crate::api::svm`]'s rules.
+///
+/// Create one with [`Context::svm`]. Kernels take it (or an [`SvmView`] of it) as a
+/// pointer argument through [`Arg`]; the host reaches it through maps
+/// ([`After::map_svm`], [`After::map_svm_mut`]) and transfers ([`After::write_svm`],
+/// [`After::read_svm`]); [`After::copy_svm`] and [`After::fill_svm`] run on the device.
+///
+/// # Examples
+///
+/// A linked list built on the host, walked by a kernel:
+///
+/// ```
+/// # fn main() -> Result<(), cl_lifetime::Error> {
+/// use cl_lifetime::{Arg, Error, SvmKind};
+/// let ctx = cl_lifetime::Context::from_env()?;
+/// let queue = ctx.queue()?;
+/// let list = match ctx.svm::<u64>(8, SvmKind::Coarse) {
+///     Ok(list) => list,
+///     Err(Error::Unsupported { .. }) => return Ok(()), // an OpenCL 1.2 device
+///     Err(e) => return Err(e),
+/// };
+/// // Node i is [value, address of the next node or 0], four nodes in reverse order.
+/// let base = list.as_ptr() as u64;
+/// let mut nodes = queue.map_svm_mut(&list, 0..8)?;
+/// for i in 0..4 {
+///     nodes[2 * i] = 10 * i as u64;
+///     nodes[2 * i + 1] = if i == 0 { 0 } else { base + 16 * (i as u64 - 1) };
+/// }
+/// drop(nodes); // unmapped: the device sees the writes
+/// let sum = ctx.buffer::<u64>(1)?;
+/// let source = "__kernel void walk(__global const ulong *node, __global ulong *sum) {
+///     ulong s = 0;
+///     while (node) { s += node[0]; node = (__global const ulong *)node[1]; }
+///     *sum = s; }";
+/// let walk = ctx.program_from_source("walk", source, "-cl-std=CL2.0")?.kernel("walk")?;
+/// let head = list.view(6..8)?; // node 3
+/// queue.launch(&walk, &[1], &[Arg::read(head), Arg::write(&sum)])?;
+/// assert_eq!(queue.read_owned(&sum)?.wait()?, [60]);
+/// let report = list.release()?; // after the walk, then clSVMFree
+/// assert!(report.freed);
+/// # Ok(())
+/// # }
+/// ```
+pub struct SvmBuffer<T: Pod> {
+    block: Block,
+    len: usize,
+    _elements: PhantomData<T>,
+}
+
+impl<T: Pod> fmt::Debug for SvmBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SvmBuffer")
+            .field("len", &self.len)
+            .field("kind", &self.kind())
+            .field("at", &self.as_ptr())
+            .field("recorded", &self.record_len())
+            .finish()
+    }
+}
+
+impl Context {
+    /// A shared virtual memory allocation of `len` elements of `T`, of `kind`, zeroed
+    /// before its first read (the *zeroed before read* rule, with `clEnqueueSVMMemFill`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`](crate::Error::Unsupported) naming the capability (`CL_DEVICE_SVM_COARSE_GRAIN_BUFFER`
+    /// or `CL_DEVICE_SVM_FINE_GRAIN_BUFFER`) when a device of the context does not report
+    /// it, as on every OpenCL 1.x device; [`Error::ZeroLength`](crate::Error::ZeroLength), [`Error::TooLarge`](crate::Error::TooLarge);
+    /// [`Error::Cl`](crate::Error::Cl) naming `clSVMAlloc` when the driver has no memory for it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::{Error, SvmKind};
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// match ctx.svm::<f32>(1024, SvmKind::Coarse) {
+    ///     Ok(svm) => assert_eq!(svm.bytes(), 4096),
+    ///     Err(Error::Unsupported { capability, .. }) => {
+    ///         assert_eq!(capability, "CL_DEVICE_SVM_COARSE_GRAIN_BUFFER");
+    ///         assert!(!ctx.device().supports_svm(SvmKind::Coarse));
+    ///     }
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn svm<T: Pod>(&self, len: usize, kind: SvmKind) -> Result<SvmBuffer<T>> {
+        let ctx = self.core();
+        let bytes = Block::check_size::<T>(ctx, len)?;
+        let block = Block::create_svm(ctx, bytes, kind, Location::caller())?;
+        Ok(SvmBuffer {
+            block,
+            len,
+            _elements: PhantomData,
+        })
+    }
+}
+
+impl<T: Pod> SvmBuffer<T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always `false`: an allocation holds at least one element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+
+    /// The kind of shared virtual memory.
+    pub fn kind(&self) -> SvmKind {
+        match self.block.memory {
+            Memory::Svm(kind) => kind,
+            Memory::Buffer => unreachable!("an SvmBuffer's block is SVM"),
+        }
+    }
+
+    /// The address of the first element, the same on the host and on the devices: for
+    /// pointers stored in the memory, and for raw calls. The library records nothing done
+    /// through it, and reading or writing it outside a mapping is the caller's `unsafe`
+    /// (on coarse-grained SVM the host may touch the memory only while it is mapped).
+    pub fn as_ptr(&self) -> *mut T {
+        self.block.svm_at(0).cast()
+    }
+
+    /// How many events the record holds now.
+    pub fn record_len(&self) -> usize {
+        self.block.record_len()
+    }
+
+    /// A view of the elements `range`, which commands and kernel arguments take in place
+    /// of the whole allocation.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`](crate::Error::OutOfRange) or [`Error::ReversedRange`](crate::Error::ReversedRange) (naming [`Transfer::View`]) for a
+    /// range that leaves the allocation, [`Error::ZeroLength`](crate::Error::ZeroLength) for an empty one.
+    pub fn view(&self, range: impl RangeBounds<usize>) -> Result<SvmView<'_, T>> {
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.saturating_add(1),
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => self.len,
+        };
+        let len = check_span(Transfer::View, &(start..end), self.len)?;
+        Ok(SvmView {
+            svm: self,
+            offset: start,
+            len,
+        })
+    }
+
+    /// Waits for every command that used the allocation, then frees it with `clSVMFree`.
+    /// A failed command does not stop the release; it is listed in the report.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`](crate::Error::Cl) naming `clSVMFree` when the driver refuses the free.
+    pub fn release(mut self) -> Result<ReleaseReport> {
+        self.block.retire()
+    }
+
+    /// Frees the allocation without blocking: on the context's reaper thread once every
+    /// command that used it has ended, as [`ClBuffer::release_deferred`](crate::ClBuffer::release_deferred)
+    /// does (an SVM allocation is never taken over by a new buffer).
+    pub fn release_deferred(self) {
+        let SvmBuffer { block, .. } = self;
+        block.hand_back_deferred();
+    }
+
+    fn whole(&self) -> SvmView<'_, T> {
+        SvmView {
+            svm: self,
+            offset: 0,
+            len: self.len,
+        }
+    }
+}
+
+/// Elements `offset .. offset + len` of an [`SvmBuffer`] (see [`SvmBuffer::view`]), taken
+/// by commands and kernel arguments in place of the whole allocation. A kernel given a
+/// view gets the address of its first element.
+pub struct SvmView<'b, T: Pod> {
+    svm: &'b SvmBuffer<T>,
+    offset: usize,
+    len: usize,
+}
+
+impl<T: Pod> Clone for SvmView<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: Pod> Copy for SvmView<'_, T> {}
+
+impl<T: Pod> fmt::Debug for SvmView<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SvmView")
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .field("svm", &self.svm)
+            .finish()
+    }
+}
+
+impl<'b, T: Pod> SvmView<'b, T> {
+    /// First element, counted from the allocation's start.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always `false`: a view holds at least one element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub(crate) fn block(&self) -> &'b Block {
+        &self.svm.block
+    }
+
+    /// The bytes of `len` elements at element `at` of the allocation.
+    fn span(&self, at: usize, len: usize) -> Span {
+        span_of::<T>(at, len, self.svm.len)
+    }
+
+    /// Element `offset` of the view, for `len` elements, checked against the view and
+    /// counted from the allocation's start.
+    fn at(&self, transfer: Transfer, offset: usize, len: usize) -> Result<usize> {
+        check_range(transfer, offset, len, self.len)?;
+        Ok(self.offset + offset)
+    }
+
+    /// The view as a kernel argument the kernel uses with `access`.
+    pub(crate) fn arg(self, access: Access) -> Arg<'b> {
+        let whole = self.offset == 0 && self.len == self.svm.len;
+        let size = size_of::<T>();
+        let region = (!whole).then_some((self.offset * size, self.len * size));
+        Arg::block(
+            self.block(),
+            access,
+            Ty::of::<T>(),
+            region,
+            self.span(self.offset, self.len),
+        )
+    }
+}
+
+/// What SVM commands take: an [`SvmBuffer`] (all of it) or an [`SvmView`].
+pub trait IntoSvm<'b, T: Pod> {
+    /// The elements the command uses.
+    fn into_svm(self) -> SvmView<'b, T>;
+}
+
+impl<'b, T: Pod> IntoSvm<'b, T> for &'b SvmBuffer<T> {
+    fn into_svm(self) -> SvmView<'b, T> {
+        self.whole()
+    }
+}
+
+impl<'b, T: Pod> IntoSvm<'b, T> for SvmView<'b, T> {
+    fn into_svm(self) -> SvmView<'b, T> {
+        self
+    }
+}
+
+impl<'b, T: Pod> IntoSvm<'b, T> for &SvmView<'b, T> {
+    fn into_svm(self) -> SvmView<'b, T> {
+        *self
+    }
+}
+
+impl After<'_> {
+    /// Copies `data` into the start of `svm` (`clEnqueueSVMMemcpy`) and blocks until the
+    /// copy is done.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when `data` is longer than `svm`, [`Error::ZeroLength`](crate::Error::ZeroLength) when
+    /// empty, [`Error::CommandFailed`](crate::Error::CommandFailed) when the copy failed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::SvmKind;
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let Ok(svm) = ctx.svm::<u32>(4, SvmKind::Coarse) else { return Ok(()) };
+    /// queue.write_svm(&svm, &[1, 2, 3, 4])?;
+    /// let mut out = [0; 2];
+    /// queue.read_svm(svm.view(2..)?, &mut out)?;
+    /// assert_eq!(out, [3, 4]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn write_svm<'v, T: Pod>(&self, svm: impl IntoSvm<'v, T>, data: &[T]) -> Result<()> {
+        let view = svm.into_svm();
+        let at = view.at(Transfer::Write, 0, data.len())?;
+        let block = view.block();
+        let covers = data.len() == view.svm.len;
+        let touch = Touch::host(block, Access::Write, covers).within(view.span(at, data.len()));
+        let event = self.submit().run(&[touch], |wait| {
+            // SAFETY: the queue and the allocation are live (borrowed); the range was
+            // checked against it; `data` is borrowed until the copy has ended (waited for
+            // below); host and SVM memory do not overlap; the wait list holds live events.
+            unsafe {
+                ffi::enqueue_svm_copy(
+                    self.queue.core.raw(),
+                    block.svm_at(at * size_of::<T>()),
+                    data.as_ptr().cast(),
+                    size_of_val(data),
+                    wait,
+                )
+            }
+        })?;
+        event.wait()
+    }
+
+    /// Copies the start of `svm` into `out` (`clEnqueueSVMMemcpy`) and blocks until the
+    /// copy is done.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when `out` is longer than `svm`, [`Error::ZeroLength`](crate::Error::ZeroLength) when
+    /// empty, [`Error::CommandFailed`](crate::Error::CommandFailed) when the copy failed,
+    /// [`Error::DependencyFailed`](crate::Error::DependencyFailed) when a write of the bytes it reads failed.
+    pub fn read_svm<'v, T: Pod>(&self, svm: impl IntoSvm<'v, T>, out: &mut [T]) -> Result<()> {
+        let view = svm.into_svm();
+        let at = view.at(Transfer::Read, 0, out.len())?;
+        let block = view.block();
+        let touch = Touch::host(block, Access::Read, false).within(view.span(at, out.len()));
+        let (dst, bytes) = (out.as_mut_ptr(), size_of_val(out));
+        let mut writers = Writes::default();
+        let event = self.submit().run_reading(
+            &[touch],
+            |wait| {
+                // SAFETY: as in `write_svm`; `out` is borrowed mutably until the copy has
+                // ended (settled below), and every bit pattern is a valid `T: Pod`.
+                unsafe {
+                    ffi::enqueue_svm_copy(
+                        self.queue.core.raw(),
+                        dst.cast(),
+                        block.svm_at(at * size_of::<T>()),
+                        bytes,
+                        wait,
+                    )
+                }
+            },
+            Some(&mut writers),
+        )?;
+        settle(&event, &writers)
+    }
+
+    /// Copies all of `src` to the start of `dst` on the device (`clEnqueueSVMMemcpy`),
+    /// without blocking.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when `src` is longer than `dst`; [`Error::Cl`](crate::Error::Cl) with
+    /// `CL_MEM_COPY_OVERLAP` for overlapping ranges of one allocation.
+    pub fn copy_svm<'s, 'd, T: Pod>(
+        &self,
+        src: impl IntoSvm<'s, T>,
+        dst: impl IntoSvm<'d, T>,
+    ) -> Result<Event> {
+        let (src, dst) = (src.into_svm(), dst.into_svm());
+        let len = src.len;
+        let dst_at = dst.at(Transfer::CopyDestination, 0, len)?;
+        let (s, d) = (src.block(), dst.block());
+        let covers = len == dst.svm.len;
+        let touches = [
+            Touch::new(s, Access::Read).within(src.span(src.offset, len)),
+            Touch::write(d, covers).within(dst.span(dst_at, len)),
+        ];
+        let event = self.submit().run(&touches, |wait| {
+            // SAFETY: the queue and both allocations are live (borrowed); both ranges are
+            // within them (checked); the driver refuses overlapping ones; the wait list
+            // holds live events.
+            unsafe {
+                ffi::enqueue_svm_copy(
+                    self.queue.core.raw(),
+                    d.svm_at(dst_at * size_of::<T>()),
+                    s.svm_at(src.offset * size_of::<T>()),
+                    len * size_of::<T>(),
+                    wait,
+                )
+            }
+        })?;
+        Ok(event)
+    }
+
+    /// Sets every element of `svm` to `value` on the device (`clEnqueueSVMMemFill`),
+    /// without blocking.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cl`](crate::Error::Cl) from `clEnqueueSVMMemFill` (the element size must be 1, 2, 4, ...,
+    /// 128 bytes).
+    pub fn fill_svm<'v, T: Pod>(&self, svm: impl IntoSvm<'v, T>, value: T) -> Result<Event> {
+        let view = svm.into_svm();
+        let block = view.block();
+        let covers = view.len == view.svm.len;
+        let touch = Touch::write(block, covers).within(view.span(view.offset, view.len));
+        let event = self.submit().run(&[touch], |wait| {
+            // SAFETY: the queue and the allocation are live (borrowed); the view is within
+            // it; `value` is `size_of::<T>()` readable bytes, copied before the call
+            // returns; the wait list holds live events.
+            unsafe {
+                ffi::enqueue_svm_fill(
+                    self.queue.core.raw(),
+                    block.svm_at(view.offset * size_of::<T>()),
+                    ptr::from_ref(&value).cast(),
+                    size_of::<T>(),
+                    view.len * size_of::<T>(),
+                    wait,
+                )
+            }
+        })?;
+        Ok(event)
+    }
+}
+
+/// The elements `range` of `view`, checked, as (first element of the allocation, count).
+pub(super) fn svm_range<T: Pod>(
+    view: &SvmView<'_, T>,
+    transfer: Transfer,
+    range: &Range<usize>,
+) -> Result<(usize, usize, Span)> {
+    let len = check_span(transfer, range, view.len)?;
+    let start = view.offset + range.start;
+    Ok((start, len, view.span(start, len)))
+}
