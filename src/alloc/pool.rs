@@ -53,7 +53,9 @@ use super::classes::class_of;
 use crate::api::buffer::ClBuffer;
 use crate::api::context::Context;
 use crate::api::queue::Queue;
+use crate::api::svm::SvmBuffer;
 use crate::core::context::ContextCore;
+use crate::core::device::SvmKind;
 use crate::core::gates;
 use crate::core::stats::Bucket;
 use crate::error::{Error, Result};
@@ -62,7 +64,7 @@ use crate::ffi;
 use crate::kernel::{Arg, Kernel};
 use crate::pod::Pod;
 use crate::pod::Ty;
-use crate::record::block::{Block, Home};
+use crate::record::block::{Block, Home, Memory};
 use crate::record::hooks::Owner;
 use crate::tracker::{Access, Lane, Span};
 
@@ -185,8 +187,9 @@ pub struct PoolStats {
 
 #[derive(Default)]
 struct PoolState {
-    /// Each class's unused blocks, in the order [`Pool::acquire_on`] looks at them.
-    free: BTreeMap<usize, VecDeque<Block>>,
+    /// Each class's unused blocks, buffers and each kind of SVM apart, in the order
+    /// [`Pool::acquire_on`] looks at them.
+    free: BTreeMap<(usize, Memory), VecDeque<Block>>,
     in_use: u64,
     pooled: u64,
     blocks: usize,
@@ -204,8 +207,8 @@ struct Leaving {
 }
 
 /// What [`PoolInner::try_take`] did.
-enum Taken<T: Pod> {
-    Buffer(ClBuffer<T>),
+enum Taken {
+    Block(Block),
     /// Nothing: `seen` bytes were leaving, and the maximum leaves room once some have.
     AfterLeaving {
         seen: u64,
@@ -296,14 +299,20 @@ impl PoolInner {
     /// none while the maximum leaves room for a new block, else the newest (ordered by a
     /// device-side wait: *inherited record*). Either way a block holding a doomed command
     /// is passed over while the maximum leaves room (the *clean hand-over* rule).
-    fn pick(&self, state: &mut PoolState, class: usize, lane: Option<Lane>) -> Option<Block> {
+    fn pick(
+        &self,
+        state: &mut PoolState,
+        class: usize,
+        memory: Memory,
+        lane: Option<Lane>,
+    ) -> Option<Block> {
         let (in_use, pooled) = (state.in_use, state.pooled);
         let room = || {
             self.options
                 .max_bytes
                 .is_none_or(|max| in_use + pooled + self.leaving.bytes() + class as u64 <= max)
         };
-        let blocks = state.free.get_mut(&class)?;
+        let blocks = state.free.get_mut(&(class, memory))?;
         // A block whose old owner left a doomed command would pass its failure on (the
         // *clean hand-over* rule): passed over while there is room for a new one.
         let doomed_possible = gates::any_failure_seen();
@@ -417,18 +426,18 @@ impl PoolInner {
     /// the blocks the pool let go count until their releases are done, and are waited
     /// for, unless a user event of the context is not set (one may hold them back for
     /// good): then, or when the blocks in use leave no room, it fails.
-    /// A buffer of `len` elements, pooled or new, or the bytes that were leaving when the
-    /// maximum left no room for it (nothing was taken then).
-    fn try_take<T: Pod>(
+    /// A block of `memory` for `bytes`, pooled or new, or the bytes that were leaving when
+    /// the maximum left no room for it (nothing was taken then).
+    fn try_take(
         self: &Arc<Self>,
-        len: usize,
+        bytes: usize,
+        memory: Memory,
         queue: Option<&Queue>,
         site: &'static Location<'static>,
-    ) -> Result<Taken<T>> {
-        let bytes = Block::check_size::<T>(&self.ctx, len)?;
+    ) -> Result<Taken> {
         let class = class_of(bytes, self.ctx.max_alloc);
         let lane = queue.map(|q| q.core.lane);
-        let reused = self.pick(&mut self.lock(), class, lane);
+        let reused = self.pick(&mut self.lock(), class, memory, lane);
         let mut mem = match reused {
             Some(mut mem) => {
                 mem.hand_out_again(site);
@@ -439,10 +448,10 @@ impl PoolInner {
                 if let Reserved::AfterLeaving { seen } = self.try_reserve(class as u64)? {
                     return Ok(Taken::AfterLeaving { seen });
                 }
-                let created = match self.create_block(class, site) {
+                let created = match self.create_block(class, memory, site) {
                     Err(e) if is_out_of_memory(&e) => {
                         self.trim(0);
-                        self.create_block(class, site)
+                        self.create_block(class, memory, site)
                     }
                     other => other,
                 };
@@ -450,7 +459,7 @@ impl PoolInner {
             }
         };
         mem.set_home(Home::Owner(self.clone()));
-        Ok(Taken::Buffer(ClBuffer::from_block(mem, len)))
+        Ok(Taken::Block(mem))
     }
 
     /// The *maximum* rule: reserves `class` bytes, or says how many bytes
@@ -501,9 +510,18 @@ impl PoolInner {
         state.in_use = state.in_use.saturating_sub(class);
     }
 
-    fn create_block(&self, class: usize, site: &'static Location<'static>) -> Result<Block> {
-        // SAFETY: no host memory to copy.
-        let block = unsafe { Block::create(&self.ctx, class, ptr::null(), site) }?;
+    fn create_block(
+        &self,
+        class: usize,
+        memory: Memory,
+        site: &'static Location<'static>,
+    ) -> Result<Block> {
+        let block = match memory {
+            // SAFETY: no host memory to copy.
+            Memory::Buffer => unsafe { Block::create(&self.ctx, class, ptr::null(), site) }?,
+            // The *forced residency* rule is for buffers: migrating SVM needs OpenCL 2.1.
+            Memory::Svm(kind) => return Block::create_svm(&self.ctx, class, kind, site),
+        };
         if self.options.force_residency {
             // SAFETY: the pool's queue and the new block are live.
             let migrated = unsafe { ffi::enqueue_migrate(self.queue.as_raw(), block.raw()) }?;
@@ -532,7 +550,8 @@ impl Owner for PoolInner {
             state.pooled += class;
             state.blocks += 1;
             mem.move_to(Bucket::Pooled);
-            state.free.entry(mem.bytes()).or_default().push_back(mem);
+            let key = (mem.bytes(), mem.memory);
+            state.free.entry(key).or_default().push_back(mem);
         } else {
             self.leaving.add(class);
             drop(state);
@@ -718,12 +737,97 @@ impl Pool {
         queue: Option<&Queue>,
         site: &'static Location<'static>,
     ) -> Result<ClBuffer<T>> {
+        let bytes = Block::check_size::<T>(&self.inner.ctx, len)?;
+        let block = self.take_block(bytes, Memory::Buffer, queue, site)?;
+        Ok(ClBuffer::from_block(block, len))
+    }
+
+    /// A block of `memory` for `bytes`, waiting for leaving bytes as the *maximum* rule
+    /// says.
+    fn take_block(
+        &self,
+        bytes: usize,
+        memory: Memory,
+        queue: Option<&Queue>,
+        site: &'static Location<'static>,
+    ) -> Result<Block> {
         loop {
-            match self.inner.try_take::<T>(len, queue, site)? {
-                Taken::Buffer(buffer) => return Ok(buffer),
+            match self.inner.try_take(bytes, memory, queue, site)? {
+                Taken::Block(block) => return Ok(block),
                 Taken::AfterLeaving { seen } => self.inner.leaving.wait_change(seen, WAIT_SLICE),
             }
         }
+    }
+
+    /// Shared virtual memory of `len` elements of `kind` ([`Context::svm`]), pooled like
+    /// buffers: a pooled allocation of the size class and kind when there is one, ordered
+    /// after its earlier commands (the *inherited record* rule), else a new one. Buffers
+    /// and each kind of SVM are kept apart; the options apply to all, but for
+    /// [`PoolOptions::force_residency`], which migrates buffers only.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] when a device of the context does not report `kind`; else as
+    /// [`Pool::acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::{Pool, PoolOptions, SvmKind};
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let pool = Pool::new(&ctx, PoolOptions::default())?;
+    /// if !ctx.device().supports_svm(SvmKind::Coarse) {
+    ///     return Ok(());
+    /// }
+    /// for i in 0..10u32 {
+    ///     let svm = pool.acquire_svm::<u32>(1024, SvmKind::Coarse)?; // one clSVMAlloc
+    ///     queue.fill_svm(&svm, i)?;
+    ///     assert!(svm.release()?.recycled); // back to the pool with its events: no wait
+    /// }
+    /// assert_eq!(ctx.memory_stats().driver_allocations, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn acquire_svm<T: Pod>(&self, len: usize, kind: SvmKind) -> Result<SvmBuffer<T>> {
+        self.take_svm(len, kind, None, Location::caller())
+    }
+
+    /// [`Pool::acquire_svm`] in the stream-ordered form of [`Pool::acquire_on`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Pool::acquire_on`] and [`Pool::acquire_svm`].
+    #[track_caller]
+    pub fn acquire_svm_on<T: Pod>(
+        &self,
+        queue: &Queue,
+        len: usize,
+        kind: SvmKind,
+    ) -> Result<SvmBuffer<T>> {
+        if queue.core.ctx.id != self.inner.ctx.id {
+            return Err(Error::context_mismatch(
+                "queue",
+                Some(queue.core.ctx.raw),
+                self.inner.ctx.raw,
+            ));
+        }
+        self.take_svm(len, kind, Some(queue), Location::caller())
+    }
+
+    fn take_svm<T: Pod>(
+        &self,
+        len: usize,
+        kind: SvmKind,
+        queue: Option<&Queue>,
+        site: &'static Location<'static>,
+    ) -> Result<SvmBuffer<T>> {
+        self.inner.ctx.check_svm(kind)?;
+        let bytes = Block::check_size::<T>(&self.inner.ctx, len)?;
+        let block = self.take_block(bytes, Memory::Svm(kind), queue, site)?;
+        Ok(SvmBuffer::from_block(block, len))
     }
 
     /// [`Pool::acquire`] as a future: where the pool is at [`PoolOptions::max_bytes`] and
@@ -803,10 +907,16 @@ impl Pool {
     ) -> impl std::future::Future<Output = Result<ClBuffer<T>>> + Send + 'static {
         let inner = self.inner.clone();
         std::future::poll_fn(move |cx| {
+            let bytes = match Block::check_size::<T>(&inner.ctx, len) {
+                Ok(bytes) => bytes,
+                Err(e) => return std::task::Poll::Ready(Err(e)),
+            };
             loop {
-                match inner.try_take::<T>(len, queue.as_ref(), site) {
+                match inner.try_take(bytes, Memory::Buffer, queue.as_ref(), site) {
                     Err(e) => return std::task::Poll::Ready(Err(e)),
-                    Ok(Taken::Buffer(buffer)) => return std::task::Poll::Ready(Ok(buffer)),
+                    Ok(Taken::Block(block)) => {
+                        return std::task::Poll::Ready(Ok(ClBuffer::from_block(block, len)));
+                    }
                     Ok(Taken::AfterLeaving { seen }) => {
                         if !inner.leaving.changed_or_wake(seen, cx.waker()) {
                             return std::task::Poll::Pending;

@@ -161,6 +161,16 @@ impl Context {
 }
 
 impl<T: Pod> SvmBuffer<T> {
+    /// A typed handle to `block`, SVM holding at least `len` elements of `T`.
+    pub(crate) fn from_block(block: Block, len: usize) -> Self {
+        debug_assert!(block.is_svm() && block.bytes() >= len * size_of::<T>());
+        SvmBuffer {
+            block,
+            len,
+            _elements: PhantomData,
+        }
+    }
+
     /// Number of elements.
     pub fn len(&self) -> usize {
         self.len

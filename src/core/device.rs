@@ -86,7 +86,7 @@ impl fmt::Display for Device {
 /// The library reaches the host side of both kinds through maps
 /// ([`Queue::map_svm`](crate::Queue::map_svm)), so code written for coarse-grained SVM runs
 /// on either.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SvmKind {
     /// `CL_DEVICE_SVM_COARSE_GRAIN_BUFFER`: the host reaches the memory only while it is
     /// mapped. Every OpenCL 2.0 device with SVM has it.

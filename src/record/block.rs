@@ -52,7 +52,7 @@ pub(crate) struct Block {
 }
 
 /// What a block's memory is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Memory {
     /// A buffer: commands name it by its `cl_mem`; `clReleaseMemObject` releases it, and
     /// the driver frees it when its last reference goes (the destructor callback says

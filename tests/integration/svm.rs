@@ -445,3 +445,59 @@ fn svm_bad_input_is_a_typed_error_naming_what_is_missing() {
     queue.read_svm(&svm, &mut out).unwrap();
     assert_eq!(out, [1; 8]);
 }
+
+/// Pools take SVM: an allocation released to the pool comes back (the same address) for
+/// the next acquire of its size class and kind, with its record, so the new owner's
+/// first command on another queue runs after the old owner's gated kernel (the data shows
+/// the order); buffers and SVM never share a block, and poisoning reaches SVM too.
+#[test]
+fn svm_pool_hands_an_allocation_back_out_ordered_after_its_old_commands() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let (queue, other) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let add_one = program(&ctx).kernel("add_one").unwrap();
+    let n = 1024;
+    for kind in kinds(&ctx) {
+        let options = cl_lifetime::PoolOptions::default().poison(true);
+        let pool = cl_lifetime::Pool::new(&ctx, options).unwrap();
+        let first = pool.acquire_svm::<i32>(n, kind).unwrap();
+        let at = first.as_ptr() as usize;
+        queue.write_svm(&first, &vec![0; n]).unwrap();
+        let gate = ctx.user_event().unwrap();
+        queue
+            .after(&[gate.event()])
+            .launch(
+                &add_one,
+                &[n],
+                &[Arg::read_write(&first), Arg::scalar(n as u32)],
+            )
+            .unwrap();
+        assert!(first.release().unwrap().recycled, "{kind:?}");
+        // A buffer of the same size class does not get the SVM block.
+        let buffer = pool.acquire::<i32>(n).unwrap();
+        assert_eq!(pool.stats().pooled_blocks, 1, "{kind:?}");
+        drop(buffer);
+        let second = pool.acquire_svm::<i32>(n, kind).unwrap();
+        assert_eq!(
+            second.as_ptr() as usize,
+            at,
+            "{kind:?}: not the pooled allocation"
+        );
+        let fill = other.fill_svm(&second, 41).unwrap();
+        assert!(
+            !fill.status().unwrap().is_terminal(),
+            "{kind:?}: the new owner's fill ran behind the old owner's gate"
+        );
+        gate.complete().unwrap();
+        fill.wait().unwrap();
+        let mut out = vec![0; n];
+        other.read_svm(&second, &mut out).unwrap();
+        assert_eq!(
+            out,
+            vec![41; n],
+            "{kind:?}: the fill ran before the old owner's kernel"
+        );
+    }
+}
