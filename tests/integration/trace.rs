@@ -4,15 +4,18 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use cl_lifetime::{Pool, PoolOptions, QueueOptions};
+use cl_lifetime::{Pool, PoolOptions, QueueOptions, SvmKind};
 use serde_json::Value;
 
 use crate::common;
 
 /// Two queues (one profiling) and an out-of-order one, two buffers handed between them,
-/// a blocking and a deferred release, and a pool block reused across queues.
-fn scripted_run(path: &Path) {
-    let ctx = device!();
+/// a blocking and a deferred release, and a pool block reused across queues; where the
+/// device reports SVM, two SVM allocations the same way. Returns whether it did.
+fn scripted_run(path: &Path) -> bool {
+    let Some(ctx) = common::context() else {
+        return false;
+    };
     cl_lifetime::trace::start(path).expect("the trace starts");
     let a = ctx.queue().expect("the scripted run");
     let b = ctx
@@ -31,6 +34,19 @@ fn scripted_run(path: &Path) {
     assert_eq!(read.wait().expect("the scripted run"), vec![3; n]);
     x.release().expect("the scripted run");
     y.release_deferred();
+    let svm = ctx.device().supports_svm(SvmKind::Coarse);
+    if svm {
+        let s = ctx
+            .svm::<u32>(n, SvmKind::Coarse)
+            .expect("the scripted run");
+        let t = ctx
+            .svm::<u32>(n, SvmKind::Coarse)
+            .expect("the scripted run");
+        a.fill_svm(&s, 6).expect("the scripted run");
+        b.copy_svm(&s, &t).expect("the scripted run");
+        s.release().expect("the scripted run");
+        t.release_deferred();
+    }
     let pool = Pool::new(&ctx, PoolOptions::default()).expect("the scripted run");
     let p = pool.acquire::<u32>(1024).expect("the scripted run");
     b.fill(&p, 1).expect("the scripted run");
@@ -46,6 +62,7 @@ fn scripted_run(path: &Path) {
         cl_lifetime::trace::finish().expect("the trace is written"),
         Some(path.to_path_buf())
     );
+    svm
 }
 
 fn events(path: &Path) -> Vec<Value> {
@@ -80,7 +97,7 @@ fn trace_path(name: &str) -> std::path::PathBuf {
 isolated_test! {
     fn every_buffer_of_a_traced_run_lives_until_every_command_that_touched_it_has_ended() {
         let path = trace_path("lifetimes");
-        scripted_run(&path);
+        let svm = scripted_run(&path);
         let events = events(&path);
         let commands = command_slices(&events);
         // Each buffer's outer slice, by its track (the buffer's number).
@@ -115,8 +132,10 @@ isolated_test! {
                 checked += 1;
             }
         }
-        // Fills of x (3), the copy (2), the read, fills of the pool's block (2).
-        assert!(checked >= 8, "{checked} command-buffer pairs checked");
+        // Fills of x (3), the copy (2), the read, fills of the pool's block (2); with SVM
+        // its fill and copy (3).
+        let least = if svm { 11 } else { 8 };
+        assert!(checked >= least, "{checked} command-buffer pairs checked");
         // The profiling queue's commands carry the device's times.
         assert!(
             commands.iter().any(|c| c["args"]["device_ns"].is_object()),
