@@ -18,6 +18,7 @@
 //! | [`choosing_a_device`] | `CL_LIFETIME_DEVICE`, kernel files and inline sources, other implementations |
 //! | [`driver_notes`] | what is measured per driver, NVIDIA and PoCL specifics, the emulated drivers |
 //! | [`measuring_and_testing`] | the benchmarks, the measuring programs and the test targets |
+//! | [`shared_virtual_memory`] | SVM allocations, their commands, kernels that follow pointers, release and pools |
 //!
 //! The driver behaviour the crate was built against, and the traps it guards against (each
 //! named, and cited by name in the code), are in `docs/design.md`. The crate's layers and
@@ -59,3 +60,6 @@ pub mod driver_notes {}
 
 #[doc = include_str!("../docs/guide/11-measuring-and-testing.md")]
 pub mod measuring_and_testing {}
+
+#[doc = include_str!("../docs/guide/12-shared-virtual-memory.md")]
+pub mod shared_virtual_memory {}

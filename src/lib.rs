@@ -81,6 +81,8 @@
 //! | [`Queue::read`], [`Queue::write`] (and their `_at` forms) | the transfer and the commands it waits on end | [`After::read_owned`] or [`After::write_owned`], then `.await` |
 //! | [`Queue::map`], [`Queue::map_mut`], [`Queue::finish`] | the buffer's writers (and readers, for `map_mut`), or every command of the queue, end | [`unblock`] |
 //! | [`ClBuffer::release`], and a buffer's drop | its commands end, then up to the context's [free grace](Context::free_grace) (2 s) for the driver's free; NVIDIA's `clReleaseMemObject` also until the context's running kernels end | [`ClBuffer::release_async`], or [`ClBuffer::release_deferred`] |
+//! | [`SvmBuffer::release`], and its drop | its commands end (`clSVMFree` frees at once) | [`SvmBuffer::release_deferred`], or [`unblock`] |
+//! | [`Queue::read_svm`], [`Queue::write_svm`], [`Queue::map_svm`], [`Queue::map_svm_mut`] | as their buffer forms | [`unblock`] |
 //! | [`Pool::acquire`] at [`PoolOptions::max_bytes`] | the pool's blocks being let go are freed | [`Pool::acquire_async`] |
 //! | [`Context::wait_deferred`], the last handle of a [`Context`] dropped | every deferred release is done | [`unblock`] |
 //! | enqueues ([`Queue::launch`], [`Queue::fill`], ...) | never on the device; a driver may block them inside its own call (NVIDIA's, 11 to 32 ms, with many commands queued) | [`unblock`] |
@@ -96,7 +98,7 @@
 //! |---|---|
 //! | a command of another queue is put in a wait list (a cross-queue hazard, or an [`Event`] given to [`Queue::after`]) | the queue of that command |
 //! | a command is awaited (`.await` on an [`Event`] or a [`PendingRead`]), or a pending transfer is dropped | the command's queue |
-//! | a buffer is released ([`ClBuffer::release`], its drop, [`ClBuffer::release_async`], [`ClBuffer::release_deferred`]) | the queues of its pending commands |
+//! | a buffer is released ([`ClBuffer::release`], its drop, [`ClBuffer::release_async`], [`ClBuffer::release_deferred`]; the same for an [`SvmBuffer`]) | the queues of its pending commands |
 //! | on a driver measured to end a flushed batch together ([`DriverBehaviour::ends_batches_together`]: rusticl 22.3), before a command that waits on another queue's command or a user event | the command's own queue, so that the commands before it are not held with it |
 //! | [`Queue::flush`], [`Queue::finish`] | the queue |
 //!

@@ -1,7 +1,8 @@
 //! The record layer: a buffer's block, its event record, the enqueue protocol that keeps
 //! the record, and the releases that honour it.
 //!
-//! - [`block::Block`]: one `cl_mem` with its record, ledger bucket and home;
+//! - [`block::Block`]: one allocation (a `cl_mem`, or a shared virtual memory pointer) with its
+//!   record, ledger bucket and home;
 //! - [`history::Record`]: the tracker's [`EventSet`](crate::tracker::EventSet) plus what
 //!   the tracker does not know (failures, mappings, the last write, lent host memory);
 //! - [`submit`]: the enqueue protocol (gather, enqueue, commit, fold) in one place;
@@ -15,7 +16,8 @@
 //!
 //! - **Exact wait.** A release waits with `clWaitForEvents` on exactly the buffer's
 //!   record (nothing when it is empty: design trap "empty wait lists"), then calls
-//!   `clReleaseMemObject`. It never waits on work that did not touch the buffer: no
+//!   `clReleaseMemObject` (`clSVMFree` for shared virtual memory: design trap "clSVMFree
+//!   does not wait"). It never waits on work that did not touch the buffer: no
 //!   `clFinish`.
 //! - **Failures end too.** A command that failed still ends: the memory is released
 //!   anyway and the failure is reported (design trap "a failed wait returns early").
