@@ -11,13 +11,15 @@ setup:
 demo: setup
 	$(CARGO) run --release --example tour
 
-# Four problems, each shown with raw opencl3 and then with cl-lifetime, measured
-# (examples/release_sync.rs, memory_held.rs, free_after_async.rs, reallocation.rs; a few seconds each).
+# Five problems, each shown with raw opencl3 and then with cl-lifetime, measured
+# (examples/release_sync.rs, memory_held.rs, free_after_async.rs, reallocation.rs; a few seconds each;
+# svm_linked_list.rs: the clSVMFree trap, a kernel walking a freed SVM linked list, in a child process).
 examples: setup
 	$(CARGO) run --release --example release_sync
 	$(CARGO) run --release --example memory_held
 	$(CARGO) run --release --example free_after_async
 	$(CARGO) run --release --example reallocation
+	$(CARGO) run --release --example svm_linked_list
 
 # The comparative benchmark (bench/examples/compare.rs, an example of the workspace's
 # unpublished member bench/): target/bench/report.{json,md,svg}.
