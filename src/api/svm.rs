@@ -59,7 +59,8 @@ use crate::record::submit::Touch;
 use crate::tracker::{Access, Span};
 
 /// A shared virtual memory allocation of `len` elements of `T` (OpenCL 2.0's
-/// `clSVMAlloc`), freed only after its own commands end. See [`crate::api::svm`]'s rules.
+/// `clSVMAlloc`), freed only after its own commands end. The guide's chapter
+/// [shared virtual memory](crate::guide::shared_virtual_memory) says how it behaves.
 ///
 /// Create one with [`Context::svm`]. Kernels take it (or an [`SvmView`] of it) as a
 /// pointer argument through [`Arg`]; the host reaches it through maps
@@ -149,18 +150,43 @@ impl Context {
     /// ```
     #[track_caller]
     pub fn svm<T: Pod>(&self, len: usize, kind: SvmKind) -> Result<SvmBuffer<T>> {
-        let ctx = self.core();
-        let bytes = Block::check_size::<T>(ctx, len)?;
-        let block = Block::create_svm(ctx, bytes, kind, Location::caller())?;
-        Ok(SvmBuffer {
-            block,
-            len,
-            _elements: PhantomData,
-        })
+        SvmBuffer::create(self, len, kind, true, Location::caller())
+    }
+
+    /// Shared virtual memory of `len` elements left as the driver hands it out, for code
+    /// that writes all of it before any read (through [`After::map_svm_mut`], say) and does
+    /// not want [`Context::svm`]'s zero fill to run even once: a map for writing counts as a
+    /// read. Reading it before writing reads bytes the program never wrote, as
+    /// [`Context::buffer_uninitialized`] says.
+    ///
+    /// # Errors
+    ///
+    /// As [`Context::svm`].
+    #[track_caller]
+    pub fn svm_uninitialized<T: Pod>(&self, len: usize, kind: SvmKind) -> Result<SvmBuffer<T>> {
+        SvmBuffer::create(self, len, kind, false, Location::caller())
     }
 }
 
 impl<T: Pod> SvmBuffer<T> {
+    /// A new allocation, zeroed before its first read when `zeroed` (the *zeroed before
+    /// read* rule).
+    fn create(
+        ctx: &Context,
+        len: usize,
+        kind: SvmKind,
+        zeroed: bool,
+        site: &'static Location<'static>,
+    ) -> Result<Self> {
+        let ctx = ctx.core();
+        let bytes = Block::check_size::<T>(ctx, len)?;
+        let block = Block::create_svm(ctx, bytes, kind, site)?;
+        if zeroed {
+            block.mark_fresh();
+        }
+        Ok(SvmBuffer::from_block(block, len))
+    }
+
     /// A typed handle to `block`, SVM holding at least `len` elements of `T`.
     pub(crate) fn from_block(block: Block, len: usize) -> Self {
         debug_assert!(block.is_svm() && block.bytes() >= len * size_of::<T>());

@@ -137,9 +137,14 @@ impl Block {
         ctx.check_svm(kind)?;
         // SAFETY: every device of the context reports `kind` (checked above).
         let at = unsafe { ffi::svm_alloc(ctx.raw, bytes, kind == SvmKind::Fine) }?;
-        let block = Block::adopt(ctx, at.cast(), Memory::Svm(kind), bytes, site, Bucket::Live);
-        block.mark_fresh();
-        Ok(block)
+        Ok(Block::adopt(
+            ctx,
+            at.cast(),
+            Memory::Svm(kind),
+            bytes,
+            site,
+            Bucket::Live,
+        ))
     }
 
     /// Marks the block as holding whatever the driver left in its memory (the *zeroed

@@ -51,7 +51,7 @@ fn ramp(queue: &Queue, ctx: &Context, n: usize, kind: SvmKind) -> SvmBuffer<i32>
 /// just freed), filled with -1 through a raw `clEnqueueSVMMemFill` on a queue of its own
 /// (so that it waits for nothing). Returns the pointer, freed by [`free_raw`].
 fn overwrite_freed(ctx: &Context, bytes: usize) -> usize {
-    let queue = ctx.queue().unwrap();
+    let queue = ctx.queue().expect("a queue of its own");
     let raw_ctx = ctx.as_raw() as cl_sys::cl_context;
     // SAFETY: a live context whose devices report coarse-grained SVM (the test checked).
     let at = unsafe { cl_sys::clSVMAlloc(raw_ctx, cl_sys::CL_MEM_READ_WRITE, bytes, 0) };
