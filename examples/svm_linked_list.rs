@@ -6,7 +6,7 @@
 //! A loop of 40 steps, each: allocate a coarse-grained SVM list of 2^20 nodes (16 MiB; a
 //! node is two `u64`: a value and the address of the next node, or 0), map it, link the
 //! nodes in a shuffled order on the host (a small deterministic generator), unmap it;
-//! launch `walk` (OpenCL C 2.0), whose 8192 work items each start at node i (`list + 16 i`
+//! launch `walk`, whose 8192 work items each start at node i (`list + 16 i`
 //! bytes), follow `next` for up to 64 nodes and add the values they saw into `out[i]` of an
 //! ordinary buffer OUT that lives for the whole run; launch the `spin` kernel of
 //! kernels/busy.cl (64 work items, calibrated to about 15 ms) on a second queue over a
@@ -80,10 +80,14 @@ const SPIN_ITEMS: usize = 64;
 const SPIN: Duration = Duration::from_millis(15);
 /// The argument that makes this program run row 5 alone (in the child process).
 const TRAP_ARG: &str = "--row";
+/// The environment the program started with, before it opened OpenCL.
+static START_ENV: std::sync::OnceLock<Vec<(std::ffi::OsString, std::ffi::OsString)>> =
+    std::sync::OnceLock::new();
 /// What the child prints before its figures: seconds and wrong elements.
 const TRAP_TAG: &str = "trap-result";
 
-/// `walk`, OpenCL C 2.0 (a pointer read from memory is followed on the device).
+/// `walk` (a pointer read from memory is followed on the device; OpenCL C 1.2 is enough,
+/// and PoCL 5 builds no OpenCL C 2.0).
 const WALK: &str = "
 // Work item i walks the list from node i (a node is {value, address of the next or 0}):
 // up to `hops` nodes, or to the list's end, adding their values into out[i].
@@ -100,6 +104,10 @@ __kernel void walk(__global const ulong *list, __global ulong *out, const uint h
 ";
 
 fn main() -> anyhow::Result<()> {
+    // NVIDIA's driver changes the environment of a process that opens it, and a child
+    // that inherits the changed one sees no NVIDIA device: the trap row's child gets this.
+    let start_env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
+    START_ENV.get_or_init(|| start_env);
     let args: Vec<String> = std::env::args().collect();
     if let [_, row, which, iters] = args.as_slice() {
         if row == TRAP_ARG && which == "trap" {
@@ -328,7 +336,7 @@ struct RawKit {
 impl RawKit {
     fn new(ctx: &Context) -> anyhow::Result<RawKit> {
         let device = ctx.device().as_raw();
-        let walks = ProgramHandle::build_with(ctx.as_raw(), device, WALK, "-cl-std=CL2.0")?;
+        let walks = ProgramHandle::build(ctx.as_raw(), device, WALK)?;
         let busy = std::fs::read_to_string(ctx.program("busy.cl", "")?.file())?;
         let busy = ProgramHandle::build(ctx.as_raw(), device, &busy)?;
         Ok(RawKit {
@@ -599,7 +607,7 @@ fn lib_loop(device: &Device, iters: u32, deferred: bool) -> anyhow::Result<Row> 
     let ctx = Context::new(device)?;
     let (walks, maps, others) = (ctx.queue()?, ctx.queue()?, ctx.queue()?);
     let walk = ctx
-        .program_from_source("svm_linked_list", WALK, "-cl-std=CL2.0")?
+        .program_from_source("svm_linked_list", WALK, "")?
         .kernel("walk")?;
     let spin = ctx.program("busy.cl", "")?.kernel("spin")?;
     let out = ctx.buffer::<u64>(ITEMS)?;
@@ -682,6 +690,8 @@ struct Trap {
 fn trap_row(iters: u32) -> anyhow::Result<Trap> {
     let mut child = Command::new(std::env::current_exe()?)
         .args([TRAP_ARG, "trap", &iters.to_string()])
+        .env_clear()
+        .envs(START_ENV.get().into_iter().flatten().cloned())
         .stdout(Stdio::piped())
         .spawn()?;
     let deadline = Instant::now() + Duration::from_secs(300);

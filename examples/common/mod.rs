@@ -81,16 +81,6 @@ pub struct ProgramHandle(pub cl_program);
 impl ProgramHandle {
     /// `clCreateProgramWithSource` + `clBuildProgram` for `device`.
     pub fn build(context: cl_context, device: cl_device_id, source: &str) -> anyhow::Result<Self> {
-        Self::build_with(context, device, source, "")
-    }
-
-    /// [`ProgramHandle::build`] with the build options `options` (`-cl-std=CL2.0`, ...).
-    pub fn build_with(
-        context: cl_context,
-        device: cl_device_id,
-        source: &str,
-        options: &str,
-    ) -> anyhow::Result<Self> {
         let program = ProgramHandle(
             clp::create_program_with_source(context, &[source])
                 .map_err(cl_err("clCreateProgramWithSource"))?,
@@ -98,7 +88,7 @@ impl ProgramHandle {
         clp::build_program(
             program.0,
             &[device],
-            &CString::new(options)?,
+            &CString::default(),
             None,
             ptr::null_mut(),
         )

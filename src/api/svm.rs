@@ -94,7 +94,7 @@ use crate::tracker::{Access, Span};
 ///     ulong s = 0;
 ///     while (node) { s += node[0]; node = (__global const ulong *)node[1]; }
 ///     *sum = s; }";
-/// let walk = ctx.program_from_source("walk", source, "-cl-std=CL2.0")?.kernel("walk")?;
+/// let walk = ctx.program_from_source("walk", source, "")?.kernel("walk")?;
 /// let head = list.view(6..8)?; // node 3
 /// queue.launch(&walk, &[1], &[Arg::read(head), Arg::write(&sum)])?;
 /// assert_eq!(queue.read_owned(&sum)?.wait()?, [60]);

@@ -34,7 +34,7 @@ __kernel void add_one(__global int *data, uint n) {
     if (i < n) data[i] += 1; }";
 
 fn program(ctx: &Context) -> cl_lifetime::Program {
-    ctx.program_from_source("svm_tests", SUM, "-cl-std=CL2.0")
+    ctx.program_from_source("svm_tests", SUM, "")
         .expect("the SVM test kernels build")
 }
 
