@@ -283,7 +283,8 @@ fn svm_drop_or_deferred_release_behind_a_gate_frees_after_the_command() {
 }
 
 /// A command on the allocation that failed (its gate failed) still ends: the release
-/// frees the memory and lists the failure; a read of data whose write failed is refused.
+/// frees the memory and lists the failure; a read of data whose write failed is refused
+/// (before it is enqueued, or when it ends where the failure reaches the library later).
 #[test]
 fn svm_failed_command_is_in_the_release_report_and_its_data_is_refused() {
     let ctx = device!();
@@ -310,10 +311,17 @@ fn svm_failed_command_is_in_the_release_report_and_its_data_is_refused() {
         );
         let report = svm.release().unwrap();
         assert!(report.freed, "{kind:?}: {report:?}");
-        assert_eq!(report.failed.len(), 1, "{kind:?}: {report:?}");
+        // The fill, and, where the driver fails the gate's dependents after
+        // clSetUserEventStatus returns (NVIDIA), the read enqueued behind it before its
+        // failure was seen, which failed with it.
+        let kinds: Vec<CommandKind> = report.failed.iter().map(|f| f.command).collect();
         assert_eq!(
-            report.failed[0].command,
-            CommandKind::SvmMemFill,
+            kinds.first(),
+            Some(&CommandKind::SvmMemFill),
+            "{kind:?}: {report:?}"
+        );
+        assert!(
+            kinds[1..].iter().all(|&k| k == CommandKind::SvmMemcpy),
             "{kind:?}: {report:?}"
         );
     }
