@@ -64,6 +64,14 @@ pub(crate) enum Memory {
     Svm(SvmKind),
 }
 
+/// Held across every `clSVMAlloc` and `clSVMFree` of the process (design trap "NVIDIA's
+/// clSVMAlloc fails under concurrent calls"): one SVM allocation or free at a time, on
+/// every driver. It is taken after any record lock and held across nothing else.
+pub(super) fn svm_calls() -> MutexGuard<'static, ()> {
+    static SVM_CALLS: Mutex<()> = Mutex::new(());
+    SVM_CALLS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// The owner a block returns to, or keeps alive.
 pub(crate) enum Home {
     /// Taken back at release, with its record.
@@ -135,8 +143,11 @@ impl Block {
         site: &'static Location<'static>,
     ) -> Result<Block> {
         ctx.check_svm(kind)?;
-        // SAFETY: every device of the context reports `kind` (checked above).
-        let at = unsafe { ffi::svm_alloc(ctx.raw, bytes, kind == SvmKind::Fine) }?;
+        let at = {
+            let _one_at_a_time = svm_calls();
+            // SAFETY: every device of the context reports `kind` (checked above).
+            unsafe { ffi::svm_alloc(ctx.raw, bytes, kind == SvmKind::Fine) }?
+        };
         Ok(Block::adopt(
             ctx,
             at.cast(),

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::block::{Block, Home, Memory};
+use super::block::{Block, Home, Memory, svm_calls};
 use super::failure::{self, FailedCommand};
 use crate::core::context::ContextCore;
 use crate::core::gates::OpenGates;
@@ -190,11 +190,15 @@ impl Block {
                 released
             }
             Memory::Svm(_) => {
-                // SAFETY: `raw` came from clSVMAlloc on this context and is freed once,
-                // here (swapped out for null above); every command that used it has
-                // ended, as above. Kernels hold no reference to it: an argument set to
-                // it is set again at the next launch that names it (its block ID is new).
-                let released = unsafe { ffi::svm_free(self.ctx.raw, raw.cast()) };
+                let released = {
+                    let _one_at_a_time = svm_calls();
+                    // SAFETY: `raw` came from clSVMAlloc on this context and is freed
+                    // once, here (swapped out for null above); every command that used it
+                    // has ended, as above. Kernels hold no reference to it: an argument
+                    // set to it is set again at the next launch that names it (its block
+                    // ID is new).
+                    unsafe { ffi::svm_free(self.ctx.raw, raw.cast()) }
+                };
                 stages.mark("clSVMFree");
                 released
             }
