@@ -16,10 +16,10 @@
 //!   *mapped* rule and the trace are a buffer's.
 //! - **The host only through a map.** Safe code reaches the memory on the host only
 //!   through [`Queue::map_svm`](crate::Queue::map_svm) and
-//!   [`Queue::map_svm_mut`](crate::Queue::map_svm_mut) (or a transfer), which coarse-grained
-//!   SVM needs, and which orders the host's access after the device's and the reverse on
-//!   both kinds. [`SvmBuffer::as_ptr`] gives the address, for pointers stored in the
-//!   memory and for raw calls; dereferencing it is the caller's `unsafe`.
+//!   [`Queue::map_svm_mut`](crate::Queue::map_svm_mut) (or a transfer), which
+//!   coarse-grained SVM needs, and which orders the host's access after the device's and
+//!   the reverse on both kinds. [`SvmBuffer::as_ptr`] gives the address, for pointers
+//!   stored in the memory and for raw calls; dereferencing it is the caller's `unsafe`.
 //! - **Views are pointers.** A view passed to a kernel is the address of its first
 //!   element: no sub-buffer, no alignment beyond the element's, and any views may overlap
 //!   (the tracker orders them by their bytes).
@@ -32,9 +32,9 @@
 //!   it returns: the report's `freed` is `true`. The deferred form does the same on the
 //!   reaper thread.
 //! - **Only where every device has it.** A context whose devices do not all report the
-//!   kind asked for refuses it with [`Error::Unsupported`](crate::Error::Unsupported) naming the capability; no SVM
-//!   call reaches a driver that does not have one (an OpenCL 1.x driver has no entry
-//!   points for them).
+//!   kind asked for refuses it with [`Error::Unsupported`](crate::Error::Unsupported)
+//!   naming the capability; no SVM call reaches a driver that does not have one (an
+//!   OpenCL 1.x driver has no entry points for them).
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -126,10 +126,12 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::Unsupported`](crate::Error::Unsupported) naming the capability (`CL_DEVICE_SVM_COARSE_GRAIN_BUFFER`
-    /// or `CL_DEVICE_SVM_FINE_GRAIN_BUFFER`) when a device of the context does not report
-    /// it, as on every OpenCL 1.x device; [`Error::ZeroLength`](crate::Error::ZeroLength), [`Error::TooLarge`](crate::Error::TooLarge);
-    /// [`Error::Cl`](crate::Error::Cl) naming `clSVMAlloc` when the driver has no memory for it.
+    /// [`Error::Unsupported`](crate::Error::Unsupported) naming the capability
+    /// (`CL_DEVICE_SVM_COARSE_GRAIN_BUFFER` or `CL_DEVICE_SVM_FINE_GRAIN_BUFFER`) when a
+    /// device of the context does not report it, as on every OpenCL 1.x device;
+    /// [`Error::ZeroLength`](crate::Error::ZeroLength),
+    /// [`Error::TooLarge`](crate::Error::TooLarge); [`Error::Cl`](crate::Error::Cl) naming
+    /// `clSVMAlloc` when the driver has no memory for it.
     ///
     /// # Examples
     ///
@@ -155,8 +157,8 @@ impl Context {
 
     /// Shared virtual memory of `len` elements left as the driver hands it out, for code
     /// that writes all of it before any read (through [`After::map_svm_mut`], say) and does
-    /// not want [`Context::svm`]'s zero fill to run even once: a map for writing counts as a
-    /// read. Reading it before writing reads bytes the program never wrote, as
+    /// not want [`Context::svm`]'s zero fill to run even once: a map for writing counts as
+    /// a read. Reading it before writing reads bytes the program never wrote, as
     /// [`Context::buffer_uninitialized`] says.
     ///
     /// # Errors
@@ -238,8 +240,10 @@ impl<T: Pod> SvmBuffer<T> {
     ///
     /// # Errors
     ///
-    /// [`Error::OutOfRange`](crate::Error::OutOfRange) or [`Error::ReversedRange`](crate::Error::ReversedRange) (naming [`Transfer::View`]) for a
-    /// range that leaves the allocation, [`Error::ZeroLength`](crate::Error::ZeroLength) for an empty one.
+    /// [`Error::OutOfRange`](crate::Error::OutOfRange) or
+    /// [`Error::ReversedRange`](crate::Error::ReversedRange) (naming [`Transfer::View`])
+    /// for a range that leaves the allocation,
+    /// [`Error::ZeroLength`](crate::Error::ZeroLength) for an empty one.
     pub fn view(&self, range: impl RangeBounds<usize>) -> Result<SvmView<'_, T>> {
         let start = match range.start_bound() {
             Bound::Included(&s) => s,
@@ -270,8 +274,9 @@ impl<T: Pod> SvmBuffer<T> {
     }
 
     /// Frees the allocation without blocking: on the context's reaper thread once every
-    /// command that used it has ended, as [`ClBuffer::release_deferred`](crate::ClBuffer::release_deferred)
-    /// does (an SVM allocation is never taken over by a new buffer).
+    /// command that used it has ended, as
+    /// [`ClBuffer::release_deferred`](crate::ClBuffer::release_deferred) does (an SVM
+    /// allocation is never taken over by a new buffer).
     pub fn release_deferred(self) {
         let SvmBuffer { block, .. } = self;
         block.hand_back_deferred();
@@ -390,8 +395,9 @@ impl After<'_> {
     ///
     /// # Errors
     ///
-    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when `data` is longer than `svm`, [`Error::ZeroLength`](crate::Error::ZeroLength) when
-    /// empty, [`Error::CommandFailed`](crate::Error::CommandFailed) when the copy failed.
+    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when `data` is longer than `svm`,
+    /// [`Error::ZeroLength`](crate::Error::ZeroLength) when empty,
+    /// [`Error::CommandFailed`](crate::Error::CommandFailed) when the copy failed.
     ///
     /// # Examples
     ///
@@ -436,9 +442,11 @@ impl After<'_> {
     ///
     /// # Errors
     ///
-    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when `out` is longer than `svm`, [`Error::ZeroLength`](crate::Error::ZeroLength) when
-    /// empty, [`Error::CommandFailed`](crate::Error::CommandFailed) when the copy failed,
-    /// [`Error::DependencyFailed`](crate::Error::DependencyFailed) when a write of the bytes it reads failed.
+    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when `out` is longer than `svm`,
+    /// [`Error::ZeroLength`](crate::Error::ZeroLength) when empty,
+    /// [`Error::CommandFailed`](crate::Error::CommandFailed) when the copy failed,
+    /// [`Error::DependencyFailed`](crate::Error::DependencyFailed) when a write of the
+    /// bytes it reads failed.
     pub fn read_svm<'v, T: Pod>(&self, svm: impl IntoSvm<'v, T>, out: &mut [T]) -> Result<()> {
         let view = svm.into_svm();
         let at = view.at(Transfer::Read, 0, out.len())?;
@@ -471,8 +479,9 @@ impl After<'_> {
     ///
     /// # Errors
     ///
-    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when `src` is longer than `dst`; [`Error::Cl`](crate::Error::Cl) with
-    /// `CL_MEM_COPY_OVERLAP` for overlapping ranges of one allocation.
+    /// [`Error::OutOfRange`](crate::Error::OutOfRange) when `src` is longer than `dst`;
+    /// [`Error::Cl`](crate::Error::Cl) with `CL_MEM_COPY_OVERLAP` for overlapping ranges of
+    /// one allocation, refused before the driver sees them.
     pub fn copy_svm<'s, 'd, T: Pod>(
         &self,
         src: impl IntoSvm<'s, T>,
@@ -482,6 +491,15 @@ impl After<'_> {
         let len = src.len;
         let dst_at = dst.at(Transfer::CopyDestination, 0, len)?;
         let (s, d) = (src.block(), dst.block());
+        // Refused here, not left to the driver: a CPU driver may copy with `memcpy`, whose
+        // overlapping use is undefined.
+        let (from, to) = (src.offset, dst_at);
+        if s.id == d.id && from < to + len && to < from + len {
+            return Err(crate::Error::cl(
+                "clEnqueueSVMMemcpy",
+                ffi::codes::CL_MEM_COPY_OVERLAP,
+            ));
+        }
         let covers = len == dst.svm.len;
         let touches = [
             Touch::new(s, Access::Read).within(src.span(src.offset, len)),
@@ -509,8 +527,8 @@ impl After<'_> {
     ///
     /// # Errors
     ///
-    /// [`Error::Cl`](crate::Error::Cl) from `clEnqueueSVMMemFill` (the element size must be 1, 2, 4, ...,
-    /// 128 bytes).
+    /// [`Error::Cl`](crate::Error::Cl) from `clEnqueueSVMMemFill` (the element size must be
+    /// 1, 2, 4, ..., 128 bytes).
     pub fn fill_svm<'v, T: Pod>(&self, svm: impl IntoSvm<'v, T>, value: T) -> Result<Event> {
         let view = svm.into_svm();
         let block = view.block();

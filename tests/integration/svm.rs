@@ -436,6 +436,11 @@ fn svm_bad_input_is_a_typed_error_naming_what_is_missing() {
         queue.map_svm(&svm, 6..10),
         Err(Error::OutOfRange { .. })
     ));
+    let overlap = queue.copy_svm(svm.view(0..4).unwrap(), svm.view(2..6).unwrap());
+    assert_eq!(
+        overlap.err().and_then(|e| e.status()).map(|s| s.name()),
+        Some("CL_MEM_COPY_OVERLAP")
+    );
     let floats = ctx.svm::<f32>(8, kind).unwrap();
     let add_one = program(&ctx).kernel("add_one").unwrap();
     let wrong = queue.launch(
