@@ -81,7 +81,7 @@
 //! | [`Queue::read`], [`Queue::write`] (and their `_at` forms) | the transfer and the commands it waits on end | [`After::read_owned`] or [`After::write_owned`], then `.await` |
 //! | [`Queue::map`], [`Queue::map_mut`], [`Queue::finish`] | the buffer's writers (and readers, for `map_mut`), or every command of the queue, end | [`unblock`] |
 //! | [`ClBuffer::release`], and a buffer's drop | its commands end, then up to the context's [free grace](Context::free_grace) (2 s) for the driver's free; NVIDIA's `clReleaseMemObject` also until the context's running kernels end | [`ClBuffer::release_async`], or [`ClBuffer::release_deferred`] |
-//! | [`SvmBuffer::release`], and its drop | its commands end (`clSVMFree` frees at once) | [`SvmBuffer::release_deferred`], or [`unblock`] |
+//! | [`SvmBuffer::release`], and its drop | its commands end (`clSVMFree` frees at once) | [`SvmBuffer::release_async`], or [`SvmBuffer::release_deferred`] |
 //! | [`Queue::read_svm`], [`Queue::write_svm`], [`Queue::map_svm`], [`Queue::map_svm_mut`] | as their buffer forms | [`unblock`] |
 //! | [`Pool::acquire`] at [`PoolOptions::max_bytes`] | the pool's blocks being let go are freed | [`Pool::acquire_async`] |
 //! | [`Context::wait_deferred`], the last handle of a [`Context`] dropped | every deferred release is done | [`unblock`] |

@@ -207,20 +207,9 @@ impl<T: Pod> ClBuffer<T> {
     /// # }
     /// ```
     pub fn release_async(
-        mut self,
+        self,
     ) -> impl std::future::Future<Output = Result<ReleaseReport>> + Send + 'static {
-        let awaited = self.block.awaited_at_release();
-        let mut held = ReleasedIfDropped(Some(self));
-        async move {
-            for event in awaited {
-                // A failure is the report's, read by the release.
-                let _ = event.ended().await;
-            }
-            match held.0.take() {
-                Some(buffer) => crate::unblock(move || buffer.release()).await,
-                None => Err(crate::Error::Polled),
-            }
-        }
+        release_async(self.into_block())
     }
 
     /// Releases the buffer without blocking: its memory is freed on the context's reaper
@@ -322,14 +311,33 @@ impl<T: Pod> ClBuffer<T> {
     }
 }
 
-/// A buffer that an async release still holds: released deferred if the release's future
-/// is dropped before it hands the buffer to its thread.
-struct ReleasedIfDropped<T: Pod>(Option<ClBuffer<T>>);
+/// The release of `block` as a future: awaits its commands, then releases it on the
+/// library's waiter thread; released deferred if the future is dropped first.
+pub(crate) fn release_async(
+    mut block: Block,
+) -> impl std::future::Future<Output = Result<ReleaseReport>> + Send + 'static {
+    let awaited = block.awaited_at_release();
+    let mut held = ReleasedIfDropped(Some(block));
+    async move {
+        for event in awaited {
+            // A failure is the report's, read by the release.
+            let _ = event.ended().await;
+        }
+        match held.0.take() {
+            Some(mut block) => crate::unblock(move || block.retire()).await,
+            None => Err(crate::Error::Polled),
+        }
+    }
+}
 
-impl<T: Pod> Drop for ReleasedIfDropped<T> {
+/// A block that an async release still holds: released deferred if the release's future
+/// is dropped before it hands the block to its thread.
+struct ReleasedIfDropped(Option<Block>);
+
+impl Drop for ReleasedIfDropped {
     fn drop(&mut self) {
-        if let Some(buffer) = self.0.take() {
-            buffer.release_deferred();
+        if let Some(block) = self.0.take() {
+            block.hand_back_deferred();
         }
     }
 }

@@ -273,6 +273,36 @@ impl<T: Pod> SvmBuffer<T> {
         self.block.retire()
     }
 
+    /// [`SvmBuffer::release`] as a future: it awaits every command that used the
+    /// allocation without blocking the task's thread, then frees it on the library's waiter
+    /// thread, as [`ClBuffer::release_async`](crate::ClBuffer::release_async) does.
+    /// Dropped before it is done, the future releases the allocation deferred.
+    ///
+    /// # Errors
+    ///
+    /// As [`SvmBuffer::release`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::SvmKind;
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let Ok(svm) = ctx.svm::<u32>(1024, SvmKind::Coarse) else { return Ok(()) };
+    /// queue.fill_svm(&svm, 3)?;
+    /// let report = pollster::block_on(svm.release_async())?;
+    /// assert!(report.freed && report.failed.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn release_async(
+        self,
+    ) -> impl std::future::Future<Output = Result<ReleaseReport>> + Send + 'static {
+        let SvmBuffer { block, .. } = self;
+        super::buffer::release_async(block)
+    }
+
     /// Frees the allocation without blocking: on the context's reaper thread once every
     /// command that used it has ended, as
     /// [`ClBuffer::release_deferred`](crate::ClBuffer::release_deferred) does (an SVM

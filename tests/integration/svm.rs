@@ -282,6 +282,47 @@ fn svm_drop_or_deferred_release_behind_a_gate_frees_after_the_command() {
     }
 }
 
+/// `release_async` is pending while the allocation's gated kernel has not run, and ends
+/// after it: the kernel's raw status is `CL_COMPLETE` when the future is ready.
+#[test]
+fn svm_release_async_is_ready_only_after_the_gated_command() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let queue = ctx.queue().unwrap();
+    let add_one = program(&ctx).kernel("add_one").unwrap();
+    for kind in kinds(&ctx) {
+        let svm = ramp(&queue, &ctx, 256, kind);
+        let gate = ctx.user_event().unwrap();
+        let kernel = queue
+            .after(&[gate.event()])
+            .launch(
+                &add_one,
+                &[256],
+                &[Arg::read_write(&svm), Arg::scalar(256u32)],
+            )
+            .unwrap();
+        let raw = retained(&kernel);
+        drop(kernel);
+        let (report, status) = common::returns_only_after(
+            "an async SVM release behind a gate",
+            move || {
+                let report = pollster::block_on(svm.release_async()).unwrap();
+                (report, raw_status(raw as cl_sys::cl_event))
+            },
+            || gate.complete().unwrap(),
+        );
+        let_go(raw);
+        assert_eq!(status, 0, "{kind:?}: ready before its command completed");
+        // The future awaited the kernel first, so the release itself found it ended.
+        assert!(
+            report.freed && report.failed.is_empty(),
+            "{kind:?}: {report:?}"
+        );
+    }
+}
+
 /// A command on the allocation that failed (its gate failed) still ends: the release
 /// frees the memory and lists the failure; a read of data whose write failed is refused
 /// (before it is enqueued, or when it ends where the failure reaches the library later).
