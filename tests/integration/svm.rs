@@ -323,6 +323,77 @@ fn svm_release_async_is_ready_only_after_the_gated_command() {
     }
 }
 
+/// Across two devices of one context: a gated kernel on device 0 writes an allocation, a
+/// kernel on device 1 reads it (ordered after the write without a wait list written by
+/// hand), and the release returns only after both, their raw statuses `CL_COMPLETE`; the
+/// data shows the order.
+#[test]
+fn svm_across_two_devices_is_ordered_and_released_after_both() {
+    let Some(ctx) = common::two_device_context() else {
+        return;
+    };
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let program = program(&ctx);
+    let (add_one, sum) = (
+        program.kernel("add_one").unwrap(),
+        program.kernel("sum").unwrap(),
+    );
+    let (dev0, dev1) = (&ctx.devices()[0], &ctx.devices()[1]);
+    let on0 = ctx.queue_on(dev0, false).unwrap();
+    let on1 = ctx.queue_on(dev1, false).unwrap();
+    let n = 4096usize;
+    for kind in kinds(&ctx) {
+        let svm = ramp(&on0, &ctx, n, kind);
+        let out = ctx.buffer::<i32>(1).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let write = on0
+            .after(&[gate.event()])
+            .launch(
+                &add_one,
+                &[n],
+                &[Arg::read_write(&svm), Arg::scalar(n as u32)],
+            )
+            .unwrap();
+        let read = on1
+            .launch(
+                &sum,
+                &[1],
+                &[Arg::read(&svm), Arg::write(&out), Arg::scalar(n as u32)],
+            )
+            .unwrap();
+        let raws = [retained(&write), retained(&read)];
+        drop((write, read));
+        let report = common::returns_only_after(
+            "the release of SVM used on two devices behind a gate",
+            move || {
+                let report = svm.release().unwrap();
+                let statuses = raws.map(|raw| raw_status(raw as cl_sys::cl_event));
+                (report, statuses)
+            },
+            || gate.complete().unwrap(),
+        );
+        raws.into_iter().for_each(let_go);
+        let (report, statuses) = report;
+        assert_eq!(
+            statuses,
+            [0, 0],
+            "{kind:?}: released before its commands completed"
+        );
+        assert!(
+            report.freed && report.failed.is_empty(),
+            "{kind:?}: {report:?}"
+        );
+        let got = on1.read_owned(&out).unwrap().wait().unwrap()[0];
+        assert_eq!(
+            got,
+            (1..=n as i32).sum::<i32>(),
+            "{kind:?}: device 1 read before device 0 wrote"
+        );
+    }
+}
+
 /// A command on the allocation that failed (its gate failed) still ends: the release
 /// frees the memory and lists the failure; a read of data whose write failed is refused
 /// (before it is enqueued, or when it ends where the failure reaches the library later).
