@@ -55,6 +55,18 @@
 //!     queues, every element checked on the host, [`DEPTH`] frames in flight per queue, with
 //!     the same buffers and host memory reused (`write_lent`, `read_into`), against the
 //!     same in raw opencl3 holding each frame's events.
+//! 11. **Two devices**: a pipeline that alternates the two devices of one context (the
+//!     platform of `CL_LIFETIME_DEVICE` when it has two, else the first that does) on one
+//!     buffer set, each stage on the device that owns its buffer: a write and a kernel on
+//!     device 0, a kernel reading that buffer on device 1, a kernel and a read on device 0,
+//!     [`DEPTH`] iterations in flight, each result checked on the host. The library's
+//!     buffers come from a pool per device (`Pool::acquire_on` the owning device's queue,
+//!     `release_deferred` once the read is enqueued) with no event in the code, against
+//!     raw opencl3 on the same context and devices with a `clCreateBuffer` per buffer and
+//!     iteration, each producer's event in its consumer's wait list, the producer's queue
+//!     flushed first, and each buffer's events waited for before its release. µs per
+//!     iteration and peak device bytes per device; without two devices on one platform it
+//!     says so and records nothing.
 //!
 //! `CL_LIFETIME_COMPARE_ONLY=7,8` runs only the comparisons it lists (4 also runs 6).
 //!
@@ -84,6 +96,8 @@ use opencl3::memory::{self as clm, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE};
 use opencl3::types::{cl_context, cl_event, cl_mem};
 use plotters::prelude::*;
 
+#[path = "parts/two_devices.rs"]
+mod two_devices;
 #[path = "parts/views.rs"]
 mod views;
 
@@ -178,6 +192,9 @@ fn main() -> anyhow::Result<()> {
     })?;
     section("10. streaming", || {
         views::streaming(&plan, &raw, &mut report)
+    })?;
+    section("11. two devices", || {
+        two_devices::two_devices(&plan, &mut report)
     })?;
     ctx.wait_deferred();
 
