@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use super::device::{Device, SvmKind};
@@ -49,6 +49,17 @@ pub(crate) struct ContextCore {
     /// The memory objects the context's blocks hold (by handle), with where each was
     /// handed out: one memory object is one block (a second adoption is refused).
     pub(crate) tracked: Mutex<HashMap<usize, &'static Location<'static>>>,
+    /// What the probe of SVM kernels found, coarse then fine, in a context of several
+    /// devices ([`ContextCore::check_svm`]): `None` when they ran.
+    svm_probed: [OnceLock<Option<String>>; 2],
+}
+
+/// Held across every `clSVMAlloc` and `clSVMFree` of the process (design trap "NVIDIA's
+/// clSVMAlloc fails under concurrent calls"): one SVM allocation or free at a time, on
+/// every driver. It is taken after any record lock and held across nothing else.
+pub(crate) fn svm_calls() -> MutexGuard<'static, ()> {
+    static SVM_CALLS: Mutex<()> = Mutex::new(());
+    SVM_CALLS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 // SAFETY: a cl_context may be used from any thread (OpenCL 3.0 appendix A.2: every call
@@ -84,13 +95,34 @@ impl ContextCore {
             .copied()
     }
 
-    /// Whether every device of the context reports shared virtual memory of `kind`:
-    /// [`Error::Unsupported`] naming the capability and the first device without it.
+    /// Whether every device of the context can use shared virtual memory of `kind`:
+    /// [`Error::Unsupported`] naming the capability and the first device that does not
+    /// report it; in a context of several devices, also what the probe of kernels given
+    /// SVM saw go wrong, measured at the context's first allocation of the kind (design
+    /// trap "NVIDIA runs no SVM kernel in a context of two GPUs").
     pub(crate) fn check_svm(&self, kind: SvmKind) -> Result<()> {
-        match self.devices.iter().find(|d| !d.supports_svm(kind)) {
-            Some(device) => Err(Error::Unsupported {
+        if let Some(device) = self.devices.iter().find(|d| !d.supports_svm(kind)) {
+            return Err(Error::Unsupported {
                 capability: kind.capability(),
                 device: device.to_string(),
+            });
+        }
+        if self.devices.len() < 2 {
+            return Ok(());
+        }
+        let probed = &self.svm_probed[usize::from(kind == SvmKind::Fine)];
+        let failed = probed.get_or_init(|| {
+            let failed =
+                driver::svm_kernels_fail(self.raw, &self.devices, kind == SvmKind::Fine, svm_calls);
+            if let Some(why) = &failed {
+                log::warn!(target: "cl_lifetime::context", "{kind:?} SVM refused in this context: {why}");
+            }
+            failed
+        });
+        match failed {
+            Some(why) => Err(Error::Unsupported {
+                capability: kind.capability(),
+                device: format!("the context over {} devices ({why})", self.devices.len()),
             }),
             None => Ok(()),
         }
@@ -139,6 +171,7 @@ impl ContextCore {
                 .then(Pins::default),
             behaviours,
             tracked: Mutex::default(),
+            svm_probed: Default::default(),
         }
     }
 

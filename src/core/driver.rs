@@ -472,6 +472,136 @@ struct SendEvent(cl_event);
 // probe keeps the event alive until the helper has been joined.
 unsafe impl Send for SendEvent {}
 
+/// The probe of SVM in a context of several devices (design trap "NVIDIA runs no SVM
+/// kernel in a context of two GPUs"): an allocation of `kind`, a kernel on each device
+/// writing its own word of it through `clSetKernelArgSVMPointer`, and the words read back
+/// through a map. `None` when every kernel completed and wrote its word; else what went
+/// wrong, for [`Error::Unsupported`](crate::Error::Unsupported). Its allocation and free
+/// take `svm_calls` as every SVM allocation does.
+pub(crate) fn svm_kernels_fail(
+    context: cl_context,
+    devices: &[Device],
+    fine: bool,
+    svm_calls: fn() -> std::sync::MutexGuard<'static, ()>,
+) -> Option<String> {
+    let words = devices.len();
+    let at = {
+        let _one_at_a_time = svm_calls();
+        // SAFETY: every device of `context` reports the kind (the caller checked).
+        match unsafe { ffi::svm_alloc(context, 4 * words, fine) } {
+            Ok(at) => at,
+            Err(e) => return Some(format!("the probe's allocation: {e}")),
+        }
+    };
+    let outcome = svm_kernels_on(context, devices, at.cast::<i32>());
+    let _one_at_a_time = svm_calls();
+    // SAFETY: `at` came from clSVMAlloc above and is freed once; every command that used
+    // it has ended (`svm_kernels_on` waits for each before it returns).
+    if let Err(e) = unsafe { ffi::svm_free(context, at) } {
+        log::debug!(target: "cl_lifetime::driver", "SVM probe: {e}");
+    }
+    outcome.err()
+}
+
+/// The kernels and the read-back of [`svm_kernels_fail`], on `words`, one `i32` per
+/// device; every command it enqueues has ended when it returns.
+fn svm_kernels_on(
+    context: cl_context,
+    devices: &[Device],
+    words: *mut i32,
+) -> std::result::Result<(), String> {
+    const SOURCE: &str =
+        "__kernel void svm_probe(__global int *word, uint value) { *word = (int)value; }";
+    let program = ffi::create_program(context, SOURCE).map_err(|e| e.to_string())?;
+    let program = Owned {
+        raw: program,
+        release: ffi::release_program,
+    };
+    let ids: Vec<_> = devices.iter().map(|d| d.id).collect();
+    ffi::build_program(program.raw, &ids, c"")
+        .map_err(|s| format!("the probe's build: {}", crate::error::ClStatus(s)))?;
+    let kernel = ffi::create_kernel(program.raw, c"svm_probe")
+        .map_err(|s| format!("the probe's kernel: {}", crate::error::ClStatus(s)))?;
+    let kernel = Owned {
+        raw: kernel,
+        release: ffi::release_kernel,
+    };
+    let mut queues = Vec::new();
+    for (i, device) in devices.iter().enumerate() {
+        let major = super::queue::opencl_major(device.version());
+        let queue = ffi::create_queue(context, device.id, false, false, major)
+            .map_err(|e| e.to_string())?;
+        let queue = Owned {
+            raw: queue,
+            release: ffi::release_queue,
+        };
+        let value = i as u32 + 1;
+        // SAFETY: the kernel is the probe's own (no other thread sets its arguments);
+        // `words` holds one i32 per device, so word `i` lies inside the allocation; the
+        // value is 4 readable bytes, copied before the call returns; no event waits.
+        let event = unsafe {
+            ffi::set_arg_svm(kernel.raw, 0, words.add(i).cast())
+                .and_then(|()| ffi::set_arg_bytes(kernel.raw, 1, &value.to_ne_bytes()))
+                .and_then(|()| ffi::enqueue_kernel(queue.raw, kernel.raw, &[1], None, &[]))
+        }
+        .map_err(|s| {
+            format!(
+                "a kernel given SVM on {device}: {}",
+                crate::error::ClStatus(s)
+            )
+        })?;
+        // SAFETY: the enqueue's one reference, handed over.
+        let event = unsafe { RawEvent::own(event) };
+        let _ = ffi::flush(queue.raw);
+        event.wait();
+        match ffi::execution_status(event.as_raw()) {
+            Ok(CL_COMPLETE) => {}
+            Ok(status) | Err(status) => {
+                return Err(format!(
+                    "a kernel given SVM on {device} ended with {}",
+                    crate::error::ClStatus(status)
+                ));
+            }
+        }
+        queues.push(queue);
+    }
+    let Some(queue) = queues.first() else {
+        return Ok(());
+    };
+    let bytes = 4 * devices.len();
+    // SAFETY: the queue is live, `words` holds `bytes` bytes of SVM, nothing waits.
+    let mapped = unsafe { ffi::enqueue_svm_map(queue.raw, words.cast(), false, bytes, &[]) }
+        .map_err(|e| e.to_string())?;
+    // SAFETY: the enqueue's one reference, handed over.
+    let mapped = unsafe { RawEvent::own(mapped) };
+    let _ = ffi::flush(queue.raw);
+    mapped.wait();
+    let seen: Vec<i32> = if ffi::execution_status(mapped.as_raw()) == Ok(CL_COMPLETE) {
+        // SAFETY: the map completed, so the host may read the mapped words until the
+        // unmap below.
+        (0..devices.len())
+            .map(|i| unsafe { words.add(i).read_volatile() })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // SAFETY: `words` was mapped above, on this queue, and is unmapped once.
+    let unmapped = unsafe { ffi::enqueue_svm_unmap(queue.raw, words.cast(), &[]) }
+        .map_err(|e| e.to_string())?;
+    // SAFETY: the enqueue's one reference, handed over.
+    let unmapped = unsafe { RawEvent::own(unmapped) };
+    let _ = ffi::flush(queue.raw);
+    unmapped.wait();
+    let wanted: Vec<i32> = (1..=devices.len() as i32).collect();
+    if seen != wanted {
+        return Err(format!(
+            "kernels given SVM on {} devices left {seen:?} where they wrote {wanted:?}",
+            devices.len()
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::Behaviour;

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use super::history::{MapStep, Record};
 use super::hooks::{ArgHolder, Owner};
 use super::sub::{Held, Subs};
-use crate::core::context::ContextCore;
+use crate::core::context::{ContextCore, svm_calls};
 use crate::core::device::SvmKind;
 use crate::core::stats::{Bucket, Source};
 use crate::error::{Error, Result};
@@ -62,14 +62,6 @@ pub(crate) enum Memory {
     /// `clSVMFree` frees it at once, whatever still uses it (so the release waits first,
     /// as for a buffer).
     Svm(SvmKind),
-}
-
-/// Held across every `clSVMAlloc` and `clSVMFree` of the process (design trap "NVIDIA's
-/// clSVMAlloc fails under concurrent calls"): one SVM allocation or free at a time, on
-/// every driver. It is taken after any record lock and held across nothing else.
-pub(super) fn svm_calls() -> MutexGuard<'static, ()> {
-    static SVM_CALLS: Mutex<()> = Mutex::new(());
-    SVM_CALLS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The owner a block returns to, or keeps alive.

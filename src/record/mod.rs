@@ -89,7 +89,7 @@
 //! | pool's leaving bytes | [`crate::alloc`] | reserve, the reaper's done | nothing |
 //! | reaper state | [`crate::core::reaper`] | submit, the thread, `wait_idle` | nothing: jobs are polled and dropped outside it |
 //! | open gates | [`crate::core::gates`] | user events | nothing |
-//! | SVM calls | [`block`] (`svm_calls`) | an SVM allocation, a release's `clSVMFree` (no record held) | `clSVMAlloc` or `clSVMFree` |
+//! | SVM calls | [`crate::core::context`] (`svm_calls`) | an SVM allocation, a release's `clSVMFree` (no record held) | `clSVMAlloc` or `clSVMFree` |
 //!
 //! A release takes a block's record through `&mut` (no lock): the block is its own. Two
 //! records are never locked but by [`submit::Submit`], always in buffer-ID order, so

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::block::{Block, Home, Memory, svm_calls};
+use super::block::{Block, Home, Memory};
 use super::failure::{self, FailedCommand};
-use crate::core::context::ContextCore;
+use crate::core::context::{ContextCore, svm_calls};
 use crate::core::gates::OpenGates;
 use crate::core::reaper::{Deferred, Step, held_for_reuse};
 use crate::core::stats::{Bucket, Source};
