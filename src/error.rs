@@ -380,13 +380,16 @@ pub enum Error {
         /// Its execution status.
         status: ExecStatus,
     },
-    /// The context's devices do not all report a capability the call needs, such as
-    /// shared virtual memory on an OpenCL 1.2 device.
+    /// A device of the context cannot do what the call needs: it does not report the
+    /// capability (shared virtual memory on an OpenCL 1.2 device), or it reports it and
+    /// the library's probe saw it fail in this context (`failed` says how).
     Unsupported {
         /// The capability, by its OpenCL name (`CL_DEVICE_SVM_COARSE_GRAIN_BUFFER`).
         capability: &'static str,
         /// The first device that lacks it, as `P:D platform / device`.
         device: String,
+        /// What the probe saw fail, where the device reports the capability.
+        failed: Option<String>,
     },
     /// [`trace::start`](crate::trace::start) while a trace is already being recorded.
     TraceAlreadyOn {
@@ -665,9 +668,22 @@ impl fmt::Display for Error {
                 f,
                 "a {command:?} command this one depends on failed with {status}"
             ),
-            Error::Unsupported { capability, device } => write!(
+            Error::Unsupported {
+                capability,
+                device,
+                failed: None,
+            } => write!(
                 f,
                 "device {device} does not report {capability}, which this call needs"
+            ),
+            Error::Unsupported {
+                capability,
+                device,
+                failed: Some(failed),
+            } => write!(
+                f,
+                "device {device} reports {capability}, but in this context {failed} \
+                 (measured by the library's probe), so this call is refused"
             ),
             Error::TraceAlreadyOn { path } => {
                 write!(
@@ -700,6 +716,34 @@ impl std::error::Error for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unsupported_capability_names_it_the_device_and_what_the_probe_saw() {
+        let missing = Error::Unsupported {
+            capability: "CL_DEVICE_SVM_FINE_GRAIN_BUFFER",
+            device: "1:0 NVIDIA CUDA / NVIDIA H200".to_string(),
+            failed: None,
+        };
+        assert_eq!(
+            missing.to_string(),
+            "device 1:0 NVIDIA CUDA / NVIDIA H200 does not report \
+             CL_DEVICE_SVM_FINE_GRAIN_BUFFER, which this call needs"
+        );
+        let measured = Error::Unsupported {
+            capability: "CL_DEVICE_SVM_COARSE_GRAIN_BUFFER",
+            device: "1:0 NVIDIA CUDA / NVIDIA H200".to_string(),
+            failed: Some("a kernel given an SVM pointer is refused".to_string()),
+        };
+        let text = measured.to_string();
+        assert!(
+            text.contains("reports CL_DEVICE_SVM_COARSE_GRAIN_BUFFER"),
+            "{text}"
+        );
+        assert!(
+            text.contains("a kernel given an SVM pointer is refused"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn status_prints_name_and_number() {

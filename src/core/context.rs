@@ -50,8 +50,9 @@ pub(crate) struct ContextCore {
     /// handed out: one memory object is one block (a second adoption is refused).
     pub(crate) tracked: Mutex<HashMap<usize, &'static Location<'static>>>,
     /// What the probe of SVM kernels found, coarse then fine, in a context of several
-    /// devices ([`ContextCore::check_svm`]): `None` when they ran.
-    svm_probed: [OnceLock<Option<String>>; 2],
+    /// devices ([`ContextCore::check_svm`]): `None` when they ran, else the device and
+    /// what failed.
+    svm_probed: [OnceLock<Option<(String, String)>>; 2],
 }
 
 /// Held across every `clSVMAlloc` and `clSVMFree` of the process (design trap "NVIDIA's
@@ -105,6 +106,7 @@ impl ContextCore {
             return Err(Error::Unsupported {
                 capability: kind.capability(),
                 device: device.to_string(),
+                failed: None,
             });
         }
         if self.devices.len() < 2 {
@@ -114,15 +116,16 @@ impl ContextCore {
         let failed = probed.get_or_init(|| {
             let failed =
                 driver::svm_kernels_fail(self.raw, &self.devices, kind == SvmKind::Fine, svm_calls);
-            if let Some(why) = &failed {
-                log::warn!(target: "cl_lifetime::context", "{kind:?} SVM refused in this context: {why}");
+            if let Some((device, why)) = &failed {
+                log::warn!(target: "cl_lifetime::context", "{kind:?} SVM refused in this context: on {device}, {why}");
             }
             failed
         });
         match failed {
-            Some(why) => Err(Error::Unsupported {
+            Some((device, why)) => Err(Error::Unsupported {
                 capability: kind.capability(),
-                device: format!("the context over {} devices ({why})", self.devices.len()),
+                device: device.clone(),
+                failed: Some(why.clone()),
             }),
             None => Ok(()),
         }

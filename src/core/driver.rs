@@ -475,22 +475,27 @@ unsafe impl Send for SendEvent {}
 /// The probe of SVM in a context of several devices (design trap "NVIDIA runs no SVM
 /// kernel in a context of two GPUs"): an allocation of `kind`, a kernel on each device
 /// writing its own word of it through `clSetKernelArgSVMPointer`, and the words read back
-/// through a map. `None` when every kernel completed and wrote its word; else what went
-/// wrong, for [`Error::Unsupported`](crate::Error::Unsupported). Its allocation and free
-/// take `svm_calls` as every SVM allocation does.
+/// through a map. `None` when every kernel completed and wrote its word; else the device
+/// and what went wrong, for [`Error::Unsupported`](crate::Error::Unsupported). Its
+/// allocation and free take `svm_calls` as every SVM allocation does.
 pub(crate) fn svm_kernels_fail(
     context: cl_context,
     devices: &[Device],
     fine: bool,
     svm_calls: fn() -> std::sync::MutexGuard<'static, ()>,
-) -> Option<String> {
+) -> Option<(String, String)> {
     let words = devices.len();
     let at = {
         let _one_at_a_time = svm_calls();
         // SAFETY: every device of `context` reports the kind (the caller checked).
         match unsafe { ffi::svm_alloc(context, 4 * words, fine) } {
             Ok(at) => at,
-            Err(e) => return Some(format!("the probe's allocation: {e}")),
+            Err(e) => {
+                return Some((
+                    devices[0].to_string(),
+                    format!("the probe's allocation failed: {e}"),
+                ));
+            }
         }
     };
     let outcome = svm_kernels_on(context, devices, at.cast::<i32>());
@@ -509,19 +514,29 @@ fn svm_kernels_on(
     context: cl_context,
     devices: &[Device],
     words: *mut i32,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), (String, String)> {
+    let first = || devices[0].to_string();
     const SOURCE: &str =
         "__kernel void svm_probe(__global int *word, uint value) { *word = (int)value; }";
-    let program = ffi::create_program(context, SOURCE).map_err(|e| e.to_string())?;
+    let program = ffi::create_program(context, SOURCE).map_err(|e| (first(), e.to_string()))?;
     let program = Owned {
         raw: program,
         release: ffi::release_program,
     };
     let ids: Vec<_> = devices.iter().map(|d| d.id).collect();
-    ffi::build_program(program.raw, &ids, c"")
-        .map_err(|s| format!("the probe's build: {}", crate::error::ClStatus(s)))?;
-    let kernel = ffi::create_kernel(program.raw, c"svm_probe")
-        .map_err(|s| format!("the probe's kernel: {}", crate::error::ClStatus(s)))?;
+    ffi::build_program(program.raw, &ids, c"").map_err(|s| {
+        let status = crate::error::ClStatus(s);
+        (
+            first(),
+            format!("the probe's kernel did not build: {status}"),
+        )
+    })?;
+    let kernel = ffi::create_kernel(program.raw, c"svm_probe").map_err(|s| {
+        (
+            first(),
+            format!("the probe's kernel: {}", crate::error::ClStatus(s)),
+        )
+    })?;
     let kernel = Owned {
         raw: kernel,
         release: ffi::release_kernel,
@@ -530,7 +545,7 @@ fn svm_kernels_on(
     for (i, device) in devices.iter().enumerate() {
         let major = super::queue::opencl_major(device.version());
         let queue = ffi::create_queue(context, device.id, false, false, major)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| (device.to_string(), e.to_string()))?;
         let queue = Owned {
             raw: queue,
             release: ffi::release_queue,
@@ -545,10 +560,9 @@ fn svm_kernels_on(
                 .and_then(|()| ffi::enqueue_kernel(queue.raw, kernel.raw, &[1], None, &[]))
         }
         .map_err(|s| {
-            format!(
-                "a kernel given SVM on {device}: {}",
-                crate::error::ClStatus(s)
-            )
+            let status = crate::error::ClStatus(s);
+            let why = format!("a kernel given an SVM pointer is refused with {status}");
+            (device.to_string(), why)
         })?;
         // SAFETY: the enqueue's one reference, handed over.
         let event = unsafe { RawEvent::own(event) };
@@ -557,9 +571,10 @@ fn svm_kernels_on(
         match ffi::execution_status(event.as_raw()) {
             Ok(CL_COMPLETE) => {}
             Ok(status) | Err(status) => {
-                return Err(format!(
-                    "a kernel given SVM on {device} ended with {}",
-                    crate::error::ClStatus(status)
+                let status = crate::error::ClStatus(status);
+                return Err((
+                    device.to_string(),
+                    format!("a kernel given an SVM pointer ended with {status}"),
                 ));
             }
         }
@@ -571,7 +586,7 @@ fn svm_kernels_on(
     let bytes = 4 * devices.len();
     // SAFETY: the queue is live, `words` holds `bytes` bytes of SVM, nothing waits.
     let mapped = unsafe { ffi::enqueue_svm_map(queue.raw, words.cast(), false, bytes, &[]) }
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| (first(), e.to_string()))?;
     // SAFETY: the enqueue's one reference, handed over.
     let mapped = unsafe { RawEvent::own(mapped) };
     let _ = ffi::flush(queue.raw);
@@ -587,16 +602,16 @@ fn svm_kernels_on(
     };
     // SAFETY: `words` was mapped above, on this queue, and is unmapped once.
     let unmapped = unsafe { ffi::enqueue_svm_unmap(queue.raw, words.cast(), &[]) }
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| (first(), e.to_string()))?;
     // SAFETY: the enqueue's one reference, handed over.
     let unmapped = unsafe { RawEvent::own(unmapped) };
     let _ = ffi::flush(queue.raw);
     unmapped.wait();
     let wanted: Vec<i32> = (1..=devices.len() as i32).collect();
     if seen != wanted {
-        return Err(format!(
-            "kernels given SVM on {} devices left {seen:?} where they wrote {wanted:?}",
-            devices.len()
+        return Err((
+            first(),
+            format!("kernels given SVM on each device left {seen:?} where they wrote {wanted:?}"),
         ));
     }
     Ok(())

@@ -528,7 +528,9 @@ fn svm_bad_input_is_a_typed_error_naming_what_is_missing() {
                 supported,
                 "{kind:?} allocated on a device that does not report it"
             ),
-            Err(Error::Unsupported { capability, device }) => {
+            Err(Error::Unsupported {
+                capability, device, ..
+            }) => {
                 assert!(!supported, "{kind:?} refused on a device that reports it");
                 let name = match kind {
                     SvmKind::Coarse => "CL_DEVICE_SVM_COARSE_GRAIN_BUFFER",
