@@ -6,9 +6,11 @@
 //! A test that needs SVM of a kind the device does not report says so by name
 //! ([`common::not_run`]).
 
+use std::ops::Range;
+
 use cl_lifetime::{Arg, CommandKind, Context, Error, Queue, SvmBuffer, SvmKind};
 
-use crate::common::{self, raw_status};
+use crate::common::{self, Rng, raw_status};
 
 /// The kinds the tests run with, as the device reports them; says by name when it has
 /// none.
@@ -679,5 +681,651 @@ fn svm_allocations_from_many_threads_at_once_all_succeed() {
         failures.is_empty(),
         "{} allocations failed: {failures:?}",
         failures.len()
+    );
+}
+
+/// The seed of the one program to run (shared with `schedules.rs`); its lowest bit picks
+/// the context: 0 for one device, 1 for two.
+const SVM_SEED_VAR: &str = "CL_LIFETIME_SCHEDULE_SEED";
+const SVM_PROGRAMS_VAR: &str = "CL_LIFETIME_SVM_SCHEDULES";
+/// Set: each seed is named on stderr before it runs (as in `schedules.rs`), so that a
+/// hang or a crash in the driver names the seed to replay.
+const SVM_TRAIL_VAR: &str = "CL_LIFETIME_SCHEDULE_TRAIL";
+/// About 10 s in release on PoCL 3.1 (two CPU cores), 30 s in a debug build.
+const SVM_DEFAULT_PROGRAMS: usize = 20_000;
+/// User-event gates per program, at most (one bit each in a mask).
+const SVM_GATES: usize = 6;
+
+/// Reads one view and writes another: `dst[i] = src[i] * 2 + 1`, wrapping.
+const TWICE: &str = "__kernel void twice(__global const int *src, __global int *dst, uint n) {
+    size_t i = get_global_id(0);
+    if (i < n) dst[i] = (int)((uint)src[i] * 2u + 1u); }";
+
+/// What a [`Step`] does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Do {
+    #[default]
+    Read,
+    Fill,
+    Copy,
+    AddOne,
+    Twice,
+    Write,
+    Map,
+    MapMut,
+    /// Opens the gates of the mask `value`.
+    Open,
+    /// `release()` on the host thread, once the gates its commands may wait on are open.
+    Release,
+    /// `release()` on a thread of its own, whatever gate is closed.
+    ReleaseOnThread,
+    ReleaseDeferred,
+    Drop,
+}
+
+/// One op: `what` on elements `r` of allocation `a` (the source of a copy or `twice`,
+/// whose destination is allocation `dst` from element `at`), issued on `queue` after the
+/// gate `gate`. `value` is a fill's value, the base of the data a write or a writable map
+/// writes (`base + 7i`), or the mask of gates to open.
+#[derive(Clone, Debug, Default)]
+struct Step {
+    what: Do,
+    queue: usize,
+    gate: Option<usize>,
+    a: usize,
+    r: Range<usize>,
+    dst: usize,
+    at: usize,
+    value: i32,
+}
+
+fn values(base: i32, n: usize) -> Vec<i32> {
+    (0..n as i32).map(|i| base.wrapping_add(7 * i)).collect()
+}
+
+impl Step {
+    /// The allocations it touches, each with the elements the library records: one
+    /// command's ranges of one allocation are recorded as their hull.
+    fn touches(&self) -> Vec<(usize, Range<usize>)> {
+        let to = self.at..self.at + self.r.len();
+        match self.what {
+            Do::Copy | Do::Twice if self.a == self.dst => {
+                vec![(self.a, self.r.start.min(to.start)..self.r.end.max(to.end))]
+            }
+            Do::Copy | Do::Twice => vec![(self.a, self.r.clone()), (self.dst, to)],
+            Do::Open => Vec::new(),
+            _ => vec![(self.a, self.r.clone())],
+        }
+    }
+
+    /// The sequential model: applies the step to `model`.
+    fn apply(&self, model: &mut [Vec<i32>]) {
+        let r = self.r.clone();
+        match self.what {
+            Do::Fill => model[self.a][r].fill(self.value),
+            Do::Copy | Do::Twice => {
+                let twice = |x: i32| x.wrapping_mul(2).wrapping_add(1);
+                let data: Vec<i32> = model[self.a][r.clone()]
+                    .iter()
+                    .map(|&x| if self.what == Do::Twice { twice(x) } else { x })
+                    .collect();
+                model[self.dst][self.at..self.at + r.len()].copy_from_slice(&data);
+            }
+            Do::AddOne => model[self.a][r]
+                .iter_mut()
+                .for_each(|x| *x = x.wrapping_add(1)),
+            Do::Write | Do::MapMut => {
+                model[self.a][r.clone()].copy_from_slice(&values(self.value, r.len()))
+            }
+            _ => {}
+        }
+    }
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (what, a, r) = (self.what, self.a, &self.r);
+        write!(f, "q{} ", self.queue)?;
+        if let Some(g) = self.gate {
+            write!(f, "after g{g} ")?;
+        }
+        match what {
+            Do::Open => write!(f, "open gates {:#b}", self.value),
+            Do::Copy | Do::Twice => write!(f, "{what:?} a{a}[{r:?}] -> a{}@{}", self.dst, self.at),
+            Do::Fill => write!(f, "Fill a{a}[{r:?}] = {}", self.value),
+            Do::Write | Do::MapMut => write!(f, "{what:?} a{a}[{r:?}] = {}+7i", self.value),
+            _ => write!(f, "{what:?} a{a}[{r:?}]"),
+        }
+    }
+}
+
+/// A program: allocations of `lens` ints of `kinds`, holding `values(bases)` at first;
+/// queues (indices into the pool); gates; steps.
+struct SvmPlan {
+    seed: u64,
+    lens: Vec<usize>,
+    kinds: Vec<SvmKind>,
+    bases: Vec<i32>,
+    queues: Vec<usize>,
+    gates: usize,
+    steps: Vec<Step>,
+}
+
+impl std::fmt::Display for SvmPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (seed, gates, queues) = (self.seed, self.gates, &self.queues);
+        writeln!(
+            f,
+            "seed {seed}: {gates} gates, queues {queues:?} of the pool"
+        )?;
+        for (a, len) in self.lens.iter().enumerate() {
+            let (kind, base) = (self.kinds[a], self.bases[a]);
+            writeln!(f, "  a{a}: {kind:?}, {len} ints = {base}+7i")?;
+        }
+        for (k, step) in self.steps.iter().enumerate() {
+            writeln!(f, "  #{k} {step}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A context with the kernels and a pool of queues, `(queue, device, in order)`: three
+/// in-order queues per device and an out-of-order one (where the library makes one).
+struct SvmEnv {
+    label: &'static str,
+    ctx: Context,
+    add_one: cl_lifetime::Kernel,
+    twice: cl_lifetime::Kernel,
+    pool: Vec<(Queue, usize, bool)>,
+}
+
+impl SvmEnv {
+    fn new(ctx: Context, label: &'static str) -> SvmEnv {
+        let add_one = program(&ctx).kernel("add_one").expect("add_one");
+        let twice = ctx
+            .program_from_source("svm_twice", TWICE, "")
+            .and_then(|p| p.kernel("twice"));
+        let mut pool = Vec::new();
+        for (device, d) in ctx.devices().iter().enumerate() {
+            for out_of_order in [false, false, false, true] {
+                let queue = ctx.queue_on(d, out_of_order).expect("a queue");
+                let in_order = queue.is_in_order();
+                pool.push((queue, device, in_order));
+            }
+        }
+        let twice = twice.expect("the twice kernel builds");
+        SvmEnv {
+            label,
+            ctx,
+            add_one,
+            twice,
+            pool,
+        }
+    }
+
+    /// 2 or 3 queues, on both devices where there are two, now and then an out-of-order
+    /// one.
+    fn pick_queues(&self, rng: &mut Rng) -> Vec<usize> {
+        let devices = self.ctx.devices().len();
+        let mut picked: Vec<usize> = Vec::new();
+        for j in 0..rng.between(2, 3) {
+            let device = if j < devices { j } else { rng.below(devices) };
+            let in_order = !rng.chance(40);
+            let free = |i: &usize| self.pool[*i].1 == device && !picked.contains(i);
+            let mut on_device = (0..self.pool.len()).filter(free);
+            let first = on_device.clone().next();
+            let choice = on_device.find(|&i| self.pool[i].2 == in_order).or(first);
+            picked.push(choice.expect("a queue in the pool"));
+        }
+        picked
+    }
+}
+
+fn overlap(r: &Range<usize>, s: &Range<usize>) -> bool {
+    r.start < s.end && s.start < r.end
+}
+
+/// A random step on the live allocations `alive` (a release only while two are).
+fn random_step(rng: &mut Rng, lens: &[usize], alive: &[usize]) -> Step {
+    let a = alive[rng.below(alive.len())];
+    let r = if rng.chance(25) {
+        0..lens[a]
+    } else {
+        rng.range(lens[a])
+    };
+    let value = rng.int(-500, 500);
+    let mut step = Step {
+        a,
+        r,
+        dst: a,
+        value,
+        ..Step::default()
+    };
+    step.what = match rng.below(100) {
+        0..=11 => Do::Fill,
+        12..=25 => Do::AddOne,
+        26..=51 => {
+            // Between two allocations, or disjoint views of one.
+            step.dst = alive[rng.below(alive.len())];
+            let (len, to) = (lens[a], lens[step.dst]);
+            if a == step.dst {
+                let n = rng.between(1, len / 2);
+                let first = rng.below(len - 2 * n + 1);
+                let second = rng.between(first + n, len - n);
+                let (from, at) = if rng.chance(50) {
+                    (first, second)
+                } else {
+                    (second, first)
+                };
+                (step.r, step.at) = (from..from + n, at);
+            } else {
+                let n = rng.between(1, len.min(to));
+                let from = rng.below(len - n + 1);
+                (step.r, step.at) = (from..from + n, rng.below(to - n + 1));
+            }
+            if rng.chance(50) { Do::Copy } else { Do::Twice }
+        }
+        52..=61 => Do::Write,
+        62..=75 => Do::Read,
+        76..=85 => Do::Map,
+        86..=94 => Do::MapMut,
+        _ if alive.len() > 1 => {
+            step.r = 0..lens[a];
+            [
+                Do::Release,
+                Do::ReleaseOnThread,
+                Do::ReleaseDeferred,
+                Do::Drop,
+            ][rng.below(4)]
+        }
+        _ => Do::Read,
+    };
+    step
+}
+
+/// The program of `seed`. A device op is gated now and then, by a gate that opens 1 to 6
+/// steps later. Before a blocking op (a host transfer or map, a `release()` on the host
+/// thread) the plan opens every closed gate that op may wait on: those of the earlier
+/// device ops on its in-order queue or touching elements it touches, transitively (each
+/// op's mask holds those of the ops it may wait on), so no program can deadlock.
+fn plan_program(seed: u64, env: &SvmEnv) -> SvmPlan {
+    let mut rng = Rng(seed);
+    let count = rng.between(2, 3);
+    let lens: Vec<usize> = (0..count).map(|_| rng.between(64, 2048)).collect();
+    let kinds = kinds(&env.ctx);
+    let kinds = (0..count).map(|_| kinds[rng.below(kinds.len())]).collect();
+    let bases = (0..count).map(|_| rng.int(-1000, 1000)).collect();
+    let queues = env.pick_queues(&mut rng);
+    let in_order: Vec<bool> = queues.iter().map(|&q| env.pool[q].2).collect();
+    let (mut alive, mut steps): (Vec<usize>, Vec<Step>) = ((0..count).collect(), Vec::new());
+    // Gates made, and those closed with the step they open before.
+    let (mut gates, mut closed) = (0usize, Vec::<(usize, usize)>::new());
+    // The gates each device op may wait on, with what it touched; and per in-order queue.
+    let mut history: Vec<(usize, Range<usize>, i32)> = Vec::new();
+    let mut queue_mask = vec![0i32; queues.len()];
+    let open = |steps: &mut Vec<Step>,
+                closed: &mut Vec<(usize, usize)>,
+                due: &dyn Fn(usize, usize) -> bool| {
+        let mask = closed
+            .iter()
+            .filter(|&&(g, at)| due(g, at))
+            .fold(0, |m, &(g, _)| m | 1 << g);
+        if mask != 0 {
+            steps.push(Step {
+                what: Do::Open,
+                value: mask,
+                ..Step::default()
+            });
+            closed.retain(|&(g, _)| mask & 1 << g == 0);
+        }
+    };
+    for k in 0..rng.between(15, 40) {
+        open(&mut steps, &mut closed, &|_, at| at <= k);
+        let mut step = random_step(&mut rng, &lens, &alive);
+        step.queue = rng.below(queues.len());
+        let on_device = matches!(step.what, Do::Fill | Do::Copy | Do::AddOne | Do::Twice);
+        let releases = matches!(
+            step.what,
+            Do::Release | Do::ReleaseOnThread | Do::ReleaseDeferred | Do::Drop
+        );
+        let queued = in_order[step.queue] && !releases;
+        let mut mask = if queued { queue_mask[step.queue] } else { 0 };
+        for (a, r) in step.touches() {
+            let overlapping = history.iter().filter(|(b, s, _)| a == *b && overlap(&r, s));
+            mask = overlapping.fold(mask, |mask, (_, _, m)| mask | m);
+        }
+        if on_device {
+            if rng.chance(35) && (gates < SVM_GATES || !closed.is_empty()) {
+                let g = if gates < SVM_GATES && (closed.is_empty() || rng.chance(60)) {
+                    closed.push((gates, k + rng.between(1, 6)));
+                    gates += 1;
+                    gates - 1
+                } else {
+                    closed[rng.below(closed.len())].0
+                };
+                mask |= 1 << g;
+                step.gate = Some(g);
+            }
+            history.extend(step.touches().into_iter().map(|(a, r)| (a, r, mask)));
+            if in_order[step.queue] {
+                queue_mask[step.queue] |= mask;
+            }
+        } else if matches!(
+            step.what,
+            Do::Write | Do::Read | Do::Map | Do::MapMut | Do::Release
+        ) {
+            open(&mut steps, &mut closed, &|g, _| mask & 1 << g != 0);
+        }
+        if releases {
+            alive.retain(|&b| b != step.a);
+        }
+        steps.push(step);
+    }
+    open(&mut steps, &mut closed, &|_, _| true);
+    SvmPlan {
+        seed,
+        lens,
+        kinds,
+        bases,
+        queues,
+        gates,
+        steps,
+    }
+}
+
+/// What a program holds that must be let go whatever happens: its gates (opened, so that
+/// nothing waits for ever) and the raw events retained for the oracle, per allocation.
+struct Held {
+    gates: Vec<cl_lifetime::UserEvent>,
+    raws: Vec<Vec<usize>>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        for gate in &self.gates {
+            // An error only says it was open already.
+            let _ = gate.complete();
+        }
+        self.raws.iter().flatten().for_each(|&raw| let_go(raw));
+    }
+}
+
+/// A failure when a raw status (through cl-sys) of `raws` is not `CL_COMPLETE`.
+fn unfinished(what: &str, raws: &[usize]) -> Option<String> {
+    let statuses: Vec<i32> = raws
+        .iter()
+        .map(|&raw| raw_status(raw as cl_sys::cl_event))
+        .collect();
+    let late = statuses.iter().any(|&s| s != 0);
+    late.then(|| format!("{what}: raw statuses of its commands {statuses:?} (0: complete)"))
+}
+
+fn compare(failures: &mut Vec<String>, what: &str, want: &[i32], got: &[i32]) {
+    if let Some(i) = (0..want.len()).find(|&i| want[i] != got[i]) {
+        failures.push(format!(
+            "{what}: element {i} is {}, the model says {}",
+            got[i], want[i]
+        ));
+    }
+}
+
+/// A release's report, as a failure unless it freed the memory and nothing failed.
+fn released(what: &str, report: Result<cl_lifetime::ReleaseReport, Error>) -> Option<String> {
+    match report {
+        Ok(report) if report.freed && report.failed.is_empty() => None,
+        report => Some(format!("{what}: {report:?}")),
+    }
+}
+
+/// Runs `plan`: every host read and map against the model as it is issued, each
+/// `release()` against the raw oracle when it returns, then the final contents, the
+/// commands of every allocation and the memory stats.
+fn run_program(env: &SvmEnv, plan: &SvmPlan) -> Result<(), String> {
+    let ctx = &env.ctx;
+    let queues: Vec<&Queue> = plan.queues.iter().map(|&q| &env.pool[q].0).collect();
+    let before = ctx.memory_stats();
+    let mut model: Vec<Vec<i32>> = plan
+        .lens
+        .iter()
+        .zip(&plan.bases)
+        .map(|(&n, &b)| values(b, n))
+        .collect();
+    let mut svms = Vec::new();
+    for (a, &kind) in plan.kinds.iter().enumerate() {
+        let svm = ctx
+            .svm::<i32>(plan.lens[a], kind)
+            .map_err(|e| format!("a{a}: {e}"))?;
+        queues[0]
+            .write_svm(&svm, &model[a])
+            .map_err(|e| format!("a{a}: {e}"))?;
+        svms.push(Some(svm));
+    }
+    let gates = (0..plan.gates)
+        .map(|_| ctx.user_event())
+        .collect::<Result<_, _>>();
+    let mut held = Held {
+        gates: gates.map_err(|e| format!("a user event: {e}"))?,
+        raws: vec![Vec::new(); svms.len()],
+    };
+    let (mut failures, mut threads) = (Vec::new(), Vec::new());
+    for (k, step) in plan.steps.iter().enumerate() {
+        let what = format!("#{k} {step}");
+        let fail = |e: Error| format!("{what} failed: {e}");
+        let (queue, a, n) = (queues[step.queue], step.a, step.r.len());
+        let deps: Vec<&cl_lifetime::Event> =
+            step.gate.iter().map(|&g| held.gates[g].event()).collect();
+        let after = queue.after(&deps);
+        let svm = |a: usize| svms[a].as_ref().expect("steps use live allocations");
+        let view = |a: usize, r: Range<usize>| svm(a).view(r).map_err(fail);
+        let (src, dst) = (
+            || view(a, step.r.clone()),
+            || view(step.dst, step.at..step.at + n),
+        );
+        // Kernels run at a multiple of 64 work items (they stop at `n`): PoCL builds a
+        // kernel anew for each global size, which would take most of the time.
+        let global = [n.next_multiple_of(64)];
+        let event = match step.what {
+            Do::Fill => Some(after.fill_svm(src()?, step.value)),
+            Do::Copy => Some(after.copy_svm(src()?, dst()?)),
+            Do::AddOne => {
+                let args = [Arg::read_write(src()?), Arg::scalar(n as u32)];
+                Some(after.launch(&env.add_one, &global, &args))
+            }
+            Do::Twice => {
+                let args = [Arg::read(src()?), Arg::write(dst()?), Arg::scalar(n as u32)];
+                Some(after.launch(&env.twice, &global, &args))
+            }
+            Do::Write => {
+                queue
+                    .write_svm(src()?, &values(step.value, n))
+                    .map_err(fail)?;
+                None
+            }
+            Do::Read => {
+                let mut out = vec![0; n];
+                queue.read_svm(src()?, &mut out).map_err(fail)?;
+                compare(&mut failures, &what, &model[a][step.r.clone()], &out);
+                None
+            }
+            Do::Map => {
+                let mapped = queue.map_svm(svm(a), step.r.clone()).map_err(fail)?;
+                compare(&mut failures, &what, &model[a][step.r.clone()], &mapped);
+                Some(mapped.unmap())
+            }
+            Do::MapMut => {
+                let mut mapped = queue.map_svm_mut(svm(a), step.r.clone()).map_err(fail)?;
+                compare(&mut failures, &what, &model[a][step.r.clone()], &mapped);
+                mapped.copy_from_slice(&values(step.value, n));
+                Some(mapped.unmap())
+            }
+            Do::Open => {
+                for g in (0..plan.gates).filter(|g| step.value & 1 << g != 0) {
+                    held.gates[g].complete().map_err(fail)?;
+                }
+                None
+            }
+            Do::Release => {
+                let report = svms[a].take().expect("released once").release();
+                failures.extend(unfinished(&what, &held.raws[a]));
+                failures.extend(released(&what, report));
+                None
+            }
+            Do::ReleaseOnThread => {
+                let (svm, raws) = (
+                    svms[a].take().expect("released once"),
+                    std::mem::take(&mut held.raws[a]),
+                );
+                let what = what.clone();
+                threads.push(std::thread::spawn(move || {
+                    let report = svm.release();
+                    let late = unfinished(&what, &raws);
+                    raws.iter().for_each(|&raw| let_go(raw));
+                    late.into_iter().chain(released(&what, report))
+                }));
+                None
+            }
+            Do::ReleaseDeferred => {
+                svms[a].take().expect("released once").release_deferred();
+                None
+            }
+            Do::Drop => {
+                drop(svms[a].take());
+                None
+            }
+        };
+        if let Some(event) = event {
+            let event = event.map_err(fail)?;
+            for (a, _) in step.touches() {
+                held.raws[a].push(retained(&event));
+            }
+        }
+        step.apply(&mut model);
+    }
+    // The plan has opened every gate by its end.
+    for thread in threads {
+        failures.extend(thread.join().expect("a release thread"));
+    }
+    for (a, svm) in svms.iter_mut().enumerate() {
+        let Some(svm) = svm.take() else { continue };
+        let what = format!("the final read and release of a{a}");
+        let mut out = vec![0; svm.len()];
+        queues[a % queues.len()]
+            .read_svm(&svm, &mut out)
+            .map_err(|e| format!("{what}: {e}"))?;
+        compare(&mut failures, &what, &model[a], &out);
+        let report = svm.release();
+        failures.extend(unfinished(&what, &held.raws[a]));
+        failures.extend(released(&what, report));
+    }
+    ctx.wait_deferred();
+    failures.extend(unfinished(
+        "after wait_deferred, every allocation",
+        &held.raws.concat(),
+    ));
+    let stats = ctx.memory_stats();
+    if stats.live_bytes != before.live_bytes || stats.pending_release_bytes != 0 {
+        failures.push(format!(
+            "memory stats at the end {stats:?}, before {before:?}"
+        ));
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n"))
+    }
+}
+
+/// Random programs over SVM checked against a sequential model, as `schedules.rs` checks
+/// buffers. A program (from a seed) has 2 or 3 allocations of `i32` (of kinds the devices
+/// have, 64 to 2048 long), 2 or 3 queues (now and then an out-of-order one; on both
+/// devices of a two-device context, which half of the programs use where there is one)
+/// and 15 to 40 steps issued in program order on random queues: fills, copies (between
+/// allocations or disjoint views of one), `add_one` and `twice` (reads one view, writes
+/// another) on views, blocking writes, reads, maps, writable maps, and releases. Some
+/// device ops wait on user-event gates opened 1 to 6 steps later, so that what is issued
+/// meanwhile (on other queues) is enqueued before they run and a missing wait shows. The
+/// rules checked:
+///
+/// - every host read and map (a writable one before the host writes) sees the model's
+///   data as of its step, and every allocation ends holding the model's;
+/// - a `release()`, on the host thread or on a thread of its own while gates its
+///   commands wait for are closed, returns only once every command enqueued on the
+///   allocation (unmaps included) has completed, by raw statuses through cl-sys, and
+///   reports the memory freed and no failure;
+/// - once `wait_deferred` returns, the commands of deferred and dropped allocations have
+///   completed too, no bytes are pending release and the live bytes are back.
+///
+/// A failure prints the seed and the program: `CL_LIFETIME_SCHEDULE_SEED=<seed>` replays
+/// it, `CL_LIFETIME_SVM_SCHEDULES=<n>` sets how many run (default 20,000).
+#[test]
+fn svm_random_programs_match_a_sequential_model() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) || kinds(&ctx).is_empty() {
+        return;
+    }
+    let number = |var: &str| {
+        let value = std::env::var(var).ok()?;
+        Some(
+            value
+                .trim()
+                .parse::<u64>()
+                .unwrap_or_else(|e| panic!("{var}={value}: {e}")),
+        )
+    };
+    let replay = number(SVM_SEED_VAR);
+    let two = match replay {
+        Some(seed) if seed & 1 == 0 => None,
+        _ => common::two_devices_for(Some("its programs on two devices")),
+    };
+    if replay.is_some_and(|seed| seed & 1 == 1) && two.is_none() {
+        return;
+    }
+    let envs = [
+        Some(SvmEnv::new(ctx, "1 device")),
+        two.map(|two| SvmEnv::new(two, "2 devices")),
+    ];
+    let count = number(SVM_PROGRAMS_VAR).map_or(SVM_DEFAULT_PROGRAMS as u64, |n| n);
+    let devices = if envs[1].is_some() { 2 } else { 1 };
+    let seeds: Vec<u64> = match replay {
+        Some(seed) => vec![seed],
+        None => (0..count)
+            .map(|i| common::mix(0x5F3D ^ i) & !1 | (i % devices))
+            .collect(),
+    };
+    let (start, mut counts, mut failures) = (std::time::Instant::now(), [0; 2], Vec::new());
+    for &seed in &seeds {
+        let env = envs[(seed & 1) as usize]
+            .as_ref()
+            .expect("a context for the seed");
+        counts[(seed & 1) as usize] += 1;
+        if std::env::var_os(SVM_TRAIL_VAR).is_some() {
+            eprintln!("SVM program seed {seed} ({})", env.label);
+        }
+        let plan = plan_program(seed, env);
+        let run =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_program(env, &plan)));
+        let failure = run.unwrap_or_else(|_| Err("panicked (the message is above)".to_string()));
+        if let Err(failure) = failure {
+            let replay = format!("{SVM_SEED_VAR}={seed}");
+            failures.push(format!(
+                "{} failed; replay with {replay}:\n{failure}\n{plan}",
+                env.label
+            ));
+            if failures.len() == 3 {
+                break;
+            }
+        }
+    }
+    let [one, two] = counts;
+    println!(
+        "{} SVM programs ({one} on 1 device, {two} on 2) in {:.1?}",
+        one + two,
+        start.elapsed()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} program(s) failed (stopped at 3):\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
     );
 }
