@@ -1,6 +1,7 @@
 //! Host mappings: a guard per mapping, unmapped (and recorded) on drop; the *mapped* rule
 //! of [`crate::record`] keeps device commands off mapped memory.
 
+use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -13,7 +14,7 @@ use super::view::{IntoView, View};
 use crate::core::staging::{Pinned, Staging};
 use crate::error::{Result, Transfer};
 use crate::event::Event;
-use crate::ffi;
+use crate::ffi::{self, cl_event};
 use crate::pod::Pod;
 use crate::record::block::Block;
 use crate::record::failure::settle;
@@ -101,6 +102,34 @@ impl After<'_> {
                 return self.map_staged(view, range.start, len, staging, pinned);
             }
         }
+        self.map_through(block, access, span, len, |wait| {
+            // SAFETY: the queue and the buffer are live (borrowed); the range was checked;
+            // the wait list holds live events.
+            unsafe {
+                ffi::enqueue_map(
+                    core.raw(),
+                    block.raw(),
+                    access == Access::Write,
+                    start * size_of::<T>(),
+                    bytes,
+                    wait,
+                )
+            }
+        })
+    }
+
+    /// The map of `len` elements of `block` (`span`, its bytes), enqueued by `enqueue`,
+    /// which returns the event and the mapped address: recorded as a map with `access`
+    /// (the *mapped* rule holds for the whole buffer), settled as a read (the *failed
+    /// write* rule), and unmapped by the guard whatever happens after the enqueue.
+    fn map_through<'b, T: Pod>(
+        &self,
+        block: &'b Block,
+        access: Access,
+        span: Span,
+        len: usize,
+        mut enqueue: impl FnMut(&[cl_event]) -> Result<(cl_event, *mut c_void)>,
+    ) -> Result<Mapping<'b, T>> {
         let touch = Touch {
             block,
             access,
@@ -108,8 +137,6 @@ impl After<'_> {
             reads: true,
             covers: false,
             host: true,
-            // Its bytes, for hazards and failed writes; the *mapped* rule holds for the
-            // whole buffer.
             span,
         };
         let mut writers = Writes::default();
@@ -117,18 +144,7 @@ impl After<'_> {
         let event = self.submit().run_reading(
             &[touch],
             |wait| {
-                // SAFETY: the queue and the buffer are live (borrowed); the range was
-                // checked; the wait list holds live events.
-                let (event, at) = unsafe {
-                    ffi::enqueue_map(
-                        core.raw(),
-                        block.raw(),
-                        access == Access::Write,
-                        start * size_of::<T>(),
-                        bytes,
-                        wait,
-                    )
-                }?;
+                let (event, at) = enqueue(wait)?;
                 mapped = at;
                 Ok(event)
             },
@@ -256,48 +272,22 @@ impl After<'_> {
         let (start, len, span) = svm_range(&view, transfer, &range)?;
         let block = view.block();
         let at = block.svm_at(start * size_of::<T>());
-        let touch = Touch {
-            block,
-            access,
-            map: MapStep::Map(access),
-            reads: true,
-            covers: false,
-            host: true,
-            span,
-        };
-        let core = &self.queue.core;
-        let mut writers = Writes::default();
-        let event = self.submit().run_reading(
-            &[touch],
-            |wait| {
-                // SAFETY: the queue and the allocation are live (borrowed); the range was
-                // checked against it; the wait list holds live events.
-                unsafe {
-                    ffi::enqueue_svm_map(
-                        core.raw(),
-                        at,
-                        access == Access::Write,
-                        len * size_of::<T>(),
-                        wait,
-                    )
-                }
-            },
-            Some(&mut writers),
-        )?;
-        // From here on the guard unmaps, whatever happens.
-        let mapping = Mapping {
-            queue: self.queue.clone(),
-            block,
-            ptr: at.cast(),
-            len,
-            access,
-            span,
-            unmapped: false,
-            staged: None,
-            _elements: PhantomData,
-        };
-        settle(&event, &writers)?;
-        Ok(mapping)
+        let queue = self.queue.core.raw();
+        self.map_through(block, access, span, len, |wait| {
+            // SAFETY: the queue and the allocation are live (borrowed); the range was
+            // checked against it; the wait list holds live events. An SVM map maps the
+            // memory at its own address.
+            let event = unsafe {
+                ffi::enqueue_svm_map(
+                    queue,
+                    at,
+                    access == Access::Write,
+                    len * size_of::<T>(),
+                    wait,
+                )
+            }?;
+            Ok((event, at))
+        })
     }
 }
 
