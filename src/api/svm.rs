@@ -38,13 +38,14 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::ops::{Bound, Range, RangeBounds};
+use std::ops::{Range, RangeBounds};
 use std::panic::Location;
 use std::ptr;
 
 use super::context::Context;
 use super::queue::After;
 use super::transfer::{check_range, check_span, span_of};
+use super::view::resolve;
 use crate::core::device::SvmKind;
 use crate::error::{Result, Transfer};
 use crate::event::Event;
@@ -245,20 +246,10 @@ impl<T: Pod> SvmBuffer<T> {
     /// for a range that leaves the allocation,
     /// [`Error::ZeroLength`](crate::Error::ZeroLength) for an empty one.
     pub fn view(&self, range: impl RangeBounds<usize>) -> Result<SvmView<'_, T>> {
-        let start = match range.start_bound() {
-            Bound::Included(&s) => s,
-            Bound::Excluded(&s) => s.saturating_add(1),
-            Bound::Unbounded => 0,
-        };
-        let end = match range.end_bound() {
-            Bound::Included(&e) => e.saturating_add(1),
-            Bound::Excluded(&e) => e,
-            Bound::Unbounded => self.len,
-        };
-        let len = check_span(Transfer::View, &(start..end), self.len)?;
+        let (offset, len) = resolve(range, self.len)?;
         Ok(SvmView {
             svm: self,
-            offset: start,
+            offset,
             len,
         })
     }

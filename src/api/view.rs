@@ -98,7 +98,7 @@ impl<T: Pod> fmt::Debug for View<'_, T> {
 
 /// The elements `range` selects of `len`, checked: start at most end, end at most `len`,
 /// at least one element.
-fn resolve(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usize)> {
+pub(super) fn resolve(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usize)> {
     let start = match range.start_bound() {
         Bound::Included(&s) => Some(s),
         Bound::Excluded(&s) => s.checked_add(1),

@@ -138,6 +138,13 @@ impl Device {
         id: cl_device_id,
         device_index: usize,
     ) -> Result<Device> {
+        let version = ffi::device_string(id, ffi::CL_DEVICE_VERSION)?;
+        // An OpenCL 1.x driver has no SVM, nor its query.
+        let svm = if super::queue::opencl_major(&version) >= 2 {
+            ffi::svm_capabilities(id)
+        } else {
+            0
+        };
         Ok(Device {
             platform,
             id,
@@ -146,13 +153,13 @@ impl Device {
             platform_name: platform_name.to_string(),
             platform_vendor: platform_vendor.to_string(),
             name: ffi::device_string(id, ffi::CL_DEVICE_NAME)?,
-            version: ffi::device_string(id, ffi::CL_DEVICE_VERSION)?,
+            version,
             driver_version: ffi::device_string(id, ffi::CL_DRIVER_VERSION)?,
             kind: ffi::device_u64(id, ffi::CL_DEVICE_TYPE)?,
             max_alloc: ffi::device_u64(id, ffi::CL_DEVICE_MAX_MEM_ALLOC_SIZE)?,
             base_addr_align_bits: ffi::device_u32(id, ffi::CL_DEVICE_MEM_BASE_ADDR_ALIGN)?,
             global_mem: ffi::device_u64(id, ffi::CL_DEVICE_GLOBAL_MEM_SIZE)?,
-            svm: ffi::svm_capabilities(id, &ffi::device_string(id, ffi::CL_DEVICE_VERSION)?),
+            svm,
             limits: limits(id)?,
         })
     }

@@ -22,19 +22,10 @@ pub(crate) const SVM_COARSE_GRAIN_BUFFER: u64 = 1 << 0;
 /// Fine-grained buffer SVM: the host may touch the memory while no command uses it.
 pub(crate) const SVM_FINE_GRAIN_BUFFER: u64 = 1 << 1;
 
-/// The device's `CL_DEVICE_SVM_CAPABILITIES`, or 0 for a device that has no SVM: one
-/// whose `CL_DEVICE_VERSION` is below 2.0 (its driver has no SVM entry points), or that
-/// does not know the query.
-pub(crate) fn svm_capabilities(id: cl_device_id, version: &str) -> u64 {
-    // "OpenCL <major>.<minor> <vendor-specific>".
-    let major = version
-        .strip_prefix("OpenCL ")
-        .and_then(|v| v.split('.').next())
-        .and_then(|m| m.parse::<u32>().ok())
-        .unwrap_or(1);
-    if major < 2 {
-        return 0;
-    }
+/// The device's `CL_DEVICE_SVM_CAPABILITIES`, or 0 for a device that does not know the
+/// query. Asked only of an OpenCL 2.0 device or newer: below that the query is not
+/// defined (the caller checks the version).
+pub(crate) fn svm_capabilities(id: cl_device_id) -> u64 {
     opencl3::device::get_device_info(id, CL_DEVICE_SVM_CAPABILITIES)
         .map(|v| v.to_ulong())
         .unwrap_or(0)
