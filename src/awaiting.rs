@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use crate::core::echo::RawEvent;
-use crate::core::waiter::{Order, Ticket, Watch, waiter};
+use crate::core::waiter::{Order, Ticket, Watch, contained, waiter};
 use crate::error::Result;
 use crate::event::Event;
 
@@ -80,12 +80,16 @@ impl Ended {
     /// *flushed, then watched*.
     pub(crate) fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if let Some((_, watch)) = &self.watching {
-            return if watch.ended_or_wake(cx.waker()) {
-                self.watching = None;
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            };
+            if !watch.ended_or_wake(cx.waker()) {
+                return Poll::Pending;
+            }
+            let panic = watch.take_panic();
+            self.watching = None;
+            // The waker's panic, caught on the thread that woke it, is this task's.
+            if let Some(panic) = panic {
+                std::panic::resume_unwind(panic);
+            }
+            return Poll::Ready(());
         }
         if self.event.has_ended() {
             return Poll::Ready(());
@@ -202,9 +206,10 @@ impl IntoFuture for &Event {
     }
 }
 
-/// The result of work done on a waiter thread (the *off the task's thread* rule).
+/// The result of work done on a job thread (the *off the task's thread* rule): the value,
+/// or the job's panic.
 struct Slot<T> {
-    state: Mutex<(Option<T>, Option<Waker>)>,
+    state: Mutex<(Option<std::thread::Result<T>>, Option<Waker>)>,
 }
 
 /// Runs `job` on one of the library's threads and returns a future of its result: for a
@@ -241,15 +246,22 @@ pub fn unblock<T: Send + 'static>(
     });
     let theirs = slot.clone();
     let run: Box<dyn FnOnce() + Send> = Box::new(move || {
-        let value = job();
+        // A panic of the job is caught here and resumed in the task that awaits it.
+        let value = contained(job);
         let waker = {
             let mut state = theirs.state.lock().unwrap_or_else(PoisonError::into_inner);
             state.0 = Some(value);
             state.1.take()
         };
         if let Some(waker) = waker {
-            waker.wake();
+            // A waker that panics loses nothing: the value is in the slot.
+            if contained(|| waker.wake()).is_err() {
+                log::error!(target: "cl_lifetime::waiter", "a task's waker panicked on a job thread");
+            }
         }
+        // The slot, and the value in it if the future is gone, drop here: a panic of its
+        // `Drop` is the job thread's to contain (the waiter's *jobs* rule).
+        drop(theirs);
     });
     if let Err((e, run)) = waiter().run(run) {
         log::error!(target: "cl_lifetime::waiter", "no waiter thread ({e}): running on the task's thread");
@@ -258,7 +270,11 @@ pub fn unblock<T: Send + 'static>(
     std::future::poll_fn(move |cx| {
         let mut state = slot.state.lock().unwrap_or_else(PoisonError::into_inner);
         match state.0.take() {
-            Some(value) => Poll::Ready(value),
+            Some(Ok(value)) => Poll::Ready(value),
+            Some(Err(panic)) => {
+                drop(state);
+                std::panic::resume_unwind(panic)
+            }
             None => {
                 state.1 = Some(cx.waker().clone());
                 Poll::Pending

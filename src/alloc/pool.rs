@@ -244,8 +244,11 @@ impl Leaving {
         self.done.notify_all();
         let wakers =
             std::mem::take(&mut *self.wakers.lock().unwrap_or_else(PoisonError::into_inner));
+        // On the reaper's thread: a waker that panics must not end it.
         for waker in wakers {
-            waker.wake();
+            if crate::core::waiter::contained(|| waker.wake()).is_err() {
+                log::error!(target: "cl_lifetime::pool", "a task's waker panicked on the reaper thread");
+            }
         }
     }
 

@@ -175,9 +175,14 @@ impl OpenGates {
         self.count.store(open.len(), Ordering::Release);
     }
 
+    /// Gate `id` was set (completed or failed): the waiter reads its context's awaited
+    /// commands at once (its *kicked* rule).
     pub(crate) fn closed(&self, id: u64) {
-        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        open.retain(|&(i, _)| i != id);
-        self.count.store(open.len(), Ordering::Release);
+        {
+            let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+            open.retain(|&(i, _)| i != id);
+            self.count.store(open.len(), Ordering::Release);
+        }
+        super::waiter::waiter().kick(self);
     }
 }

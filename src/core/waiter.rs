@@ -1,70 +1,91 @@
-//! The waiter: wakes the tasks that await commands, from threads of the library's that
-//! block in `clWaitForEvents`, with no driver callback and no polling.
+//! The waiter: wakes the tasks that await commands, from a bounded set of the library's
+//! threads: one *poller* that reads statuses and never blocks on a command, and up to
+//! [`MAX_BLOCKERS`] *blockers*, each blocked in `clWaitForEvents` on a command that ends
+//! without the program's help. Work that would block a task (a release, an
+//! [`unblock`](crate::unblock) closure) runs on *job* threads.
 //!
 //! A future that finds its command pending hands the command's event to the process's
-//! waiter ([`waiter`], [`Waiter::watch`]) with a [`Watch`] holding its task's waker. The waiter's
-//! threads each block in `clWaitForEvents` on one watched event, and when it ends, read
-//! which watched commands of the same *lane* have ended, and wake their tasks.
+//! waiter ([`waiter`], [`Waiter::watch`]) with a [`Watch`] holding its task's waker.
 //!
 //! # Rules
 //!
 //! 1. **Lanes.** A watched command belongs to a lane: the queue it ran on, or a lane of its
-//!    own (a user event, a command from outside the library). A lane's commands are kept
-//!    in the order they were watched, which is the order they end in where an in-order
-//!    queue's commands are awaited as they were enqueued.
-//! 2. **Covered.** Every watched command is *covered*: a thread blocks on it, or on a
-//!    command of its lane that ends on its own (it was enqueued while every user event of
-//!    its context was set, or none is unset now: every command enqueued before then ends
-//!    without the program's help). When that wait returns, the thread reads its lane,
-//!    wakes the ended, and covers the rest again. So a command that has ended is never left
-//!    unwoken behind one that waits for a gate the program opens later: a command
-//!    watched where no wait of its lane ends on its own gets a thread of its own.
-//! 3. **Threads on demand.** A command that no thread covers wakes an idle thread or
-//!    starts one, up to [`MAX_THREADS`] in the process (beyond them it waits for a thread
-//!    to come free); a thread idle for [`IDLE_EXIT`] ends, so a program that awaits
-//!    nothing keeps none. While nothing ends, the threads block in the
-//!    driver or on a condition variable: no polling.
-//! 4. **Read in order.** After a wait, the lane's commands are read oldest first: on an
-//!    in-order queue up to the first still pending (it is waited for next), elsewhere up to
-//!    [`SCAN`] pending ones.
-//! 5. **Wake outside the lock.** A task is woken after the waiter's lock is let go, and
-//!    its [`Watch`] is marked ended under the watch's own lock, which the future takes
-//!    to store its waker and read the mark: a wake-up is never lost between the two.
-//! 6. **Forgotten on drop.** A future dropped before its command ended takes its command
-//!    off the waiter ([`Waiter::forget`]), and its waker with it; the device is not
-//!    touched. A thread blocked on that command keeps its own reference to the event until
-//!    its wait returns, and wakes no one.
-//! 7. **Jobs.** Work that would block an async task on the device (a release's
-//!    `clReleaseMemObject` and its wait for the free) runs on the waiter's threads
-//!    ([`Waiter::run`]), ahead of new waits.
-//! 8. **Only the handle.** The waiter holds the events it watches (retained raw handles)
-//!    and their contexts' open gates, never a context or a queue: a context dropped while
-//!    futures of its commands are alive goes when its last handle does.
-//! 9. **Quiet on a spinning driver.** A driver whose `clWaitForEvents` spins (NVIDIA's:
-//!    the blocked thread uses a whole core) is found by the first wait of 2 ms or more on
-//!    one of its commands, from the thread's CPU time; its later waits sleep until the
-//!    driver's callback at the command's end, one callback per wait, not per watched
-//!    command, with the status read again at growing intervals (10 ms doubling to 1 s)
-//!    for a driver that skips the callback of a failed command (rusticl 22.3). That wakes
-//!    later than a spinning wait (design trap "callbacks wake slowly"); `CL_LIFETIME_WAIT=spin` keeps every wait in `clWaitForEvents`, and `quiet`
-//!    puts every wait through a callback.
+//!    own (a user event, a command from outside the library), kept in the order watched.
+//! 2. **Polled.** Every watched command is on the poller's schedule until it is seen ended
+//!    or forgotten: its status is read after pauses that double from [`FIRST_PAUSE`] to
+//!    [`MAX_PAUSE`], or longer where that many reads would cost the poller more than
+//!    1/[`POLL_SHARE`] of a core. The poller never blocks on a command, so every command
+//!    that ends is seen within its pause, whatever the program's gates do: no wake-up
+//!    depends on another command ending, and no set of awaits can deadlock.
+//! 3. **Kicked.** A gate set through the library (complete or failed) kicks the poller:
+//!    every watched command of the gate's context is read back to back, yielding between
+//!    passes, for [`SPIN`], then from [`FIRST_PAUSE`] again. A command that its gate lets
+//!    go is thus seen ending about as soon as a thread blocked in `clWaitForEvents` would
+//!    see it. A command of a driver whose waits spin (below) that ends on its own is read
+//!    back to back from its watch the same way.
+//! 4. **Blocked where it ends on its own.** A lane with a command that ends on its own
+//!    (enqueued while every user event of its context was set, or watched while none is
+//!    unset) gets a blocker: a thread blocked in `clWaitForEvents` on that command, which
+//!    then reads its lane (below) and goes on with the lane's next such command. At most
+//!    [`MAX_BLOCKERS`] run; a lane beyond them waits for one, polled meanwhile. A blocker's
+//!    wait always returns without the program's help, so blockers cannot all be stuck, and
+//!    the poller covers their lanes anyway. A driver whose `clWaitForEvents` spins
+//!    (NVIDIA's: a blocked thread uses a whole core) gets no blockers: the first wait of
+//!    [`MEASURED_WAIT`] or more on one of its commands reads the thread's CPU time.
+//!    `CL_LIFETIME_WAIT=spin` always blocks, `quiet` never does.
+//! 5. **Read in order.** After a blocker's wait, its lane is read oldest first: on an
+//!    in-order queue up to the first still pending, elsewhere up to [`SCAN`] pending ones.
+//! 6. **Wake outside the lock, contained.** A task is woken after the waiter's lock is let
+//!    go, and its [`Watch`] is marked ended under the watch's own lock, which the future
+//!    takes to store its waker and read the mark: a wake-up is never lost between the two.
+//!    A waker that panics is caught on the library's thread: the thread goes on, and the
+//!    panic is handed to the task, resumed at its next poll of the future.
+//! 7. **Forgotten on drop.** A future dropped before its command ended takes its command
+//!    off the waiter ([`Waiter::forget`], O(log n)); the poller's schedule forgets it when
+//!    it comes to it. A blocker's wait on it keeps its own reference to the event.
+//! 8. **Jobs.** Work that would block an async task runs on a job thread ([`Waiter::run`]):
+//!    an idle one, or a new one (a job may block until the program acts, so any cap could
+//!    deadlock); one idle for [`IDLE_EXIT`] ends. A job that panics is caught: its thread
+//!    goes on (the job's own future hands the panic to its task).
+//! 9. **Only the handle.** The waiter holds the events it watches (retained raw handles)
+//!    and their contexts' open gates, never a context or a queue.
+//!
+//! Threads: one poller, at most [`MAX_BLOCKERS`] blockers, and a job thread per job
+//! running at once; none while nothing is watched or run for [`IDLE_EXIT`].
 
-use std::collections::VecDeque;
+use std::any::Any;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::gates::OpenGates;
 
-/// The most threads one context's waiter runs at once (the *threads on demand* rule).
-pub(crate) const MAX_THREADS: usize = 256;
-/// How long a waiter thread with nothing to do waits before it ends.
+/// The most blockers the process runs at once (the *blocked where it ends on its own*
+/// rule).
+pub(crate) const MAX_BLOCKERS: usize = 8;
+/// How long a thread of the waiter with nothing to do waits before it ends.
 pub(crate) const IDLE_EXIT: Duration = Duration::from_secs(2);
 /// How many pending commands of a lane that is not in order are read after a wait (the
 /// *read in order* rule).
 pub(crate) const SCAN: usize = 64;
-/// The stack of a waiter thread: it only waits, reads statuses and wakes tasks.
+/// How long commands are read back to back after a kick (the *kicked* rule).
+pub(crate) const SPIN: Duration = Duration::from_millis(1);
+/// The first pause between two reads of a command's status (the *polled* rule).
+pub(crate) const FIRST_PAUSE: Duration = Duration::from_micros(50);
+/// The longest pause, unless reads cost more than [`POLL_SHARE`] allows.
+pub(crate) const MAX_PAUSE: Duration = Duration::from_millis(250);
+/// The poller's reads take at most one part in this many of a core while nothing ends.
+pub(crate) const POLL_SHARE: u32 = 200;
+/// Pauses: `FIRST_PAUSE << k` for the schedule's level `k`, the last one `MAX_PAUSE`.
+const LEVELS: usize = 14;
+/// The level a new command is first read at where a blocker or a kick covers it (about a
+/// millisecond).
+const COVERED_LEVEL: usize = 4;
+/// The stack of a waiter thread: it waits, reads statuses and wakes tasks. Job threads run
+/// the program's closures, and get the default.
 const STACK: usize = 256 * 1024;
 
 /// What the waiter asks of a watched command.
@@ -73,11 +94,6 @@ pub(crate) trait Awaited: Send + Sync + 'static {
     fn has_ended(&self) -> bool;
     /// Blocks until the command has ended (`clWaitForEvents`).
     fn wait(&self);
-    /// Blocks until the command has ended, asleep: woken by the driver's callback at the
-    /// command's end (the *quiet on a spinning driver* rule).
-    fn wait_quietly(&self) {
-        self.wait();
-    }
 }
 
 impl Awaited for super::echo::RawEvent {
@@ -88,67 +104,11 @@ impl Awaited for super::echo::RawEvent {
     fn wait(&self) {
         super::echo::RawEvent::wait(self);
     }
-
-    fn wait_quietly(&self) {
-        let bell = Arc::new(Bell::default());
-        let user = Arc::into_raw(bell.clone()) as *mut std::ffi::c_void;
-        // SAFETY: the event is live (held by `self`); `ring` takes back the one reference
-        // `user` carries, once, from whichever thread the driver calls it on.
-        if let Err(e) = unsafe { crate::ffi::on_end(self.as_raw(), ring, user) } {
-            // SAFETY: the driver refused the callback, so `user`'s reference is still ours.
-            drop(unsafe { Arc::from_raw(user.cast_const().cast::<Bell>()) });
-            log::debug!(target: "cl_lifetime::waiter", "waiting with clWaitForEvents: {e}");
-            self.wait();
-            return;
-        }
-        // A net for a driver that skips the callback of a command that failed (rusticl
-        // 22.3): the status is read again at growing intervals, about once a second at
-        // most after the first seconds, so a missed callback costs a delay, never a hang.
-        let mut pause = Duration::from_millis(10);
-        while !bell.wait_for(pause) {
-            if self.has_ended() {
-                return;
-            }
-            pause = (pause * 2).min(Duration::from_secs(1));
-        }
-    }
 }
 
-/// Rung by a driver's callback at a command's end.
-#[derive(Default)]
-struct Bell {
-    rung: Mutex<bool>,
-    heard: Condvar,
-}
-
-impl Bell {
-    /// Whether it rang within `limit`.
-    fn wait_for(&self, limit: Duration) -> bool {
-        let rung = self.rung.lock().unwrap_or_else(PoisonError::into_inner);
-        let (rung, _) = self
-            .heard
-            .wait_timeout_while(rung, limit, |r| !*r)
-            .unwrap_or_else(PoisonError::into_inner);
-        *rung
-    }
-}
-
-/// The driver's callback: rings the bell. Takes no lock but the bell's, which its waiter
-/// holds only to sleep (design trap "nothing blocking in callbacks").
-extern "C" fn ring(
-    _event: crate::ffi::cl_event,
-    _status: crate::ffi::cl_int,
-    user: *mut std::ffi::c_void,
-) {
-    // SAFETY: `user` is the reference `wait_quietly` gave the driver, taken back once here.
-    let bell = unsafe { Arc::from_raw(user.cast_const().cast::<Bell>()) };
-    *bell.rung.lock().unwrap_or_else(PoisonError::into_inner) = true;
-    bell.heard.notify_all();
-}
-
-/// How waiter threads wait (`CL_LIFETIME_WAIT`): `spin` always in `clWaitForEvents`, `quiet`
-/// always through a callback, otherwise as measured per driver (the *quiet on a spinning
-/// driver* rule).
+/// How waiter threads wait (`CL_LIFETIME_WAIT`): `spin` always has blockers in
+/// `clWaitForEvents`, `quiet` never (the poller alone), otherwise as measured per driver
+/// (the *blocked where it ends on its own* rule).
 pub const WAIT_VAR: &str = "CL_LIFETIME_WAIT";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,7 +134,7 @@ fn thread_cpu_ns() -> Option<u64> {
 }
 
 /// A wait at least this long tells whether a driver's `clWaitForEvents` spins.
-const MEASURED_WAIT: Duration = Duration::from_millis(2);
+pub(crate) const MEASURED_WAIT: Duration = Duration::from_millis(2);
 
 /// Where a watched command runs (the *lanes* rule), and whether it ends on its own.
 #[derive(Clone)]
@@ -192,6 +152,9 @@ pub(crate) struct Order {
     pub(crate) gates: Option<Arc<OpenGates>>,
 }
 
+/// A panic caught on a library thread, for the task it belongs to.
+pub(crate) type Panic = Box<dyn Any + Send + 'static>;
+
 /// One future's side of a watched command: whether it ended, and the waker to call then.
 #[derive(Default)]
 pub(crate) struct Watch {
@@ -202,6 +165,8 @@ pub(crate) struct Watch {
 struct WatchState {
     ended: bool,
     waker: Option<Waker>,
+    /// The waker's panic, caught on the thread that woke it.
+    panic: Option<Panic>,
 }
 
 impl Watch {
@@ -223,18 +188,51 @@ impl Watch {
         false
     }
 
+    /// The panic of this task's waker, caught where it was woken (the *contained* rule).
+    pub(crate) fn take_panic(&self) -> Option<Panic> {
+        self.lock().panic.take()
+    }
+
     /// Lets go of the waker: a forgotten command wakes no one (the *forgotten on drop*
     /// rule), even where a thread's wait on it is under way.
     fn disarm(&self) {
-        self.lock().waker = None;
+        let waker = self.lock().waker.take();
+        // Outside the lock: a waker's drop is the program's code.
+        drop(waker);
     }
 
-    /// Marks the command ended and hands back the waker to wake.
-    fn end(&self) -> Option<Waker> {
-        let mut state = self.lock();
-        state.ended = true;
-        state.waker.take()
+    /// Marks the command ended and wakes its task, outside the watch's lock; a panic of
+    /// the waker is kept for the task (the *wake outside the lock, contained* rule).
+    ///
+    /// The mark is set after the wake returns, with its panic: a poll during the wake
+    /// stores a new waker, woken in turn.
+    fn end_and_wake(&self) {
+        let first = self.lock().waker.take();
+        let panic = first.and_then(wake_contained);
+        let second = {
+            let mut state = self.lock();
+            state.ended = true;
+            state.panic = panic;
+            state.waker.take()
+        };
+        if let Some(panic) = second.and_then(wake_contained) {
+            self.lock().panic.get_or_insert(panic);
+        }
     }
+}
+
+/// Wakes `waker`, catching its panic (the *contained* rule).
+fn wake_contained(waker: Waker) -> Option<Panic> {
+    let panic = contained(|| waker.wake()).err();
+    if panic.is_some() {
+        log::error!(target: "cl_lifetime::waiter", "a task's waker panicked on a library thread; the task gets the panic at its next poll");
+    }
+    panic
+}
+
+/// Runs `f`, catching a panic (the program's code run on a library thread).
+pub(crate) fn contained<R>(f: impl FnOnce() -> R) -> Result<R, Panic> {
+    catch_unwind(AssertUnwindSafe(f))
 }
 
 /// A watched command, as [`Waiter::watch`] hands it back: for [`Waiter::forget`].
@@ -244,68 +242,162 @@ pub(crate) struct Ticket {
     lane: LaneKey,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum LaneKey {
     Queue(u64),
     Alone(u64),
 }
 
 struct Entry<E> {
-    id: u64,
-    driver: usize,
     event: Arc<E>,
     watch: Arc<Watch>,
-    ends_on_its_own: bool,
-    gates: Option<Arc<OpenGates>>,
-}
-
-/// A thread's wait on a command of a lane.
-struct Wait {
-    /// The command's id.
-    id: u64,
-    /// The command ends on its own, or no user event of the context was unset when the
-    /// wait began (the *covered* rule).
-    ends_on_its_own: bool,
+    /// The token of its current place in the poller's schedule: other places are stale.
+    filed: u64,
 }
 
 struct Lane<E> {
-    key: LaneKey,
     in_order: bool,
-    /// Oldest first.
-    entries: Vec<Entry<E>>,
-    waits: Vec<Wait>,
+    driver: usize,
+    gates: Option<Arc<OpenGates>>,
+    /// By id: oldest first.
+    entries: BTreeMap<u64, Entry<E>>,
+    /// The entries enqueued while every gate of the context was set.
+    own: BTreeSet<u64>,
+    /// The command a blocker waits on.
+    blocked: Option<u64>,
+    /// In the blockers' queue.
+    wanting: bool,
 }
 
 impl<E> Lane<E> {
-    /// The first command of the lane that no thread covers (the *covered* rule).
-    fn uncovered(&self) -> Option<usize> {
-        if self.waits.iter().any(|w| w.ends_on_its_own) {
+    /// The first command of the lane that ends on its own, not blocked on yet.
+    fn first_blockable(&self) -> Option<u64> {
+        if self.blocked.is_some() {
             return None;
         }
-        // A command a thread blocks on is covered by its own wait.
-        self.entries
-            .iter()
-            .position(|e| !self.waits.iter().any(|w| w.id == e.id))
+        if self.gates.as_ref().is_some_and(|g| g.count() == 0) {
+            return self.entries.keys().next().copied();
+        }
+        self.own.first().copied()
+    }
+
+    fn gates_key(&self) -> Option<usize> {
+        self.gates.as_ref().map(|g| Arc::as_ptr(g) as usize)
+    }
+}
+
+/// A place in the poller's schedule.
+#[derive(Clone, Copy)]
+struct Filed {
+    lane: LaneKey,
+    id: u64,
+    token: u64,
+}
+
+/// The poller's schedule (the *polled* and *kicked* rules).
+struct Schedule {
+    /// Read back to back until `spin_until`.
+    spin: Vec<Filed>,
+    spin_until: Instant,
+    /// Level `k`: read at `due[k]`, then filed at level `k + 1`.
+    levels: Vec<Vec<Filed>>,
+    due: Vec<Option<Instant>>,
+}
+
+impl Schedule {
+    fn new() -> Schedule {
+        Schedule {
+            spin: Vec::new(),
+            spin_until: Instant::now(),
+            levels: (0..LEVELS).map(|_| Vec::new()).collect(),
+            due: vec![None; LEVELS],
+        }
+    }
+
+    fn file(&mut self, level: usize, filed: Filed, now: Instant, top_pause: Duration) {
+        let level = level.min(LEVELS - 1);
+        if self.levels[level].is_empty() {
+            self.due[level] = Some(now + pause(level, top_pause));
+        }
+        self.levels[level].push(filed);
+    }
+
+    fn spin(&mut self, filed: Filed, now: Instant) {
+        self.spin.push(filed);
+        self.spin_until = self.spin_until.max(now + SPIN);
+    }
+
+    /// When the poller next has something to read.
+    fn next_due(&self) -> Option<Instant> {
+        let spin = (!self.spin.is_empty()).then_some(self.spin_until.min(Instant::now()));
+        self.due.iter().flatten().copied().chain(spin).min()
+    }
+}
+
+/// The pause of level `level`.
+fn pause(level: usize, top_pause: Duration) -> Duration {
+    if level + 1 >= LEVELS {
+        top_pause
+    } else {
+        (FIRST_PAUSE * (1u32 << level)).min(top_pause)
     }
 }
 
 type Job = Box<dyn FnOnce() + Send>;
 
-struct State<E> {
-    lanes: Vec<Lane<E>>,
-    jobs: VecDeque<Job>,
+/// Threads of one kind (blockers, jobs): how many run, are idle, and were summoned.
+#[derive(Default)]
+struct Crew {
     threads: usize,
     idle: usize,
-    /// Threads started or woken that have not looked for work yet: a command watched
-    /// meanwhile summons no other (the thread that takes work summons the next).
+    /// Started or woken, not yet looking for work: work queued meanwhile summons no other.
     summoned: usize,
+}
+
+struct State<E> {
+    lanes: HashMap<LaneKey, Lane<E>>,
+    watched: usize,
+    schedule: Schedule,
+    next_token: u64,
+    /// Gates set since the poller last looked (the *kicked* rule), by address.
+    kicked: Vec<usize>,
+    poller: bool,
+    /// When the sleeping poller wakes by itself.
+    poller_wakes: Option<Instant>,
+    /// The cost of one status read, in nanoseconds, as the poller last measured it.
+    read_ns: u64,
+    /// Lanes waiting for a blocker.
+    wanting: VecDeque<LaneKey>,
+    blockers: Crew,
+    jobs: VecDeque<Job>,
+    job_crew: Crew,
     /// The waiter is gone: threads end once nothing is left to do.
     closed: bool,
 }
 
+impl<E> State<E> {
+    /// The longest pause: [`MAX_PAUSE`], or longer where reading every watched command
+    /// that often would cost more than the [`POLL_SHARE`].
+    fn top_pause(&self) -> Duration {
+        let share = Duration::from_nanos(
+            (self.watched as u64)
+                .saturating_mul(self.read_ns)
+                .saturating_mul(u64::from(POLL_SHARE)),
+        );
+        MAX_PAUSE.max(share)
+    }
+
+    fn token(&mut self) -> u64 {
+        self.next_token += 1;
+        self.next_token
+    }
+}
+
 struct Shared<E> {
     state: Mutex<State<E>>,
-    work: Condvar,
+    poller_work: Condvar,
+    blocker_work: Condvar,
+    job_work: Condvar,
     next_id: AtomicU64,
     /// Per driver, whether its `clWaitForEvents` was measured to spin.
     spins: Mutex<Vec<(usize, bool)>>,
@@ -315,6 +407,19 @@ impl<E> Shared<E> {
     fn lock(&self) -> MutexGuard<'_, State<E>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Whether blockers wait on `driver`'s commands (the *blocked where it ends on its
+    /// own* rule).
+    fn blocks_on(&self, driver: usize) -> bool {
+        match wait_mode() {
+            WaitMode::Spin => true,
+            WaitMode::Quiet => false,
+            WaitMode::Measure => {
+                let spins = self.spins.lock().unwrap_or_else(PoisonError::into_inner);
+                !spins.iter().any(|&(d, s)| d == driver && s)
+            }
+        }
+    }
 }
 
 /// A waiter (see the module's rules).
@@ -323,19 +428,28 @@ pub(crate) struct Waiter<E: Awaited> {
 }
 
 impl<E: Awaited> Waiter<E> {
-    /// A waiter. No thread starts until a command is watched.
+    /// A waiter. No thread starts until a command is watched or a job run.
     pub(crate) fn new() -> Self {
         Waiter {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
-                    lanes: Vec::new(),
+                    lanes: HashMap::new(),
+                    watched: 0,
+                    schedule: Schedule::new(),
+                    next_token: 0,
+                    kicked: Vec::new(),
+                    poller: false,
+                    poller_wakes: None,
+                    read_ns: 0,
+                    wanting: VecDeque::new(),
+                    blockers: Crew::default(),
                     jobs: VecDeque::new(),
-                    threads: 0,
-                    idle: 0,
-                    summoned: 0,
+                    job_crew: Crew::default(),
                     closed: false,
                 }),
-                work: Condvar::new(),
+                poller_work: Condvar::new(),
+                blocker_work: Condvar::new(),
+                job_work: Condvar::new(),
                 spins: Mutex::new(Vec::new()),
                 next_id: AtomicU64::new(1),
             }),
@@ -343,7 +457,7 @@ impl<E: Awaited> Waiter<E> {
     }
 
     /// Watches `event`, running as `order` says: `watch` is marked ended and its waker
-    /// woken once the event has ended. `Err` when no thread could be started and none
+    /// woken once the event has ended. `Err` when the poller could not be started and none
     /// runs (the caller then waits another way).
     pub(crate) fn watch(
         &self,
@@ -356,36 +470,57 @@ impl<E: Awaited> Waiter<E> {
             Some(queue) => LaneKey::Queue(queue),
             None => LaneKey::Alone(id),
         };
-        let entry = Entry {
-            id,
-            driver: order.driver,
-            event,
-            watch,
-            ends_on_its_own: order.ends_on_its_own,
-            gates: order.gates,
-        };
+        let blocks = self.shared.blocks_on(order.driver);
+        let now = Instant::now();
         let mut state = self.shared.lock();
-        match state.lanes.iter_mut().find(|l| l.key == key) {
-            Some(lane) => lane.entries.push(entry),
-            None => state.lanes.push(Lane {
-                key,
-                in_order: order.in_order,
-                entries: vec![entry],
-                waits: Vec::new(),
-            }),
+        let token = state.token();
+        let lane = state.lanes.entry(key).or_insert_with(|| Lane {
+            in_order: order.in_order,
+            driver: order.driver,
+            gates: order.gates.clone(),
+            entries: BTreeMap::new(),
+            own: BTreeSet::new(),
+            blocked: None,
+            wanting: false,
+        });
+        lane.entries.insert(
+            id,
+            Entry {
+                event,
+                watch,
+                filed: token,
+            },
+        );
+        if order.ends_on_its_own {
+            lane.own.insert(id);
+        }
+        let blockable = lane.first_blockable().is_some();
+        let wants_blocker = blocks && blockable && !lane.wanting;
+        if wants_blocker {
+            lane.wanting = true;
+        }
+        state.watched += 1;
+        let top = state.top_pause();
+        let filed = Filed {
+            lane: key,
+            id,
+            token,
+        };
+        if blockable && !blocks {
+            // A spinning driver's command that ends on its own: read back to back.
+            state.schedule.spin(filed, now);
+        } else {
+            state.schedule.file(COVERED_LEVEL, filed, now, top);
         }
         let ticket = Ticket { id, lane: key };
-        let needs_thread = state.summoned == 0
-            && state
-                .lanes
-                .iter()
-                .find(|l| l.key == key)
-                .is_some_and(|l| l.uncovered().is_some());
-        if needs_thread {
-            if let Err(e) = summon(&self.shared, state) {
-                self.forget(&ticket);
-                return Err(e);
-            }
+        if wants_blocker {
+            state.wanting.push_back(key);
+            summon_blocker(&self.shared, &mut state);
+        }
+        if let Err(e) = ensure_poller(&self.shared, &mut state) {
+            drop(state);
+            self.forget(&ticket);
+            return Err(e);
         }
         Ok(ticket)
     }
@@ -395,17 +530,16 @@ impl<E: Awaited> Waiter<E> {
     pub(crate) fn forget(&self, ticket: &Ticket) {
         let removed = {
             let mut state = self.shared.lock();
-            let Some(l) = state.lanes.iter().position(|l| l.key == ticket.lane) else {
+            let Some(lane) = state.lanes.get_mut(&ticket.lane) else {
                 return;
             };
-            let lane = &mut state.lanes[l];
-            let removed = lane
-                .entries
-                .iter()
-                .position(|e| e.id == ticket.id)
-                .map(|i| lane.entries.remove(i));
-            if lane.entries.is_empty() && lane.waits.is_empty() {
-                state.lanes.swap_remove(l);
+            let removed = lane.entries.remove(&ticket.id);
+            lane.own.remove(&ticket.id);
+            if lane.entries.is_empty() && lane.blocked.is_none() {
+                state.lanes.remove(&ticket.lane);
+            }
+            if removed.is_some() {
+                state.watched -= 1;
             }
             removed
         };
@@ -416,14 +550,63 @@ impl<E: Awaited> Waiter<E> {
         drop(removed);
     }
 
-    /// The *jobs* rule: runs `job` on a waiter thread. `Err` (with the job back) when no
+    /// The *kicked* rule: a gate of `gates` was set; their context's commands are read back
+    /// to back for a while.
+    pub(crate) fn kick(&self, gates: &OpenGates) {
+        let mut state = self.shared.lock();
+        if state.watched == 0 {
+            return;
+        }
+        state.kicked.push(std::ptr::from_ref(gates) as usize);
+        // A blocker for lanes whose commands now end on their own.
+        if gates.count() == 0 {
+            let lanes: Vec<LaneKey> = state
+                .lanes
+                .iter()
+                .filter(|(_, l)| {
+                    !l.wanting
+                        && l.gates_key() == Some(std::ptr::from_ref(gates) as usize)
+                        && l.first_blockable().is_some()
+                        && self.shared.blocks_on(l.driver)
+                })
+                .map(|(k, _)| *k)
+                .collect();
+            for key in lanes {
+                if let Some(lane) = state.lanes.get_mut(&key) {
+                    lane.wanting = true;
+                }
+                state.wanting.push_back(key);
+                summon_blocker(&self.shared, &mut state);
+            }
+        }
+        drop(state);
+        self.shared.poller_work.notify_one();
+    }
+
+    /// The *jobs* rule: runs `job` on a job thread. `Err` (with the job back) when no
     /// thread could be started and none runs.
     pub(crate) fn run(&self, job: Job) -> Result<(), (std::io::Error, Job)> {
         let mut state = self.shared.lock();
         state.jobs.push_back(job);
-        if let Err(e) = summon(&self.shared, state) {
+        if state.job_crew.idle > state.job_crew.summoned {
+            state.job_crew.summoned += 1;
+            drop(state);
+            self.shared.job_work.notify_one();
+            return Ok(());
+        }
+        state.job_crew.threads += 1;
+        state.job_crew.summoned += 1;
+        drop(state);
+        let theirs = self.shared.clone();
+        let started = std::thread::Builder::new()
+            .name("cl-lifetime-job".into())
+            .spawn(move || run_jobs(&theirs));
+        if let Err(e) = started {
             let mut state = self.shared.lock();
-            if state.threads == 0 {
+            state.job_crew.threads -= 1;
+            state.job_crew.summoned -= 1;
+            log::error!(target: "cl_lifetime::waiter", "no job thread: {e}");
+            if state.job_crew.threads == 0 {
                 if let Some(job) = state.jobs.pop_back() {
                     return Err((e, job));
                 }
@@ -432,86 +615,156 @@ impl<E: Awaited> Waiter<E> {
         Ok(())
     }
 
-    /// How many threads the waiter runs now.
+    /// How many threads the waiter runs now: the poller, blockers and job threads.
     #[cfg(test)]
     pub(crate) fn threads(&self) -> usize {
-        self.shared.lock().threads
+        let state = self.shared.lock();
+        usize::from(state.poller) + state.blockers.threads + state.job_crew.threads
+    }
+
+    /// How many blockers run now.
+    #[cfg(test)]
+    pub(crate) fn blockers(&self) -> usize {
+        self.shared.lock().blockers.threads
     }
 
     /// How many commands it watches now.
     #[cfg(test)]
     pub(crate) fn watched(&self) -> usize {
-        self.shared
-            .lock()
-            .lanes
-            .iter()
-            .map(|l| l.entries.len())
-            .sum()
+        self.shared.lock().watched
     }
 }
 
 impl<E: Awaited> Drop for Waiter<E> {
     fn drop(&mut self) {
         self.shared.lock().closed = true;
-        self.shared.work.notify_all();
+        self.shared.poller_work.notify_all();
+        self.shared.blocker_work.notify_all();
+        self.shared.job_work.notify_all();
     }
 }
 
-/// What a thread does next.
-enum Task<E> {
-    Job(Job),
-    Wait {
-        lane: LaneKey,
-        id: u64,
-        driver: usize,
-        event: Arc<E>,
-        watch: Arc<Watch>,
-    },
+/// Starts the poller if none runs; wakes it if it sleeps past the schedule's next read.
+fn ensure_poller<E: Awaited>(shared: &Arc<Shared<E>>, state: &mut State<E>) -> std::io::Result<()> {
+    if state.poller {
+        let next = state.schedule.next_due();
+        if next.is_some_and(|n| state.poller_wakes.is_none_or(|w| n < w)) {
+            shared.poller_work.notify_one();
+        }
+        return Ok(());
+    }
+    let theirs = shared.clone();
+    std::thread::Builder::new()
+        .name("cl-lifetime-poller".into())
+        .stack_size(STACK)
+        .spawn(move || poll(&theirs))?;
+    state.poller = true;
+    Ok(())
+}
+
+/// Wakes an idle blocker, or starts one below [`MAX_BLOCKERS`]; beyond them the lane
+/// waits in `wanting` for one to come free.
+fn summon_blocker<E: Awaited>(shared: &Arc<Shared<E>>, state: &mut State<E>) {
+    let crew = &mut state.blockers;
+    if crew.idle > crew.summoned {
+        crew.summoned += 1;
+        shared.blocker_work.notify_one();
+        return;
+    }
+    if crew.threads >= MAX_BLOCKERS || crew.summoned > 0 {
+        return;
+    }
+    crew.threads += 1;
+    crew.summoned += 1;
+    let theirs = shared.clone();
+    let started = std::thread::Builder::new()
+        .name("cl-lifetime-blocker".into())
+        .stack_size(STACK)
+        .spawn(move || block(&theirs));
+    if let Err(e) = started {
+        // The poller covers the lane.
+        state.blockers.threads -= 1;
+        state.blockers.summoned -= 1;
+        log::debug!(target: "cl_lifetime::waiter", "no blocker thread: {e}");
+    }
+}
+
+/// Waits on `event` of `driver` in `clWaitForEvents`; the first wait of a driver's of at
+/// least [`MEASURED_WAIT`] tells whether its waits spin.
+fn wait_for<E: Awaited>(shared: &Shared<E>, event: &E, driver: usize) {
+    let known = {
+        let spins = shared.spins.lock().unwrap_or_else(PoisonError::into_inner);
+        spins.iter().any(|(d, _)| *d == driver)
+    };
+    if known || wait_mode() != WaitMode::Measure {
+        event.wait();
+        return;
+    }
+    let (start, cpu) = (Instant::now(), thread_cpu_ns());
+    event.wait();
+    let wall = start.elapsed();
+    let (Some(before), Some(after)) = (cpu, thread_cpu_ns()) else {
+        return;
+    };
+    if wall >= MEASURED_WAIT {
+        let spun = u128::from(after.saturating_sub(before)) * 2 >= wall.as_nanos();
+        log::debug!(
+            target: "cl_lifetime::waiter",
+            "a wait of {wall:?} used {} µs of CPU: {}",
+            after.saturating_sub(before) / 1000,
+            if spun { "the poller reads this driver's commands" } else { "blockers wait in clWaitForEvents" }
+        );
+        let mut spins = shared.spins.lock().unwrap_or_else(PoisonError::into_inner);
+        if !spins.iter().any(|(d, _)| *d == driver) {
+            spins.push((driver, spun));
+        }
+    }
+}
+
+/// Wakes every watch in `ended`, outside every lock of the waiter.
+fn wake_all(ended: Vec<Arc<Watch>>) {
+    for watch in ended {
+        watch.end_and_wake();
+    }
 }
 
 impl<E: Awaited> State<E> {
-    /// A job, else a wait on the first uncovered command, noted in its lane's waits.
-    fn next(&mut self) -> Option<Task<E>> {
-        if let Some(job) = self.jobs.pop_front() {
-            return Some(Task::Job(job));
+    /// Takes the ended command `id` of `lane` off the waiter, if it is still there.
+    fn take_ended(&mut self, key: LaneKey, id: u64) -> Option<Entry<E>> {
+        let lane = self.lanes.get_mut(&key)?;
+        let entry = lane.entries.remove(&id)?;
+        lane.own.remove(&id);
+        if lane.entries.is_empty() && lane.blocked.is_none() {
+            self.lanes.remove(&key);
         }
-        let (lane, i) = self
-            .lanes
-            .iter_mut()
-            .find_map(|l| l.uncovered().map(|i| (l, i)))?;
-        let entry = &lane.entries[i];
-        lane.waits.push(Wait {
-            id: entry.id,
-            ends_on_its_own: entry.ends_on_its_own
-                || entry.gates.as_ref().is_some_and(|g| g.count() == 0),
-        });
-        Some(Task::Wait {
-            lane: lane.key,
-            id: entry.id,
-            driver: entry.driver,
-            event: entry.event.clone(),
-            watch: entry.watch.clone(),
-        })
+        self.watched -= 1;
+        Some(entry)
     }
 
-    /// After a wait on command `id` of `lane` returned: the wait is over, and the lane's
-    /// ended commands leave it (the *read in order* rule); their watches are handed back.
-    fn waited(&mut self, key: LaneKey, id: u64) -> Vec<Arc<Watch>> {
-        let Some(l) = self.lanes.iter().position(|l| l.key == key) else {
-            return Vec::new();
-        };
-        let lane = &mut self.lanes[l];
-        lane.waits.retain(|w| w.id != id);
+    /// The *read in order* rule, after a blocker's wait on `id` of `key` returned: the
+    /// ended commands leave the lane, their watches handed back.
+    fn read_lane(&mut self, key: LaneKey, id: u64) -> (Vec<Arc<Watch>>, Vec<Arc<E>>) {
         let mut ended = Vec::new();
-        if let Some(i) = lane.entries.iter().position(|e| e.id == id) {
-            ended.push(lane.entries.remove(i).watch);
+        let mut events = Vec::new();
+        if let Some(lane) = self.lanes.get_mut(&key) {
+            lane.blocked = None;
         }
-        // Read oldest first; the ended leave in one pass (a lane can hold thousands).
+        if let Some(entry) = self.take_ended(key, id) {
+            ended.push(entry.watch);
+            events.push(entry.event);
+        }
+        let Some(lane) = self.lanes.get(&key) else {
+            return (ended, events);
+        };
+        if lane.entries.is_empty() {
+            self.lanes.remove(&key);
+            return (ended, events);
+        }
         let mut pending_seen = 0;
         let mut ended_ids = Vec::new();
-        for entry in &lane.entries {
+        for (&eid, entry) in &lane.entries {
             if entry.event.has_ended() {
-                ended_ids.push(entry.id);
+                ended_ids.push(eid);
                 continue;
             }
             pending_seen += 1;
@@ -519,179 +772,274 @@ impl<E: Awaited> State<E> {
                 break;
             }
         }
-        if !ended_ids.is_empty() {
-            let mut next = 0;
-            lane.entries.retain_mut(|e| {
-                if ended_ids.get(next) == Some(&e.id) {
-                    next += 1;
-                    ended.push(e.watch.clone());
-                    false
-                } else {
-                    true
-                }
-            });
+        for eid in ended_ids {
+            if let Some(entry) = self.take_ended(key, eid) {
+                ended.push(entry.watch);
+                events.push(entry.event);
+            }
         }
-        if lane.entries.is_empty() && lane.waits.is_empty() {
-            self.lanes.swap_remove(l);
-        }
-        ended
+        (ended, events)
     }
-}
 
-/// Wakes an idle thread, or starts one below [`MAX_THREADS`] (the *threads on demand*
-/// rule). `Err` only when a thread was needed, none could be started and none runs.
-fn summon<E: Awaited>(
-    shared: &Arc<Shared<E>>,
-    mut state: MutexGuard<'_, State<E>>,
-) -> std::io::Result<()> {
-    if state.idle > state.summoned {
-        state.summoned += 1;
-        drop(state);
-        shared.work.notify_one();
-        return Ok(());
-    }
-    if state.threads >= MAX_THREADS {
-        log::debug!(target: "cl_lifetime::waiter", "{MAX_THREADS} waiter threads busy; a wait queues");
-        return Ok(());
-    }
-    state.threads += 1;
-    state.summoned += 1;
-    drop(state);
-    let theirs = shared.clone();
-    let started = std::thread::Builder::new()
-        .name("cl-lifetime-waiter".into())
-        .stack_size(STACK)
-        .spawn(move || run(&theirs));
-    match started {
-        Ok(_) => Ok(()),
-        Err(e) => {
-            let mut state = shared.lock();
-            state.threads -= 1;
-            state.summoned -= 1;
-            log::error!(target: "cl_lifetime::waiter", "no waiter thread: {e}");
-            if state.threads == 0 { Err(e) } else { Ok(()) }
+    /// Files every command of the kicked gates' contexts to be read back to back.
+    fn apply_kicks(&mut self, now: Instant) {
+        if self.kicked.is_empty() {
+            return;
         }
-    }
-}
-
-/// The *quiet on a spinning driver* rule: waits for `event` of `driver` in
-/// `clWaitForEvents`, unless that driver's was measured to spin (NVIDIA's does: a thread
-/// blocked there uses a whole core), where it sleeps until the driver's callback at the
-/// command's end. The first wait of a driver's of at least [`MEASURED_WAIT`] measures it.
-fn wait_for<E: Awaited>(shared: &Shared<E>, event: &E, driver: usize) {
-    let known = || {
-        let spins = shared.spins.lock().unwrap_or_else(PoisonError::into_inner);
-        spins.iter().find(|(d, _)| *d == driver).map(|&(_, s)| s)
-    };
-    match (wait_mode(), known()) {
-        (WaitMode::Spin, _) | (WaitMode::Measure, Some(false)) => event.wait(),
-        (WaitMode::Quiet, _) | (WaitMode::Measure, Some(true)) => event.wait_quietly(),
-        (WaitMode::Measure, None) => {
-            let (start, cpu) = (std::time::Instant::now(), thread_cpu_ns());
-            event.wait();
-            let wall = start.elapsed();
-            let (Some(before), Some(after)) = (cpu, thread_cpu_ns()) else {
-                return;
-            };
-            if wall >= MEASURED_WAIT {
-                let spun = after.saturating_sub(before) as u128 * 2 >= wall.as_nanos();
-                log::debug!(
-                    target: "cl_lifetime::waiter",
-                    "a wait of {wall:?} used {} µs of CPU: waits {}",
-                    after.saturating_sub(before) / 1000,
-                    if spun { "go through callbacks" } else { "block in clWaitForEvents" }
+        let kicked = std::mem::take(&mut self.kicked);
+        let mut spun = Vec::new();
+        for (key, lane) in &self.lanes {
+            if lane.gates_key().is_some_and(|g| kicked.contains(&g)) {
+                spun.extend(lane.entries.keys().map(|&id| (*key, id)));
+            }
+        }
+        for (key, id) in spun {
+            let token = self.token();
+            if let Some(entry) = self
+                .lanes
+                .get_mut(&key)
+                .and_then(|l| l.entries.get_mut(&id))
+            {
+                entry.filed = token;
+                self.schedule.spin(
+                    Filed {
+                        lane: key,
+                        id,
+                        token,
+                    },
+                    now,
                 );
-                let mut spins = shared.spins.lock().unwrap_or_else(PoisonError::into_inner);
-                if !spins.iter().any(|(d, _)| *d == driver) {
-                    spins.push((driver, spun));
-                }
             }
         }
     }
+
+    /// Whether `f` is still where the command of `f` is filed.
+    fn is_filed(&self, f: &Filed) -> bool {
+        self.lanes
+            .get(&f.lane)
+            .and_then(|l| l.entries.get(&f.id))
+            .is_some_and(|e| e.filed == f.token)
+    }
+
+    /// What the poller reads now: the spinning commands while the spin lasts (level
+    /// `None`), and the levels that are due.
+    fn due_batch(&mut self, now: Instant) -> Vec<(Filed, Option<usize>)> {
+        let mut batch = Vec::new();
+        if !self.schedule.spin.is_empty() {
+            let spin = std::mem::take(&mut self.schedule.spin);
+            if now < self.schedule.spin_until {
+                batch.extend(spin.into_iter().map(|f| (f, None)));
+            } else {
+                let top = self.top_pause();
+                for f in spin {
+                    self.schedule.file(0, f, now, top);
+                }
+            }
+        }
+        for level in 0..LEVELS {
+            if self.schedule.due[level].is_some_and(|d| d <= now) {
+                self.schedule.due[level] = None;
+                let filed = std::mem::take(&mut self.schedule.levels[level]);
+                batch.extend(filed.into_iter().map(|f| (f, Some(level))));
+            }
+        }
+        batch
+    }
 }
 
-/// A waiter thread.
-fn run<E: Awaited>(shared: &Arc<Shared<E>>) {
+/// A command the poller reads: where it was filed, at which level, and its event.
+type Read<E> = (Filed, Option<usize>, Arc<E>);
+
+/// The poller (the *polled* and *kicked* rules).
+fn poll<E: Awaited>(shared: &Arc<Shared<E>>) {
+    let mut state = shared.lock();
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        state.apply_kicks(now);
+        let batch = state.due_batch(now);
+        if batch.is_empty() {
+            if state.watched == 0 && state.schedule.spin.is_empty() {
+                let since = *idle_since.get_or_insert(now);
+                if state.closed || now.duration_since(since) >= IDLE_EXIT {
+                    break;
+                }
+            } else {
+                idle_since = None;
+            }
+            let wake_at = state
+                .schedule
+                .next_due()
+                .map_or(now + IDLE_EXIT, |d| d.min(now + IDLE_EXIT));
+            state.poller_wakes = Some(wake_at);
+            let (s, _) = shared
+                .poller_work
+                .wait_timeout(state, wake_at.saturating_duration_since(now))
+                .unwrap_or_else(PoisonError::into_inner);
+            state = s;
+            state.poller_wakes = None;
+            continue;
+        }
+        idle_since = None;
+        let reads: Vec<Read<E>> = batch
+            .into_iter()
+            .filter_map(|(f, level)| {
+                let entry = state.lanes.get(&f.lane)?.entries.get(&f.id)?;
+                (entry.filed == f.token).then(|| (f, level, entry.event.clone()))
+            })
+            .collect();
+        drop(state);
+        let started = Instant::now();
+        let ended: Vec<bool> = reads.iter().map(|(_, _, e)| e.has_ended()).collect();
+        let cost = started.elapsed();
+        state = shared.lock();
+        if !reads.is_empty() {
+            state.read_ns =
+                u64::try_from(cost.as_nanos() / reads.len() as u128).unwrap_or(u64::MAX);
+        }
+        let now = Instant::now();
+        let top = state.top_pause();
+        let mut woken = Vec::new();
+        let mut events = Vec::with_capacity(reads.len());
+        let mut spun = false;
+        for ((f, level, event), ended) in reads.into_iter().zip(ended) {
+            events.push(event);
+            if !state.is_filed(&f) {
+                continue;
+            }
+            if ended {
+                if let Some(entry) = state.take_ended(f.lane, f.id) {
+                    woken.push(entry.watch);
+                    events.push(entry.event);
+                }
+                continue;
+            }
+            match level {
+                None if now < state.schedule.spin_until => {
+                    spun = true;
+                    state.schedule.spin.push(f);
+                }
+                None => state.schedule.file(0, f, now, top),
+                Some(k) => state.schedule.file(k + 1, f, now, top),
+            }
+        }
+        drop(state);
+        // Outside the lock: wakers and the events' releases.
+        wake_all(woken);
+        drop(events);
+        if spun {
+            // Back to back, leaving the core to the driver's threads between passes.
+            std::thread::yield_now();
+        }
+        state = shared.lock();
+    }
+    state.poller = false;
+}
+
+/// A blocker (the *blocked where it ends on its own* rule).
+fn block<E: Awaited>(shared: &Arc<Shared<E>>) {
     let mut state = shared.lock();
     // Started summoned.
     let mut summoned = true;
     loop {
-        let task = state.next();
         if std::mem::take(&mut summoned) {
-            state.summoned -= 1;
+            state.blockers.summoned -= 1;
         }
-        // The *threads on demand* rule: the next uncovered command gets its own thread.
-        if task.is_some() && state.summoned == 0 && state.has_uncovered() {
-            if let Err(e) = summon(shared, state) {
-                log::debug!(target: "cl_lifetime::waiter", "no second waiter thread: {e}");
+        let mut work = None;
+        while let Some(key) = state.wanting.pop_front() {
+            let Some(lane) = state.lanes.get_mut(&key) else {
+                continue;
+            };
+            lane.wanting = false;
+            if !shared.blocks_on(lane.driver) {
+                continue;
             }
-            state = shared.lock();
+            if let Some(id) = lane.first_blockable() {
+                lane.blocked = Some(id);
+                let (event, driver) = (lane.entries[&id].event.clone(), lane.driver);
+                work = Some((key, id, event, driver));
+                break;
+            }
         }
-        match task {
-            Some(Task::Job(job)) => {
-                drop(state);
-                job();
-                state = shared.lock();
-            }
-            Some(Task::Wait {
-                lane,
-                id,
-                driver,
-                event,
-                watch,
-            }) => {
+        // The next lane waiting gets a thread of its own.
+        if work.is_some() && !state.wanting.is_empty() {
+            summon_blocker(shared, &mut state);
+        }
+        match work {
+            Some((key, id, event, driver)) => {
                 drop(state);
                 wait_for(shared, &*event, driver);
-                // Its own task first, before the lane is read (a forgotten command's watch
-                // holds no waker).
-                if let Some(waker) = watch.end() {
-                    waker.wake();
-                }
-                drop(watch);
-                let ended = shared.lock().waited(lane, id);
-                // Outside the lock (the *wake outside the lock* rule); the event may be
-                // released here too.
                 drop(event);
-                for watch in ended {
-                    if let Some(waker) = watch.end() {
-                        waker.wake();
+                state = shared.lock();
+                let (ended, events) = state.read_lane(key, id);
+                // The lane's next command that ends on its own, first in line.
+                if let Some(lane) = state.lanes.get_mut(&key) {
+                    if !lane.wanting && lane.first_blockable().is_some() {
+                        lane.wanting = true;
+                        state.wanting.push_front(key);
                     }
                 }
+                drop(state);
+                wake_all(ended);
+                drop(events);
                 state = shared.lock();
             }
             None => {
-                if state.closed && state.lanes.is_empty() {
+                if state.closed {
                     break;
                 }
-                state.idle += 1;
+                state.blockers.idle += 1;
                 let (s, timeout) = shared
-                    .work
+                    .blocker_work
                     .wait_timeout(state, IDLE_EXIT)
                     .unwrap_or_else(PoisonError::into_inner);
                 state = s;
-                state.idle -= 1;
-                // A summons, if one is out, is this thread's to answer: it looks for work.
-                let summons = state.summoned > 0;
-                if summons {
-                    state.summoned -= 1;
-                }
-                if timeout.timed_out()
-                    && !summons
-                    && state.jobs.is_empty()
-                    && !state.has_uncovered()
-                {
+                state.blockers.idle -= 1;
+                // A summons, if one is out, is this thread's to answer.
+                if state.blockers.summoned > 0 {
+                    summoned = true;
+                } else if timeout.timed_out() && state.wanting.is_empty() {
                     break;
                 }
             }
         }
     }
-    state.threads -= 1;
+    state.blockers.threads -= 1;
 }
 
-impl<E> State<E> {
-    fn has_uncovered(&self) -> bool {
-        self.lanes.iter().any(|l| l.uncovered().is_some())
+/// A job thread (the *jobs* rule).
+fn run_jobs<E: Awaited>(shared: &Arc<Shared<E>>) {
+    let mut state = shared.lock();
+    let mut summoned = true;
+    loop {
+        if std::mem::take(&mut summoned) {
+            state.job_crew.summoned -= 1;
+        }
+        if let Some(job) = state.jobs.pop_front() {
+            drop(state);
+            if contained(job).is_err() {
+                log::error!(target: "cl_lifetime::waiter", "a job panicked on a library thread; the thread goes on");
+            }
+            state = shared.lock();
+            continue;
+        }
+        if state.closed {
+            break;
+        }
+        state.job_crew.idle += 1;
+        let (s, timeout) = shared
+            .job_work
+            .wait_timeout(state, IDLE_EXIT)
+            .unwrap_or_else(PoisonError::into_inner);
+        state = s;
+        state.job_crew.idle -= 1;
+        if state.job_crew.summoned > 0 {
+            summoned = true;
+        } else if timeout.timed_out() && state.jobs.is_empty() {
+            break;
+        }
     }
+    state.job_crew.threads -= 1;
 }
 
 /// The process's waiter, for every context's commands.
@@ -837,7 +1185,7 @@ mod tests {
     }
 
     #[test]
-    fn commands_that_end_on_their_own_share_one_thread_per_queue() {
+    fn commands_that_end_on_their_own_share_one_blocker_per_queue() {
         let waiter = Waiter::new();
         let none_open = gates(0);
         let commands: Vec<Arc<Command>> = (0..2000).map(|_| Arc::default()).collect();
@@ -845,7 +1193,7 @@ mod tests {
             .iter()
             .map(|c| watch(&waiter, c, order(Some(3), true, &none_open)).1)
             .collect();
-        assert!(waiter.threads() <= 1, "{} threads", waiter.threads());
+        assert!(waiter.blockers() <= 1, "{} blockers", waiter.blockers());
         for command in &commands {
             command.end();
         }
@@ -853,6 +1201,164 @@ mod tests {
             tasks.iter().all(|t| t.woken() == 1)
         });
         eventually("nothing is left watched", || waiter.watched() == 0);
+    }
+
+    /// Issue 47's deadlock, without a device: far more commands behind closed gates than
+    /// the waiter has threads, on lanes of their own and on queues; a command that waits
+    /// for no gate ends, and its task must be woken while every gated one still waits. The
+    /// threads stay bounded whatever the count.
+    #[test]
+    fn gated_commands_beyond_any_thread_count_never_starve_an_ungated_one() {
+        let waiter = Waiter::new();
+        let open = gates(1);
+        let gated: Vec<Arc<Command>> = (0..3000).map(|_| Arc::default()).collect();
+        let gated_tasks: Vec<_> = gated
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let queue = (i % 3 != 0).then_some(i as u64 % 7);
+                watch(&waiter, c, order(queue, false, &open)).1
+            })
+            .collect();
+        // Waits for no gate, but was enqueued while one was closed: not known to end on
+        // its own.
+        let ungated = Arc::new(Command::default());
+        let (_, task, _) = watch(&waiter, &ungated, order(Some(2), false, &open));
+        assert!(
+            waiter.threads() <= 1 + super::MAX_BLOCKERS,
+            "{} threads",
+            waiter.threads()
+        );
+        ungated.end();
+        eventually("the ungated command's task is woken", || task.woken() == 1);
+        assert!(gated_tasks.iter().all(|t| t.woken() == 0));
+        for command in &gated {
+            command.end();
+        }
+        waiter.kick(&open);
+        eventually("every gated task is woken", || {
+            gated_tasks.iter().all(|t| t.woken() == 1)
+        });
+        eventually("nothing is left watched", || waiter.watched() == 0);
+    }
+
+    /// A task's waker that panics.
+    struct Panicking;
+
+    impl Wake for Panicking {
+        fn wake(self: Arc<Self>) {
+            panic!("a waker that panics");
+        }
+    }
+
+    #[test]
+    fn a_waker_that_panics_is_contained_and_its_lane_still_wakes() {
+        let waiter = Waiter::new();
+        let none_open = gates(0);
+        for _ in 0..3 {
+            let command = Arc::new(Command::default());
+            let watched = Arc::new(Watch::default());
+            assert!(!watched.ended_or_wake(&Waker::from(Arc::new(Panicking))));
+            waiter
+                .watch(
+                    command.clone(),
+                    order(Some(5), true, &none_open),
+                    watched.clone(),
+                )
+                .unwrap();
+            command.end();
+            eventually("the panicking waker was called", || {
+                watched.lock().panic.is_some()
+            });
+            let later = Arc::new(Command::default());
+            let (_, task, _) = watch(&waiter, &later, order(Some(5), true, &none_open));
+            later.end();
+            eventually("a later command of the lane is woken", || task.woken() == 1);
+        }
+    }
+
+    #[test]
+    fn a_job_that_panics_leaves_the_jobs_running() {
+        let waiter: Waiter<Command> = Waiter::new();
+        for _ in 0..50 {
+            waiter
+                .run(Box::new(|| panic!("a job that panics")))
+                .map_err(|(e, _)| e)
+                .unwrap();
+        }
+        let (send, receive) = std::sync::mpsc::channel();
+        waiter
+            .run(Box::new(move || send.send(7).unwrap()))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        assert_eq!(receive.recv_timeout(Duration::from_secs(10)), Ok(7));
+    }
+
+    /// Every program of three commands, each on one of two queues or a lane of its own,
+    /// gated or not, ended in every order, with the gates set through the library (a kick)
+    /// or through their raw handles (none): every task is woken exactly once, never before
+    /// its command ended, and a gated command is ended only after every ungated one's task
+    /// was woken (a program may open its gates only then).
+    #[test]
+    fn every_program_of_three_commands_wakes_each_once_after_its_end() {
+        const ORDERS: [[usize; 3]; 6] = [
+            [0, 1, 2],
+            [0, 2, 1],
+            [1, 0, 2],
+            [1, 2, 0],
+            [2, 0, 1],
+            [2, 1, 0],
+        ];
+        let lanes = [Some(1), Some(2), None];
+        let mut programs = 0;
+        for shape in 0..27 {
+            for gating in 0..8u32 {
+                for ending in ORDERS {
+                    for kicked in [false, true] {
+                        let waiter = Waiter::new();
+                        let open = gates(usize::from(gating != 0));
+                        let none_open = gates(0);
+                        let mut watched = Vec::new();
+                        for c in 0..3 {
+                            let lane = lanes[(shape / 3usize.pow(c as u32)) % 3];
+                            let gated = gating & (1 << c) != 0;
+                            let command = Arc::new(Command::default());
+                            let order = if gated {
+                                order(lane, false, &open)
+                            } else {
+                                order(lane, true, &none_open)
+                            };
+                            let (_, task, _) = watch(&waiter, &command, order);
+                            watched.push((command, task, gated));
+                        }
+                        // The ungated first, in the program's order; then the gated.
+                        let sequence: Vec<usize> = ending
+                            .iter()
+                            .copied()
+                            .filter(|&c| !watched[c].2)
+                            .chain(ending.iter().copied().filter(|&c| watched[c].2))
+                            .collect();
+                        for c in sequence {
+                            let (command, task, gated) = &watched[c];
+                            assert_eq!(task.woken(), 0, "woken before its command ended");
+                            command.end();
+                            if *gated && kicked {
+                                waiter.kick(&open);
+                            }
+                            eventually("a task woken after its command ended", || {
+                                task.woken() == 1
+                            });
+                        }
+                        eventually("nothing is left watched", || waiter.watched() == 0);
+                        for (_, task, _) in &watched {
+                            assert_eq!(task.woken(), 1);
+                        }
+                        programs += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(programs, 27 * 8 * 6 * 2);
     }
 
     #[test]
@@ -939,6 +1445,10 @@ mod tests {
             while !gated.is_empty() {
                 let (command, _, task, _) = gated.swap_remove(next(gated.len() as u64) as usize);
                 command.end();
+                // Set through the library (a kick), or through the gate's raw handle.
+                if next(3) != 0 {
+                    waiter.kick(&open);
+                }
                 eventually("a gated command's task is woken", || task.woken() == 1);
             }
             eventually("nothing is left watched", || waiter.watched() == 0);

@@ -394,3 +394,497 @@ fn a_lent_write_awaited_hands_its_vec_back() {
     });
     assert_eq!(frames, vec![3u32; 2048]);
 }
+
+/// How many tasks await commands behind closed gates in the *never starve* test: more than
+/// any thread count a waiter might block per command (256 did before), 100,000 in
+/// `make stress` (`CL_LIFETIME_GATED_AWAITS`).
+fn gated_awaits() -> usize {
+    std::env::var("CL_LIFETIME_GATED_AWAITS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1000)
+}
+
+/// Issue 47's deadlock: many tasks await commands behind closed gates; one more awaits its
+/// own read, which waits for no gate, and opens the gates once it has it. Its read ends,
+/// so its task must be woken however many others wait, and then all of them.
+#[test]
+fn awaits_behind_closed_gates_never_starve_an_ungated_one() {
+    common::isolated(
+        &test_path!(awaits_behind_closed_gates_never_starve_an_ungated_one),
+        common::CHILD_LIMIT,
+        &[],
+        || {
+            let Some(ctx) = async_context() else { return };
+            let count = gated_awaits();
+            let queues: Vec<_> = (0..4).map(|_| ctx.queue().unwrap()).collect();
+            let gates: Vec<_> = (0..8).map(|_| ctx.user_event().unwrap()).collect();
+            let buffers: Vec<_> = (0..64).map(|_| ctx.buffer::<u32>(16).unwrap()).collect();
+            let mut gated = Vec::with_capacity(count);
+            for i in 0..count {
+                let gate = &gates[i % gates.len()];
+                let fill = queues[i % queues.len()]
+                    .after(&[gate.event()])
+                    .fill(&buffers[i % buffers.len()], i as u32)
+                    .unwrap();
+                gated.push(fill);
+            }
+            let mine = ctx.buffer_from(&[5u32; 64]).unwrap();
+            let reader = ctx.queue().unwrap();
+            let ended = runtime().block_on(async move {
+                let tasks: Vec<_> = gated
+                    .into_iter()
+                    .map(|fill| tokio::spawn(fill.into_future()))
+                    .collect();
+                // Every gated task has polled its command once (and is pending) before
+                // the opener starts.
+                tokio::task::yield_now().await;
+                let opener = tokio::spawn(async move {
+                    let data = reader.read_owned(&mine).unwrap().await.unwrap();
+                    assert_eq!(data, vec![5u32; 64]);
+                    for gate in gates {
+                        gate.complete().unwrap();
+                    }
+                });
+                opener.await.unwrap();
+                let mut ended = 0;
+                for task in tasks {
+                    task.await.unwrap().unwrap();
+                    ended += 1;
+                }
+                ended
+            });
+            assert_eq!(ended, count);
+        },
+    );
+}
+
+/// A waker that panics when woken, counting its wakes first.
+#[derive(Default)]
+struct Panicking(Counting);
+
+impl Wake for Panicking {
+    fn wake(self: Arc<Self>) {
+        self.0.0.fetch_add(1, Ordering::SeqCst);
+        panic!("a waker that panics when woken");
+    }
+}
+
+/// Issue 47: a waker that panics runs on a library thread; that thread must survive it, and
+/// later awaits on the same queue must still be woken.
+#[test]
+fn a_waker_that_panics_leaves_later_awaits_on_its_queue_woken() {
+    common::isolated(
+        &test_path!(a_waker_that_panics_leaves_later_awaits_on_its_queue_woken),
+        common::CHILD_LIMIT,
+        &[],
+        || {
+            let Some(ctx) = async_context() else { return };
+            let queue = ctx.queue().unwrap();
+            let buf = ctx.buffer::<u32>(64).unwrap();
+            for round in 0..3 {
+                let gate = ctx.user_event().unwrap();
+                let fill = queue.after(&[gate.event()]).fill(&buf, round).unwrap();
+                let mut ended = fill.ended();
+                let panicking = Arc::new(Panicking::default());
+                let waker = Waker::from(panicking.clone());
+                assert!(
+                    std::pin::Pin::new(&mut ended)
+                        .poll(&mut TaskContext::from_waker(&waker))
+                        .is_pending()
+                );
+                gate.complete().unwrap();
+                // A later await on the same queue, woken as any other.
+                let gate = ctx.user_event().unwrap();
+                let later = queue.after(&[gate.event()]).fill(&buf, round + 10).unwrap();
+                let mut later = later.ended();
+                let task = Arc::new(Counting::default());
+                assert!(poll_once(&mut later, &task).is_pending());
+                gate.complete().unwrap();
+                task.wait_woken("an await on the queue after a waker panicked");
+                assert!(matches!(poll_once(&mut later, &task), Poll::Ready(Ok(()))));
+                // The panicking task, polled again once its waker was called, gets the
+                // waker's panic.
+                panicking.0.wait_woken("the panicking waker");
+                let resumed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let task = Arc::new(Counting::default());
+                    let _ = poll_once(&mut ended, &task);
+                }));
+                assert!(
+                    resumed.is_err(),
+                    "round {round}: the waker's panic is the task's"
+                );
+            }
+        },
+    );
+}
+
+/// Issue 47: an `unblock` job that panics resumes its panic in the awaiting task, and its
+/// thread is not lost: 600 such panics, then an await, an `unblock` and an async release
+/// still complete.
+#[test]
+fn an_unblock_job_that_panics_resumes_in_its_task_and_loses_no_thread() {
+    common::isolated(
+        &test_path!(an_unblock_job_that_panics_resumes_in_its_task_and_loses_no_thread),
+        common::CHILD_LIMIT,
+        &[],
+        || {
+            let Some(ctx) = async_context() else { return };
+            let rt = runtime();
+            for i in 0..600u32 {
+                let task = rt.spawn(cl_lifetime::unblock(move || -> u32 {
+                    panic!("job {i} panics")
+                }));
+                let joined = rt.block_on(task);
+                let panic = joined.expect_err("the job's panic reaches its task");
+                assert!(panic.is_panic());
+            }
+            let queue = ctx.queue().unwrap();
+            let buf = ctx.buffer::<u32>(64).unwrap();
+            let gate = ctx.user_event().unwrap();
+            let fill = queue.after(&[gate.event()]).fill(&buf, 4).unwrap();
+            let done = rt.block_on(async move {
+                let waiting = tokio::spawn(fill.into_future());
+                let seven = cl_lifetime::unblock(|| 7).await;
+                gate.complete().unwrap();
+                waiting.await.unwrap().unwrap();
+                let report = buf.release_async().await.unwrap();
+                (seven, report.freed)
+            });
+            assert_eq!(done, (7, true));
+        },
+    );
+}
+
+/// Issue 47: the waker of a pooled allocation waiting for bytes to leave runs on the
+/// context's reaper thread; if it panics, the reaper must go on releasing.
+#[test]
+fn a_panicking_waker_of_a_pooled_allocation_leaves_the_reaper_running() {
+    common::isolated(
+        &test_path!(a_panicking_waker_of_a_pooled_allocation_leaves_the_reaper_running),
+        common::CHILD_LIMIT,
+        &[],
+        || {
+            let Some(ctx) = async_context() else { return };
+            let queue = ctx.queue().unwrap();
+            let spin = common::busy(&ctx).kernel("spin").unwrap();
+            let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(8192)).unwrap();
+            // Until the allocation is seen waiting: a kernel that ends before the poll
+            // leaves nothing to wait for, so the next try spins longer.
+            let mut pending = false;
+            let mut iterations = 50_000u32;
+            while !pending && iterations < 50_000 << 8 {
+                let big = pool.acquire::<f32>(2048).unwrap();
+                queue
+                    .launch(
+                        &spin,
+                        &[2048],
+                        &[Arg::read_write(&big), Arg::scalar(iterations)],
+                    )
+                    .unwrap();
+                big.release_deferred();
+                // A block 8 times smaller: the pool does not hand out the big one for it,
+                // and must let the big one go to make room.
+                let mut small = Box::pin(pool.acquire_async::<u32>(256));
+                let waker = Waker::from(Arc::new(Panicking::default()));
+                pending = small
+                    .as_mut()
+                    .poll(&mut TaskContext::from_waker(&waker))
+                    .is_pending();
+                // The reaper frees the block and wakes the panicking waker: it must
+                // survive it.
+                ctx.wait_deferred();
+                iterations *= 2;
+            }
+            assert!(pending, "the allocation never waited for bytes leaving");
+            let other = ctx.buffer::<u32>(256).unwrap();
+            queue.fill(&other, 3).unwrap();
+            other.release_deferred();
+            ctx.wait_deferred();
+            assert_eq!(ctx.memory_stats().pending_release_bytes, 0);
+        },
+    );
+}
+
+/// How many tasks the randomized async test runs: 1,200 by default, 20,000 in
+/// `make stress` (`CL_LIFETIME_ASYNC_TASKS`).
+fn random_tasks() -> usize {
+    std::env::var("CL_LIFETIME_ASYNC_TASKS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1200)
+}
+
+/// What one task of the randomized async test does.
+#[derive(Clone, Copy, Debug)]
+enum Plan {
+    /// Fills a buffer behind gate `gate` and awaits its read back: the fill's value, or a
+    /// typed failure when the gate is failed.
+    Gated { gate: usize, pooled: bool },
+    /// Fills and awaits its read, behind no gate.
+    Free { pooled: bool },
+    /// Polls a gated read once, then drops it (a cancelled task): nothing is lost.
+    Cancelled { gate: usize },
+    /// Polls a gated fill's future with a waker that panics, then awaits the fill again.
+    PanickingWaker { gate: usize },
+    /// An `unblock` job that panics: the task gets the panic.
+    PanickingJob,
+    /// Releases its buffer with `release_async` after a gated fill.
+    Release { gate: usize },
+}
+
+/// The randomized async test (issue 47): more than a thousand tokio tasks over three
+/// queues, fresh and pooled buffers (a pool behind `max_bytes`), gates opened and failed by
+/// tasks that first await ungated commands of their own, cancellations, panicking wakers
+/// and jobs. Each result is checked against the model (the gate's fate decides the value
+/// or the typed failure), and at the end nothing is live, pending or held by the pool. On
+/// the waiter that blocked a thread per gated command, the openers were never woken.
+#[test]
+fn random_async_programs_match_their_model() {
+    common::isolated(
+        &test_path!(random_async_programs_match_their_model),
+        Duration::from_secs(120),
+        &[],
+        || {
+            let Some(ctx) = async_context() else { return };
+            let tasks = random_tasks();
+            // A new seed each run, printed; `CL_LIFETIME_ASYNC_SEED` replays one.
+            let seed = std::env::var("CL_LIFETIME_ASYNC_SEED")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| {
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(1, |d| d.as_nanos() as u64)
+                });
+            println!("random_async_programs_match_their_model: CL_LIFETIME_ASYNC_SEED={seed}");
+            let mut rng = common::Rng(seed);
+            let gates_count = 24;
+            let fates: Vec<bool> = (0..gates_count).map(|_| rng.below(4usize) != 0).collect();
+            let plans: Vec<Plan> = (0..tasks)
+                .map(|_| {
+                    let gate = rng.below(gates_count);
+                    match rng.below(12) {
+                        0..=4 => Plan::Gated {
+                            gate,
+                            pooled: rng.below(2) == 0,
+                        },
+                        5..=6 => Plan::Free {
+                            pooled: rng.below(2) == 0,
+                        },
+                        7..=8 => Plan::Cancelled { gate },
+                        9 => Plan::PanickingWaker { gate },
+                        10 => Plan::PanickingJob,
+                        _ => Plan::Release { gate },
+                    }
+                })
+                .collect();
+            let queues: Arc<Vec<_>> = Arc::new((0..3).map(|_| ctx.queue().unwrap()).collect());
+            let gates: Vec<_> = (0..gates_count)
+                .map(|_| ctx.user_event().unwrap())
+                .collect();
+            let gate_events: Arc<Vec<_>> =
+                Arc::new(gates.iter().map(|g| g.event().clone()).collect());
+            let pool =
+                Arc::new(Pool::new(&ctx, PoolOptions::default().max_bytes(256 * 1024)).unwrap());
+            let rt = runtime();
+            let outcomes = rt.block_on(async {
+                let mut handles = Vec::new();
+                for (i, plan) in plans.iter().copied().enumerate() {
+                    let (ctx, queues, gate_events, pool) = (
+                        ctx.clone(),
+                        queues.clone(),
+                        gate_events.clone(),
+                        pool.clone(),
+                    );
+                    let fates = fates.clone();
+                    handles.push(tokio::spawn(async move {
+                        // Commands behind a gate that fails on a queue of their own: on an
+                        // in-order queue, a driver may fail every command after a failed one.
+                        let fails = match plan {
+                            Plan::Gated { gate, .. }
+                            | Plan::Cancelled { gate }
+                            | Plan::PanickingWaker { gate }
+                            | Plan::Release { gate } => !fates[gate],
+                            Plan::Free { .. } | Plan::PanickingJob => false,
+                        };
+                        let queue = &queues[if fails { 2 } else { i % 2 }];
+                        let value = i as u32;
+                        let buffer = |pooled: bool| {
+                            let (ctx, pool) = (ctx.clone(), pool.clone());
+                            async move {
+                                if pooled {
+                                    pool.acquire_async::<u32>(64).await
+                                } else {
+                                    ctx.buffer::<u32>(64)
+                                }
+                            }
+                        };
+                        match plan {
+                            Plan::Gated { gate, pooled } => {
+                                let buf = match buffer(pooled).await {
+                                    Ok(buf) => buf,
+                                    // The pool at its maximum while gates are closed.
+                                    Err(Error::PoolExhausted { .. }) => return Ok(()),
+                                    Err(e) => return Err(format!("task {i}: {e}")),
+                                };
+                                queue
+                                    .after(&[&gate_events[gate]])
+                                    .fill(&buf, value)
+                                    .unwrap();
+                                let read = queue.read_owned(&buf).unwrap().await;
+                                match (fates[gate], read) {
+                                    (true, Ok(data)) if data == vec![value; 64] => Ok(()),
+                                    (
+                                        false,
+                                        Err(
+                                            Error::DependencyFailed { .. }
+                                            | Error::CommandFailed { .. },
+                                        ),
+                                    ) => Ok(()),
+                                    (fate, other) => Err(format!(
+                                        "task {i} {plan:?}: gate opened {fate}, got {other:?}"
+                                    )),
+                                }
+                            }
+                            Plan::Free { pooled } => {
+                                let buf = match buffer(pooled).await {
+                                    Ok(buf) => buf,
+                                    Err(Error::PoolExhausted { .. }) => return Ok(()),
+                                    Err(e) => return Err(format!("task {i}: {e}")),
+                                };
+                                queue.fill(&buf, value).unwrap();
+                                match queue.read_owned(&buf).unwrap().await {
+                                    Ok(data) if data == vec![value; 64] => Ok(()),
+                                    other => Err(format!("task {i} {plan:?}: {other:?}")),
+                                }
+                            }
+                            Plan::Cancelled { gate } => {
+                                let buf = ctx.buffer::<u32>(64).unwrap();
+                                queue
+                                    .after(&[&gate_events[gate]])
+                                    .fill(&buf, value)
+                                    .unwrap();
+                                let read = queue.read_owned(&buf).unwrap();
+                                // Polled once (pending behind its gate), then dropped.
+                                let cancelled = tokio::time::timeout(
+                                    Duration::from_micros(1),
+                                    read.into_future(),
+                                )
+                                .await;
+                                match cancelled {
+                                    Err(_elapsed) => Ok(()),
+                                    Ok(Ok(data)) if fates[gate] && data == vec![value; 64] => {
+                                        Ok(())
+                                    }
+                                    Ok(Err(_)) if !fates[gate] => Ok(()),
+                                    Ok(other) => Err(format!("task {i} {plan:?}: {other:?}")),
+                                }
+                            }
+                            Plan::PanickingWaker { gate } => {
+                                let buf = ctx.buffer::<u32>(64).unwrap();
+                                let fill = queue
+                                    .after(&[&gate_events[gate]])
+                                    .fill(&buf, value)
+                                    .unwrap();
+                                let mut first = fill.ended();
+                                let waker = Waker::from(Arc::new(Panicking::default()));
+                                let _ = std::pin::Pin::new(&mut first)
+                                    .poll(&mut TaskContext::from_waker(&waker));
+                                let outcome = fill.ended().await;
+                                drop(first);
+                                match (fates[gate], outcome) {
+                                    (true, Ok(())) | (false, Err(_)) => Ok(()),
+                                    (fate, other) => Err(format!(
+                                        "task {i} {plan:?}: gate opened {fate}, got {other:?}"
+                                    )),
+                                }
+                            }
+                            Plan::PanickingJob => {
+                                let job = tokio::spawn(cl_lifetime::unblock(move || -> u32 {
+                                    panic!("job of task {i}")
+                                }));
+                                match job.await {
+                                    Err(e) if e.is_panic() => Ok(()),
+                                    other => Err(format!("task {i}: {other:?}")),
+                                }
+                            }
+                            Plan::Release { gate } => {
+                                let buf = ctx.buffer::<u32>(64).unwrap();
+                                queue
+                                    .after(&[&gate_events[gate]])
+                                    .fill(&buf, value)
+                                    .unwrap();
+                                match buf.release_async().await {
+                                    Ok(report)
+                                        if report.freed
+                                            && report.failed.is_empty() == fates[gate] =>
+                                    {
+                                        Ok(())
+                                    }
+                                    other => Err(format!(
+                                        "task {i} {plan:?}: gate opened {}, got {other:?}",
+                                        fates[gate]
+                                    )),
+                                }
+                            }
+                        }
+                    }));
+                }
+                // The openers: each awaits a command of its own that waits for no gate
+                // first, then sets its gates, completed or failed as the model says.
+                let mut openers = Vec::new();
+                let mut gates = gates.into_iter();
+                for chunk in 0..4 {
+                    let gates: Vec<_> = gates.by_ref().take(gates_count / 4).collect();
+                    let fates: Vec<bool> = fates[chunk * (gates_count / 4)..].to_vec();
+                    // A queue of its own: on an in-order queue, its read would wait for
+                    // the gated commands before it.
+                    let (ctx, queue) = (ctx.clone(), ctx.queue().unwrap());
+                    openers.push(tokio::spawn(async move {
+                        tokio::task::yield_now().await;
+                        let mine = ctx.buffer_from(&[chunk as u32; 16]).unwrap();
+                        let data = queue.read_owned(&mine).unwrap().await.unwrap();
+                        assert_eq!(data, vec![chunk as u32; 16]);
+                        for (gate, fate) in gates.iter().zip(fates) {
+                            if fate {
+                                gate.complete().unwrap();
+                            } else {
+                                gate.fail(-9).unwrap();
+                            }
+                        }
+                    }));
+                }
+                for opener in openers {
+                    opener.await.unwrap();
+                }
+                let mut outcomes = Vec::new();
+                for handle in handles {
+                    outcomes.push(handle.await.unwrap());
+                }
+                outcomes
+            });
+            let wrong: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
+            assert!(
+                wrong.is_empty(),
+                "{} of {tasks} tasks wrong: {wrong:#?}",
+                wrong.len()
+            );
+            drop(rt);
+            // The tasks are done: the pool's other handles are gone.
+            pool.trim(0);
+            drop(pool);
+            ctx.wait_deferred();
+            let stats = ctx.memory_stats();
+            assert_eq!(
+                (
+                    stats.live_bytes,
+                    stats.pending_release_bytes,
+                    stats.pooled_bytes
+                ),
+                (0, 0, 0),
+                "{stats:?}"
+            );
+        },
+    );
+}
