@@ -70,11 +70,16 @@ soak: setup
 		failures::cancelled_commands_keep_the_process_memory_flat -- --nocapture
 
 # The stress test at full size: 100,000 random operations from 4 threads on 3 queues,
-# with injected failures (tests/integration/stress.rs); `make test` runs 20,000.
+# with injected failures (tests/integration/stress.rs); `make test` runs 20,000. Then the
+# async tests at full size: 100,000 tasks awaiting commands behind closed gates (1,000 in
+# `make test`), and 20,000 random async tasks against their model (1,200).
 stress: export POCL_DEVICES ?= pthread pthread
 stress: setup
 	CL_LIFETIME_STRESS_OPS=$(or $(OPS),100000) $(CARGO) test --release --test integration \
 		stress:: -- --nocapture
+	CL_LIFETIME_GATED_AWAITS=100000 CL_LIFETIME_ASYNC_TASKS=20000 $(CARGO) test --release \
+		--test integration -- --exact asynchronous::awaits_behind_closed_gates_never_starve_an_ungated_one \
+		asynchronous::random_async_programs_match_their_model --nocapture
 
 # A small two-queue pipeline with the lifetime trace on (examples/trace.rs): writes
 # target/trace/pipeline.json, for https://ui.perfetto.dev or chrome://tracing.

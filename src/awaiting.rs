@@ -9,19 +9,23 @@
 //!    one status read, no thread involved.
 //! 3. **Flushed, then watched.** A pending command's queue is flushed (a command not
 //!    submitted may never run on some drivers, and a wait in another thread flushes only
-//!    its own queue), then its event goes to the waiter with the task's waker. The waiter
-//!    blocks in `clWaitForEvents`, never in a driver callback, and never polls.
+//!    its own queue), then its event goes to the waiter with the task's waker
+//!    (`core::waiter`'s rules: a poller that never blocks on a command, blockers only on
+//!    commands that end on their own, no driver callback).
 //! 4. **Dropped, forgotten.** Dropping a future takes its command off the waiter. Nothing
 //!    on the device is cancelled, and no record changes: the command stays recorded on
 //!    its buffers as it was, and a buffer moved into a dropped release future is released
 //!    (deferred) as a dropped buffer is.
 //! 5. **Off the task's thread.** What would block a task on the device runs on the
-//!    waiter's threads: the release itself (`clReleaseMemObject`, which NVIDIA's driver
+//!    waiter's job threads: the release itself (`clReleaseMemObject`, which NVIDIA's driver
 //!    blocks while the memory is busy, and the wait for the driver's free).
 //! 6. **The sync result.** A future hands back what the blocking call would: `Event`'s
 //!    [`Ended`] what [`Event::wait`] returns, a pending read its data or the same error as
 //!    [`PendingRead::wait`](crate::PendingRead::wait), a release its
 //!    [`ReleaseReport`](crate::ReleaseReport).
+//! 7. **Panics reach the task.** A panic of an [`unblock`] job, or of the task's waker on a
+//!    library thread, is caught there and resumed in the task at its next poll of the
+//!    future: the library's threads go on, and nothing stays watched.
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -219,6 +223,12 @@ struct Slot<T> {
 /// for as long as `job` runs.
 ///
 /// Dropping the future does not stop `job`: it runs to its end, and its result is dropped.
+///
+/// # Panics
+///
+/// When `job` panics, the panic is caught on the library's thread (which goes on) and
+/// resumed in the task that polls the future, as [`std::thread::JoinHandle::join`] hands
+/// it back.
 ///
 /// # Examples
 ///

@@ -973,6 +973,7 @@ impl UserEvent {
             // Noted before the driver propagates it, so no enqueue that follows misses it.
             self.gates.note_failure();
         }
+        self.gates.closing();
         let set = if status < 0 {
             // The gates' *no failure mid-enqueue* rule.
             crate::core::gates::failing(|| ffi::set_user_event_status(self.event.as_raw(), status))

@@ -51,9 +51,12 @@
 //!
 //! An [`Event`] and a [`PendingRead`] can be `.await`ed, and [`ClBuffer::release_async`],
 //! [`Pool::acquire_async`] and [`unblock`] are futures: std's `Future` and `Waker` only,
-//! for any executor. A pending command is waited for by the library's waiter threads,
-//! blocked in `clWaitForEvents` (no driver callback, no polling), which wake the tasks whose
-//! commands ended; a dropped future cancels nothing on the device.
+//! for any executor. A pending command is watched by the library's waiter: a poller that
+//! reads statuses at growing pauses (back to back right after a gate is set through the
+//! library), and a few threads blocked in `clWaitForEvents` on commands that end without
+//! the program's help (no driver callback). It wakes the tasks whose commands ended,
+//! however many await behind closed gates; a dropped future cancels nothing on the device.
+//! A panic of a waker or an [`unblock`] job reaches its task, never the library's threads.
 //!
 //! ```
 //! # fn main() -> Result<(), cl_lifetime::Error> {

@@ -175,8 +175,15 @@ impl OpenGates {
         self.count.store(open.len(), Ordering::Release);
     }
 
+    /// A gate of the context is about to be set: the waiter starts reading its context's
+    /// awaited commands now, so its poller is awake when they end (its *kicked* rule).
+    pub(crate) fn closing(&self) {
+        super::waiter::waiter().kick(self);
+    }
+
     /// Gate `id` was set (completed or failed): the waiter reads its context's awaited
-    /// commands at once (its *kicked* rule).
+    /// commands at once, and blocks on those that now end on their own (its *kicked*
+    /// rule).
     pub(crate) fn closed(&self, id: u64) {
         {
             let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);

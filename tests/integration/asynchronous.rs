@@ -341,13 +341,13 @@ fn an_async_pool_allocation_refused_by_the_maximum_is_the_same_error() {
     drop(held);
 }
 
-/// With every wait through a driver callback (`CL_LIFETIME_WAIT=quiet`, what a driver whose
-/// `clWaitForEvents` spins gets), an awaited command behind a gate is woken when the gate
-/// opens, and a failed one is its failure. In a child process: the mode is the process's.
+/// With no blockers (`CL_LIFETIME_WAIT=quiet`, what a driver whose `clWaitForEvents` spins
+/// gets), an awaited command behind a gate is woken by the poller when the gate opens, and
+/// a failed one is its failure. In a child process: the mode is the process's.
 #[test]
-fn an_awaited_command_wakes_through_a_driver_callback_when_waits_are_quiet() {
+fn an_awaited_command_wakes_through_the_poller_when_waits_are_quiet() {
     common::isolated(
-        &test_path!(an_awaited_command_wakes_through_a_driver_callback_when_waits_are_quiet),
+        &test_path!(an_awaited_command_wakes_through_the_poller_when_waits_are_quiet),
         common::CHILD_LIMIT,
         &[(cl_lifetime::WAIT_VAR, "quiet")],
         || {
@@ -366,7 +366,7 @@ fn an_awaited_command_wakes_through_a_driver_callback_when_waits_are_quiet() {
                 } else {
                     gate.complete().unwrap();
                 }
-                task.wait_woken("the fill's task, woken through a callback");
+                task.wait_woken("the fill's task, woken by the poller");
                 match poll_once(&mut ended, &task) {
                     Poll::Ready(Ok(())) if !fail => {}
                     Poll::Ready(Err(Error::CommandFailed { .. })) if fail => {}
@@ -455,6 +455,7 @@ fn awaits_behind_closed_gates_never_starve_an_ungated_one() {
                 ended
             });
             assert_eq!(ended, count);
+            println!("{count} tasks behind closed gates all woken, after an ungated one");
         },
     );
 }
