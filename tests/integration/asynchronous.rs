@@ -607,6 +607,20 @@ fn a_panicking_waker_of_a_pooled_allocation_leaves_the_reaper_running() {
     );
 }
 
+/// The value of an enqueue of the randomized async test, or the task's end: an enqueue
+/// behind a gate that failed may be refused at once, which is the model's failure.
+macro_rules! or_failed {
+    ($enqueue:expr, $opens:expr, $what:expr) => {
+        match $enqueue {
+            Ok(value) => value,
+            Err(Error::DependencyFailed { .. } | Error::CommandFailed { .. }) if !$opens => {
+                return Ok(());
+            }
+            Err(e) => return Err(format!("{}: enqueue refused: {e}", $what)),
+        }
+    };
+}
+
 /// How many tasks the randomized async test runs: 1,200 by default, 20,000 in
 /// `make stress` (`CL_LIFETIME_ASYNC_TASKS`).
 fn random_tasks() -> usize {
@@ -729,11 +743,17 @@ fn random_async_programs_match_their_model() {
                                     Err(Error::PoolExhausted { .. }) => return Ok(()),
                                     Err(e) => return Err(format!("task {i}: {e}")),
                                 };
-                                queue
-                                    .after(&[&gate_events[gate]])
-                                    .fill(&buf, value)
-                                    .unwrap();
-                                let read = queue.read_owned(&buf).unwrap().await;
+                                or_failed!(
+                                    queue.after(&[&gate_events[gate]]).fill(&buf, value),
+                                    fates[gate],
+                                    format!("task {i} {plan:?}")
+                                );
+                                let read = or_failed!(
+                                    queue.read_owned(&buf),
+                                    fates[gate],
+                                    format!("task {i} {plan:?}")
+                                )
+                                .await;
                                 match (fates[gate], read) {
                                     (true, Ok(data)) if data == vec![value; 64] => Ok(()),
                                     (
@@ -762,11 +782,16 @@ fn random_async_programs_match_their_model() {
                             }
                             Plan::Cancelled { gate } => {
                                 let buf = ctx.buffer::<u32>(64).unwrap();
-                                queue
-                                    .after(&[&gate_events[gate]])
-                                    .fill(&buf, value)
-                                    .unwrap();
-                                let read = queue.read_owned(&buf).unwrap();
+                                or_failed!(
+                                    queue.after(&[&gate_events[gate]]).fill(&buf, value),
+                                    fates[gate],
+                                    format!("task {i} {plan:?}")
+                                );
+                                let read = or_failed!(
+                                    queue.read_owned(&buf),
+                                    fates[gate],
+                                    format!("task {i} {plan:?}")
+                                );
                                 // Polled once (pending behind its gate), then dropped.
                                 let cancelled = tokio::time::timeout(
                                     Duration::from_micros(1),
@@ -784,10 +809,11 @@ fn random_async_programs_match_their_model() {
                             }
                             Plan::PanickingWaker { gate } => {
                                 let buf = ctx.buffer::<u32>(64).unwrap();
-                                let fill = queue
-                                    .after(&[&gate_events[gate]])
-                                    .fill(&buf, value)
-                                    .unwrap();
+                                let fill = or_failed!(
+                                    queue.after(&[&gate_events[gate]]).fill(&buf, value),
+                                    fates[gate],
+                                    format!("task {i} {plan:?}")
+                                );
                                 let mut first = fill.ended();
                                 let waker = Waker::from(Arc::new(Panicking::default()));
                                 let _ = std::pin::Pin::new(&mut first)
@@ -812,10 +838,11 @@ fn random_async_programs_match_their_model() {
                             }
                             Plan::Release { gate } => {
                                 let buf = ctx.buffer::<u32>(64).unwrap();
-                                queue
-                                    .after(&[&gate_events[gate]])
-                                    .fill(&buf, value)
-                                    .unwrap();
+                                or_failed!(
+                                    queue.after(&[&gate_events[gate]]).fill(&buf, value),
+                                    fates[gate],
+                                    format!("task {i} {plan:?}")
+                                );
                                 match buf.release_async().await {
                                     Ok(report)
                                         if report.freed
@@ -860,8 +887,15 @@ fn random_async_programs_match_their_model() {
                     opener.await.unwrap();
                 }
                 let mut outcomes = Vec::new();
-                for handle in handles {
-                    outcomes.push(handle.await.unwrap());
+                for (i, handle) in handles.into_iter().enumerate() {
+                    let joined = handle.await;
+                    outcomes.push(joined.unwrap_or_else(|e| {
+                        let panic = e.try_into_panic().map_or_else(
+                            |e| format!("{e}"),
+                            |p| format!("{:?}", p.downcast_ref::<String>()),
+                        );
+                        Err(format!("task {i} panicked: {panic}"))
+                    }));
                 }
                 outcomes
             });
