@@ -213,6 +213,27 @@ impl QueueCore {
             if !due {
                 if !echo.open() {
                     self.settled_epoch.store(epoch, Ordering::Release);
+                    return;
+                }
+                // Another thread's settling marker is pending: this command waits for it
+                // too, or it would be enqueued inside the window and reported failed
+                // though it runs.
+                // SAFETY: the pending marker is live (held by the echo).
+                let Some(theirs) = echo
+                    .pending_marker()
+                    .and_then(|m| unsafe { RawEvent::retain(m.as_raw()) })
+                else {
+                    return;
+                };
+                drop(echo);
+                if self.await_marker(&theirs) {
+                    let mut echo = self
+                        .echo
+                        .echo
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    echo.before_enqueue(failure_epoch());
+                    self.echo_open.store(echo.open(), Ordering::Release);
                 }
                 return;
             }
@@ -523,6 +544,18 @@ impl QueueCore {
         ffi::finish(self.raw())?;
         if clean {
             self.finishes.ended_clean(ticket);
+        } else {
+            // The queue drained: the commands enqueued from now on run, so a failure's
+            // window closes here (the echo's *settle* rule), and no command after this
+            // is reported skipped for it.
+            let mut echo = self
+                .echo
+                .echo
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let upto = echo.next();
+            echo.drained(upto);
+            self.echo_open.store(echo.open(), Ordering::Release);
         }
         Ok(())
     }

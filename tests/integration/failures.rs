@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use cl_lifetime::{CommandKind, Context, Error, Queue, Status};
+use cl_lifetime::{Arg, CommandKind, Context, Error, Queue, Status};
 
 use crate::common::{self, CHILD_LIMIT, eventually};
 
@@ -966,4 +966,89 @@ fn a_dependency_failing_during_the_enqueue_never_leaves_a_command_that_never_run
         println!("{ran} copies enqueued and ended, {refused} refused at enqueue");
         buf.release().unwrap();
     });
+}
+
+/// Issue 48: "completed work reported failed". One gated fill on an in-order queue fails,
+/// `Queue::finish` drains the queue (or a wait sees the fill end), then several threads
+/// each write a buffer, launch a kernel reading it and read the result, on that queue.
+/// Every one of those commands runs, so none may be reported failed. Before the fix, the
+/// threads that enqueued while another thread waited for the settling marker got
+/// `DependencyFailed` (`Kernel`, -14) with the right data computed (PoCL 3.1: 2 to 6 of
+/// 480 here; 30 of 120 in the issue's program).
+#[test]
+fn work_after_a_drained_failure_is_never_reported_failed() {
+    let Some(ctx) = common::context() else { return };
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS) {
+        return;
+    }
+    let scale = common::busy(&ctx).kernel("scale").unwrap();
+    let (threads, rounds) = (4, 30);
+    let mut wrong = Vec::new();
+    for round in 0..4 {
+        let queue = ctx.queue().unwrap();
+        let gate = ctx.user_event().unwrap();
+        let doomed = ctx.buffer::<f32>(64).unwrap();
+        let fill = queue.after(&[gate.event()]).fill(&doomed, 1.0).unwrap();
+        gate.fail(-9).unwrap();
+        // Drained by `Queue::finish`, or seen ended by a wait on the failed fill: either
+        // way every command before the threads' has ended. The failure is the fill's.
+        if round % 2 == 0 {
+            let _ = queue.finish();
+        } else {
+            assert!(fill.wait().is_err());
+        }
+        // The threads start together, so their first enqueues meet the failure's echo at
+        // once.
+        let start = std::sync::Barrier::new(threads);
+        let reports = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (ctx, queue, scale, start) = (&ctx, &queue, &scale, &start);
+                    s.spawn(move || {
+                        let mut wrong = Vec::new();
+                        let input = ctx.buffer::<f32>(256).unwrap();
+                        let output = ctx.buffer::<f32>(256).unwrap();
+                        start.wait();
+                        for i in 0..rounds {
+                            let value = (t * rounds + i) as f32;
+                            let result = queue
+                                .write(&input, &vec![value; 256])
+                                .and_then(|_| {
+                                    queue.launch(
+                                        scale,
+                                        &[256],
+                                        &[
+                                            Arg::read(&input),
+                                            Arg::write(&output),
+                                            Arg::scalar(2.0f32),
+                                            Arg::scalar(256u32),
+                                        ],
+                                    )
+                                })
+                                .and_then(|_| queue.read_owned(&output)?.wait());
+                            match result {
+                                Ok(data) if data == vec![value * 2.0; 256] => {}
+                                other => wrong.push(format!(
+                                    "round {round}, thread {t}, task {i}: {:?}",
+                                    other.map(|d| d[0])
+                                )),
+                            }
+                        }
+                        wrong
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        wrong.extend(reports);
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} tasks reported wrong after a drained failure: {wrong:#?}",
+        wrong.len(),
+        4 * threads * rounds
+    );
 }
