@@ -120,11 +120,12 @@ impl EventInner {
         context: cl_context,
         queue: Option<Arc<QueueCore>>,
         deps: Option<Box<[Event]>>,
+        had_wait_list: bool,
         seq: u64,
     ) -> Self {
         census::event_taken();
         let finish_count = queue.as_ref().map_or(0, |q| q.finish_count());
-        let may_fail_alone = deps.is_some() || queue.is_none();
+        let may_fail_alone = had_wait_list || queue.is_none();
         let enqueued_ungated = queue.as_ref().is_some_and(|q| q.ctx.gates.count() == 0);
         EventInner {
             raw,
@@ -143,12 +144,19 @@ impl EventInner {
 
 impl EventInner {
     /// Whether this event, dropped with its dependency list `deps`, must outlive the
-    /// drop: it failed while one of its dependencies may still end and notify it.
-    fn failed_before_its_deps(&mut self, deps: &[Event]) -> bool {
-        failures_possible()
-            && *self.seen.get_mut() != ffi::CL_COMPLETE
-            && ffi::execution_status(self.raw).is_ok_and(|s| s < 0)
-            && deps.iter().any(|d| !d.has_ended())
+    /// drop (the [`graveyard`]'s rules), once a failure is possible: its command has not
+    /// ended (it may still fail, and PoCL aborts when a command whose last reference went
+    /// fails with a command behind it), or it failed while one of its dependencies may
+    /// still end and notify it.
+    fn must_outlive_drop(&mut self, deps: &[Event]) -> bool {
+        if !failures_possible() || *self.seen.get_mut() == ffi::CL_COMPLETE {
+            return false;
+        }
+        match ffi::execution_status(self.raw) {
+            Ok(status) if status > ffi::CL_COMPLETE => true,
+            Ok(status) if status < 0 => deps.iter().any(|d| !d.has_ended()),
+            _ => false,
+        }
     }
 }
 
@@ -158,14 +166,13 @@ impl Drop for EventInner {
             .deps
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(deps) = deps {
-            if self.failed_before_its_deps(&deps) {
-                graveyard::bury(self.raw, deps);
-                return;
-            }
-            drop_iteratively(deps);
+            .take()
+            .unwrap_or_default();
+        if self.must_outlive_drop(&deps) {
+            graveyard::bury(self.raw, deps);
+            return;
         }
+        drop_iteratively(deps);
         release_raw(self.raw);
     }
 }
@@ -193,7 +200,7 @@ fn drop_iteratively(deps: Box<[Event]>) {
                 .take()
             {
                 // Put back, so that `inner`'s own drop buries it with them.
-                if inner.failed_before_its_deps(&more) {
+                if inner.must_outlive_drop(&more) {
                     *inner.deps.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(more);
                 } else {
                     stack.extend(more.into_vec());
@@ -204,15 +211,23 @@ fn drop_iteratively(deps: Box<[Event]>) {
     }
 }
 
-/// Failed events whose own dependencies have not all ended.
+/// Events dropped while their command may still fail or be notified.
 ///
-/// PoCL walks an event's notify list when a dependency of it ends: if the last
-/// reference to a failed event goes while another of its dependencies is still pending,
-/// PoCL reads freed memory and aborts (design trap "PoCL's failed-event notify list"). So an event dropped in that
-/// state is kept here, unreleased, with its dependencies, and released by a later
-/// [`sweep`](graveyard::sweep) once they have all ended. Nothing else is kept: a failed
-/// event whose dependencies have ended, and every event that did not fail, is released
-/// when its last handle goes.
+/// Two PoCL faults, once a failure is possible:
+/// - **Pending.** If the last reference to a command's event goes while the command is
+///   pending, and the command then fails (its gate failed, or a command before it on its
+///   in-order queue did) with another command behind it, PoCL 3.1 aborts in
+///   `pocl_update_event_failed` (`PTHREAD ERROR ... Invalid argument`; design trap
+///   "PoCL's failed pending event", `examples/pocl_failed_pending_event.rs`).
+/// - **Failed.** PoCL walks an event's notify list when a dependency of it ends: if the
+///   last reference to a failed event goes while another of its dependencies is still
+///   pending, PoCL reads freed memory and aborts (design trap "PoCL's failed-event notify
+///   list").
+///
+/// So an event dropped in either state is kept here, unreleased, with its dependencies,
+/// and released by a later [`sweep`](graveyard::sweep) once it and they have all ended.
+/// Nothing else is kept: an event whose command completed, or failed after its
+/// dependencies ended, is released when its last handle goes.
 pub(crate) mod graveyard {
     use super::*;
 
@@ -237,7 +252,7 @@ pub(crate) mod graveyard {
             COUNT.store(graves.len(), Ordering::Release);
             graves.len()
         };
-        log::debug!(target: "cl_lifetime::event", "a failed event waits for its dependencies to end ({count} waiting)");
+        log::debug!(target: "cl_lifetime::event", "an event waits for its command and dependencies to end ({count} waiting)");
         if count >= SWEEP_AT.load(Ordering::Acquire) {
             let left = sweep();
             SWEEP_AT.store((left * 2).max(16), Ordering::Release);
@@ -256,7 +271,7 @@ pub(crate) mod graveyard {
             };
             let (ready, waiting): (Vec<Grave>, Vec<Grave>) = std::mem::take(&mut *graves)
                 .into_iter()
-                .partition(|g| g.deps.iter().all(Event::has_ended));
+                .partition(|g| ffi::has_ended(g.raw) && g.deps.iter().all(Event::has_ended));
             *graves = waiting;
             COUNT.store(graves.len(), Ordering::Release);
             (ready, graves.len())
@@ -329,12 +344,27 @@ impl Event {
         deps: Option<Box<[Event]>>,
         seq: u64,
     ) -> Event {
+        let had_wait_list = deps.is_some();
+        Event::from_enqueue_with(raw, queue, deps, had_wait_list, seq)
+    }
+
+    /// [`Event::from_enqueue`] for a command whose `deps` may hold events that were not
+    /// in its wait list (its queue's order ran them first): `had_wait_list` says whether
+    /// it had one, so whether it can fail other than by following its queue.
+    pub(crate) fn from_enqueue_with(
+        raw: cl_event,
+        queue: &Arc<QueueCore>,
+        deps: Option<Box<[Event]>>,
+        had_wait_list: bool,
+        seq: u64,
+    ) -> Event {
         Event {
             inner: Arc::new(EventInner::new(
                 raw,
                 queue.ctx.raw,
                 Some(queue.clone()),
                 deps,
+                had_wait_list,
                 seq,
             )),
         }
@@ -383,7 +413,7 @@ impl Event {
         // SAFETY: as the caller vouches; the reference taken here is the `Event`'s.
         unsafe { ffi::retain_event(raw) }.ok()?;
         Some(Event {
-            inner: Arc::new(EventInner::new(raw, context, None, None, 0)),
+            inner: Arc::new(EventInner::new(raw, context, None, None, false, 0)),
         })
     }
 
@@ -399,7 +429,7 @@ impl Event {
             crate::trace::not_a_command(raw);
         }
         Event {
-            inner: Arc::new(EventInner::new(raw, context, None, None, 0)),
+            inner: Arc::new(EventInner::new(raw, context, None, None, false, 0)),
         }
     }
 

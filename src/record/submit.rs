@@ -275,7 +275,7 @@ impl Submit<'_> {
         let holds = gathered.holds;
         queue.mark_dirty();
         let deps = (holds.len() != 0).then(|| holds.into_boxed_slice());
-        let event = Event::from_enqueue(raw, queue, deps, seq);
+        let event = Event::from_enqueue_with(raw, queue, deps, had_wait_list, seq);
         self.commit(
             &mut locked,
             &event,
@@ -472,7 +472,30 @@ impl Submit<'_> {
         } else {
             events
                 .hazards_in(self.queue.lane, l.access, l.span)
-                .try_for_each(&mut add)
+                .try_for_each(&mut add)?;
+            if failures_possible && reads {
+                // The *inputs produced* rule: the writes this command reads that its
+                // queue's order runs first are not in its wait list, but its event holds
+                // them, so its status resolves as failed when one of them failed. A driver
+                // that runs a command behind a failed one and reports both complete
+                // (Intel's CPU runtime) reports no stale result as success.
+                for entry in events
+                    .ordered_by_queue_in(self.queue.lane, l.access, l.span)
+                    .filter(|e| e.access == Access::Write)
+                {
+                    if entry.event.is_terminal() {
+                        let raw = entry.event.as_raw();
+                        if record.writes().of(l.span).any(|w| w.as_raw() == raw) {
+                            if let Some(failed) = failure_of(&entry.event) {
+                                return Err(failed.into());
+                            }
+                        }
+                    } else {
+                        gathered.holds.push(entry.event.clone());
+                    }
+                }
+            }
+            Ok(())
         }
     }
 

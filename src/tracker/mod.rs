@@ -320,6 +320,21 @@ impl<E> EventSet<E> {
         })
     }
 
+    /// The entries that [`EventSet::hazards_in`] leaves out for queue order (rule 2): they
+    /// conflict with a new command with `access` on `lane`, touching `span`, and ran
+    /// before it on its in-order queue.
+    pub fn ordered_by_queue_in(
+        &self,
+        lane: Lane,
+        access: Access,
+        span: Span,
+    ) -> impl Iterator<Item = &Entry<E>> {
+        self.entries.iter().filter(move |e| {
+            let conflicts = access == Access::Write || e.access == Access::Write;
+            lane.in_order && e.lane == lane && conflicts && e.span.overlaps(span)
+        })
+    }
+
     /// Rule 5: after a failure, every recorded entry that conflicts with `access`, live or
     /// shadow, with nothing left out for queue order.
     pub fn hazards_after_failure(&self, access: Access) -> impl Iterator<Item = &Entry<E>> {

@@ -1052,3 +1052,55 @@ fn work_after_a_drained_failure_is_never_reported_failed() {
         4 * threads * rounds
     );
 }
+
+/// Issue 48: "failed work reported complete". A fill behind a gate that fails never runs;
+/// a kernel that reads the written buffer, and a read of the kernel's output, must never
+/// be reported complete with values computed from what the write would have replaced.
+/// Intel's CPU runtime runs the kernel anyway and reports it complete (6 of 6 runs at the
+/// process's first failure, before the fix); in a child process, so the failure is the
+/// process's first. On one in-order queue and across two queues.
+#[test]
+fn a_kernel_behind_a_failed_write_is_never_reported_complete() {
+    common::isolated(
+        &test_path!(a_kernel_behind_a_failed_write_is_never_reported_complete),
+        CHILD_LIMIT,
+        &[],
+        || {
+            let Some(ctx) = common::context() else { return };
+            let scale = common::busy(&ctx).kernel("scale").unwrap();
+            let mut wrong = Vec::new();
+            for round in 0..6 {
+                let (writer, runner) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+                let runner = if round % 2 == 0 { &writer } else { &runner };
+                let input = ctx.buffer::<f32>(256).unwrap();
+                let output = ctx.buffer::<f32>(256).unwrap();
+                let gate = ctx.user_event().unwrap();
+                let written = writer.after(&[gate.event()]).fill(&input, 3.0f32);
+                let launched = written.and_then(|_| {
+                    runner.launch(
+                        &scale,
+                        &[256],
+                        &[
+                            Arg::read(&input),
+                            Arg::write(&output),
+                            Arg::scalar(2.0f32),
+                            Arg::scalar(256u32),
+                        ],
+                    )
+                });
+                let kernel = launched.unwrap();
+                gate.fail(-9).unwrap();
+                let ended = kernel.wait();
+                let read = runner.read_owned(&output).and_then(|r| r.wait());
+                match (&ended, &read) {
+                    (Err(_), Err(_)) => {}
+                    _ => wrong.push(format!(
+                        "round {round}: kernel {ended:?}, read {:?}",
+                        read.as_ref().map(|d| d[0])
+                    )),
+                }
+            }
+            assert!(wrong.is_empty(), "{wrong:#?}");
+        },
+    );
+}
