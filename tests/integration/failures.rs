@@ -1104,3 +1104,41 @@ fn a_kernel_behind_a_failed_write_is_never_reported_complete() {
         },
     );
 }
+
+/// Issue 49: PoCL 3.1 aborts in `pocl_update_event_failed` when a command whose last
+/// reference went fails with a command behind it (design trap "PoCL's failed pending
+/// event", `examples/pocl_failed_pending_event.rs`). Here the program keeps no event: a
+/// fill behind a gate, a copy from that buffer (it fails with the fill through the
+/// queue's order), then whole fills of both buffers, which take the copy's place in both
+/// records; then the gate fails. The library keeps the copy's event until it has ended.
+/// In a child process, so an abort is this test's failure.
+#[test]
+fn a_pending_command_no_one_holds_fails_without_aborting_the_driver() {
+    common::isolated(
+        &test_path!(a_pending_command_no_one_holds_fails_without_aborting_the_driver),
+        CHILD_LIMIT,
+        &[],
+        || {
+            let Some(ctx) = common::context() else { return };
+            for _ in 0..20 {
+                let queue = ctx.queue().unwrap();
+                let (a, b) = (
+                    ctx.buffer::<u32>(1024).unwrap(),
+                    ctx.buffer::<u32>(1024).unwrap(),
+                );
+                let gate = ctx.user_event().unwrap();
+                drop(queue.after(&[gate.event()]).fill(&a, 1).unwrap());
+                // Fails with the fill, by its queue's order: no wait list of its own.
+                drop(queue.copy(&a, &b).unwrap());
+                // Whole writes of both buffers: the copy leaves both records.
+                drop(queue.fill(&a, 2).unwrap());
+                drop(queue.fill(&b, 3).unwrap());
+                queue.flush().unwrap();
+                gate.fail(-9).unwrap();
+                for buf in [a, b] {
+                    assert!(buf.release().unwrap().freed);
+                }
+            }
+        },
+    );
+}
