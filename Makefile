@@ -60,8 +60,7 @@ target/libcl-calls.so: scripts/cl-calls.c
 # Two CPU devices of one platform for the cross-device tests (PoCL 3 and 5 accept this).
 test: export POCL_DEVICES ?= pthread pthread
 test: setup emulate
-	$(CARGO) test --all-targets
-	$(CARGO) test --doc
+	CARGO=$(CARGO) bash scripts/test.sh
 
 # 300,000 cancelled commands (each waits on a gate that is then failed): the process's
 # memory must stay flat; prints the RSS after each tenth.
