@@ -517,6 +517,64 @@ fn svm_commands_keep_the_buffer_rules_maps_hazards_and_disjoint_views() {
     }
 }
 
+/// Current Mesa's rusticl fails every command of a queue after its first failure, and the
+/// library then moves the queue's commands to a new driver queue (the *renewed* rule). An
+/// SVM map, read or writable, that is the first command of the queue after a failure goes
+/// to the new queue as every other command does: it read the queue's driver handle before
+/// the renewal and failed with `CommandFailed(-1)` on the old queue, where buffer maps,
+/// reads, writes and fills succeeded. Run under the project's driver emulator (`make
+/// emulate`, profile `mesa`) in a child process.
+#[test]
+fn an_svm_map_after_a_failure_goes_to_the_renewed_queue() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) || kinds(&ctx).is_empty() {
+        return;
+    }
+    let name = test_path!(an_svm_map_after_a_failure_goes_to_the_renewed_queue);
+    common::under_emulation(ctx, &name, "mesa", || {
+        let ctx = device!();
+        assert_eq!(
+            ctx.device().platform_name(),
+            "rusticl",
+            "the emulator is not the OpenCL library of this process"
+        );
+        let queue = ctx.queue().unwrap();
+        let other = ctx.buffer_from(&[1u32; 64]).unwrap();
+        for kind in kinds(&ctx) {
+            let svm = ctx.svm::<u32>(64, kind).unwrap();
+            queue.write_svm(&svm, &[5; 64]).unwrap();
+            for (round, writable) in [false, true, false].into_iter().enumerate() {
+                // A command on another buffer fails: the queue's driver fails every later
+                // command of it.
+                let gate = ctx.user_event().unwrap();
+                let cancelled = queue.after(&[gate.event()]).fill(&other, 7).unwrap();
+                gate.fail(-1234).unwrap();
+                assert!(
+                    cancelled.wait().is_err(),
+                    "{kind:?} round {round}: the cancelled fill succeeded"
+                );
+                let want = 5 + round as u32 / 2;
+                if writable {
+                    let mut mapped = queue
+                        .map_svm_mut(&svm, 0..64)
+                        .unwrap_or_else(|e| panic!("{kind:?} round {round}: map_svm_mut: {e}"));
+                    assert_eq!(*mapped, [want; 64], "{kind:?} round {round}");
+                    mapped.fill(want + 1);
+                    mapped.unmap().unwrap().wait().unwrap();
+                } else {
+                    let mapped = queue
+                        .map_svm(&svm, 0..64)
+                        .unwrap_or_else(|e| panic!("{kind:?} round {round}: map_svm: {e}"));
+                    assert_eq!(*mapped, [want; 64], "{kind:?} round {round}");
+                    mapped.unmap().unwrap().wait().unwrap();
+                }
+            }
+            svm.release().unwrap();
+        }
+        other.release().unwrap();
+    });
+}
+
 /// Bad input is a typed error that loses nothing: a device without the kind asked for
 /// names the capability; zero and oversized allocations, ranges past the end and a
 /// kernel argument of the wrong element type are refused before the driver sees them.
