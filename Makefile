@@ -38,7 +38,7 @@ package-check: setup
 	bash scripts/package-check.sh
 
 # The driver emulator (scripts/cl-emulate.c): LD_LIBRARY_PATH=$(CURDIR)/target/emulate
-# CL_EMULATE=mesa|amd|intel-gpu|intel-cpu|failed-profiling makes the OpenCL under it act as
+# CL_EMULATE=mesa|amd|intel-gpu|intel-cpu|failed-profiling|unchecked-overlap makes the OpenCL under it act as
 # that driver does (make test-all runs the suite under each).
 emulate: target/emulate/libOpenCL.so.1
 

@@ -26,6 +26,13 @@
  *                profiling of a command that failed returns CL_SUCCESS and zeros
  *                (intel/compute-runtime counts a negative status as completed; current rusticl
  *                returns its stored times, 0 when never set). Platform "Intel(R) OpenCL Graphics".
+ *   unchecked-overlap
+ *                a copy between two memory objects of one buffer (a sub-buffer and its parent,
+ *                or two sub-buffers of it) whose bytes overlap runs, where OpenCL says
+ *                CL_MEM_COPY_OVERLAP: the driver refuses overlap only within one memory object
+ *                (Intel's runtime and NVIDIA's, measured: the project's issue 48). PoCL refuses
+ *                it, so the emulation runs it as two copies through a buffer of its own.
+ *                Platform "NVIDIA CUDA".
  *
  * Under intel-gpu, a command with several dependencies (or one that had failed) waits on one
  * user event standing for them, set as the driver would unblock it: at once when the program
@@ -149,7 +156,7 @@ FORWARDED(TRAMPOLINE)
 #define REAL_LOADER "/usr/lib/x86_64-linux-gnu/libOpenCL.so.1"
 #endif
 
-enum { MESA = 1, AMD = 2, INTEL_GPU = 4, INTEL_CPU = 8, FAILED_PROFILING = 16 };
+enum { MESA = 1, AMD = 2, INTEL_GPU = 4, INTEL_CPU = 8, FAILED_PROFILING = 16, UNCHECKED_OVERLAP = 32 };
 static int profile;
 static const char *platform_name, *platform_vendor;
 
@@ -164,6 +171,7 @@ static const struct known {
     {"intel-gpu", INTEL_GPU, "Intel(R) OpenCL Graphics", "Intel(R) Corporation"},
     {"intel-cpu", INTEL_CPU, "Intel(R) OpenCL", "Intel(R) Corporation"},
     {"failed-profiling", FAILED_PROFILING, "Intel(R) OpenCL Graphics", "Intel(R) Corporation"},
+    {"unchecked-overlap", UNCHECKED_OVERLAP, "NVIDIA CUDA", "NVIDIA Corporation"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -724,10 +732,58 @@ ENQUEUE(clEnqueueWriteBufferRect, 0x1202, b,
          const size_t *r, size_t brp, size_t bsp, size_t hrp, size_t hsp, const void *p,
          cl_uint n, const cl_event *w, cl_event *e),
         (q, m, b, bo, ho, r, brp, bsp, hrp, hsp, p, n, w, e))
-ENQUEUE(clEnqueueCopyBuffer, 0x11F5, 0,
-        (cl_command_queue q, mem s, mem d, size_t so, size_t dof, size_t sz, cl_uint n,
-         const cl_event *w, cl_event *e),
-        (q, s, d, so, dof, sz, n, w, e))
+
+#define CL_MEM_READ_WRITE (1 << 0)
+#define CL_MEM_ASSOCIATED_MEMOBJECT 0x1107
+#define CL_MEM_OFFSET 0x1108
+typedef cl_int (*copy_fn)(cl_command_queue, mem, mem, size_t, size_t, size_t, cl_uint,
+                          const cl_event *, cl_event *);
+typedef mem (*create_buffer_fn)(cl_context, cl_bitfield, size_t, void *, cl_int *);
+
+/* The buffer `m` is part of (itself, or a sub-buffer's parent), and where `m` starts in it. */
+static mem whole_of(mem m, size_t *at) {
+    mem parent = NULL;
+    *at = 0;
+    if (REAL(clGetMemObjectInfo, info_fn)(m, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent,
+                                          NULL) != CL_SUCCESS || !parent)
+        return m;
+    REAL(clGetMemObjectInfo, info_fn)(m, CL_MEM_OFFSET, sizeof *at, at, NULL);
+    return parent;
+}
+
+/* unchecked-overlap: a copy between two memory objects whose bytes of one buffer overlap runs,
+ * staged through a buffer of the emulation's own (released at once: the driver keeps it until
+ * the copies end). Returns 1 when it enqueued the copy (or failed to), with the status in *rc. */
+static int copy_unchecked(cl_command_queue q, mem s, mem d, size_t so, size_t dof, size_t sz,
+                          cl_uint n, const cl_event *w, cl_event *e, cl_int *rc) {
+    if (!(profile & UNCHECKED_OVERLAP) || s == d) return 0;
+    size_t s_at, d_at;
+    if (whole_of(s, &s_at) != whole_of(d, &d_at)) return 0;
+    size_t from = s_at + so, to = d_at + dof;
+    if (!(from < to + sz && to < from + sz)) return 0;
+    cl_context ctx = NULL;
+    REAL(clGetCommandQueueInfo, info_fn)(q, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL);
+    mem staged = REAL(clCreateBuffer, create_buffer_fn)(ctx, CL_MEM_READ_WRITE, sz, NULL, rc);
+    if (!staged) return 1;
+    cl_event first = NULL;
+    *rc = REAL(clEnqueueCopyBuffer, copy_fn)(q, s, staged, so, 0, sz, n, w, &first);
+    if (*rc == CL_SUCCESS) {
+        *rc = REAL(clEnqueueCopyBuffer, copy_fn)(q, staged, d, 0, dof, sz, 1, &first, e);
+        REAL(clReleaseEvent, release_fn)(first);
+    }
+    REAL(clReleaseMemObject, release_fn)(staged);
+    return 1;
+}
+
+cl_int clEnqueueCopyBuffer(cl_command_queue q, mem s, mem d, size_t so, size_t dof, size_t sz,
+                           cl_uint n, const cl_event *w, cl_event *e) {
+    struct call c;
+    if (begin(&c, q, 0x11F5, &n, &w, &e, 0)) return c.rc;
+    cl_int rc = CL_SUCCESS;
+    if (!copy_unchecked(q, s, d, so, dof, sz, n, w, e, &rc))
+        rc = REAL(clEnqueueCopyBuffer, copy_fn)(q, s, d, so, dof, sz, n, w, e);
+    return end(&c, rc);
+}
 ENQUEUE(clEnqueueCopyBufferRect, 0x1203, 0,
         (cl_command_queue q, mem s, mem d, const size_t *so, const size_t *dof, const size_t *r,
          size_t srp, size_t ssp, size_t drp, size_t dsp, cl_uint n, const cl_event *w,

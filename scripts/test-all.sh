@@ -123,10 +123,11 @@ run pocl-unknown POCL_DEVICES="pthread pthread" CL_LIFETIME_DEVICE=pocl CL_LIFET
 # sees a vendor it was never tuned for): current Mesa rusticl (a queue fails every command
 # after its first failure), AMD (the out-of-order flag dropped), Intel's GPU runtime (a
 # command behind a failed event never runs), Intel's CPU runtime (a command failed by a
-# dependency reads CL_COMPLETE), and profiling of a failed command that returns zeros.
+# dependency reads CL_COMPLETE), profiling of a failed command that returns zeros, and a
+# copy between a sub-buffer and overlapping bytes of its buffer that runs (Intel, NVIDIA).
 pocl_icd=$(ls /etc/OpenCL/vendors/*pocl*.icd 2>/dev/null | head -1)
 if [ -n "$pocl_icd" ] && make -s emulate >/dev/null; then
-  for profile in mesa amd intel-gpu intel-cpu failed-profiling; do
+  for profile in mesa amd intel-gpu intel-cpu failed-profiling unchecked-overlap; do
     run emulated-$profile OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES="pthread pthread" \
       CL_EMULATE=$profile LD_LIBRARY_PATH="$PWD/target/emulate${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   done

@@ -64,8 +64,9 @@ impl<'a> Arg<'a> {
     /// touch only the view's elements (tell it the view's length). The views of one buffer
     /// passed to kernels must not overlap but as [`View`](crate::View) says
     /// ([`Error::ViewOverlap`](crate::Error::ViewOverlap) otherwise). A view of shared
-    /// virtual memory is the address of its first element, with none of these limits
-    /// (see [`SvmBuffer`]).
+    /// virtual memory is the address of its first element, with none of these limits: the
+    /// kernel may reach anywhere in the allocation from it, and the launch is recorded as
+    /// using the whole allocation with the access declared (see [`SvmBuffer`]).
     pub fn write<T: Pod>(buffer: impl IntoArg<'a, T>) -> Arg<'a> {
         buffer.into_arg(Access::Write)
     }

@@ -272,14 +272,15 @@ impl After<'_> {
         let (start, len, span) = svm_range(&view, transfer, &range)?;
         let block = view.block();
         let at = block.svm_at(start * size_of::<T>());
-        let queue = self.queue.core.raw();
+        let core = &self.queue.core;
         self.map_through(block, access, span, len, |wait| {
             // SAFETY: the queue and the allocation are live (borrowed); the range was
             // checked against it; the wait list holds live events. An SVM map maps the
-            // memory at its own address.
+            // memory at its own address. The queue's driver handle is read here, inside
+            // the enqueue protocol, after the *renewed* rule may have replaced it.
             let event = unsafe {
                 ffi::enqueue_svm_map(
-                    queue,
+                    core.raw(),
                     at,
                     access == Access::Write,
                     len * size_of::<T>(),

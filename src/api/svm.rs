@@ -4,7 +4,8 @@
 //! `clSVMFree` frees at once, whatever still uses the memory: the OpenCL specification
 //! leaves the wait to the caller. An `SvmBuffer` is a block of the record layer like a
 //! buffer's ([`crate::record`]), so every command that uses it is recorded with its access
-//! and byte range, and its release waits for exactly those commands before `clSVMFree`.
+//! and bytes (a kernel's, all of the allocation), and its release waits for exactly those
+//! commands before `clSVMFree`.
 //!
 //! # Rules
 //!
@@ -21,12 +22,18 @@
 //!   the reverse on both kinds. [`SvmBuffer::as_ptr`] gives the address, for pointers
 //!   stored in the memory and for raw calls; dereferencing it is the caller's `unsafe`.
 //! - **Views are pointers.** A view passed to a kernel is the address of its first
-//!   element: no sub-buffer, no alignment beyond the element's, and any views may overlap
-//!   (the tracker orders them by their bytes).
-//! - **Pointers the kernel follows.** A kernel may follow pointers stored in the memory to
-//!   anywhere in the same allocation: its use, declared by the argument, covers all of
-//!   it. To follow pointers into another allocation, pass that allocation as an argument
-//!   too, with its use, so that it is recorded and made available to the kernel.
+//!   element: no sub-buffer, no alignment beyond the element's, and any views may overlap.
+//!   Transfers, copies, fills and maps of views are ordered by the views' bytes (commands
+//!   on disjoint views do not wait on each other); a kernel's are all of the allocation.
+//! - **Pointers the kernel follows.** A kernel may follow pointers, or index, from the
+//!   address it is given to anywhere in the same allocation: an argument that is an
+//!   allocation or a view of one is recorded as using the whole allocation with the
+//!   access it declares ([`Arg::read`](crate::Arg::read), [`Arg::write`](crate::Arg::write),
+//!   [`Arg::read_write`](crate::Arg::read_write)), so the kernel runs after every pending
+//!   write to any part of it (a read) or every pending command on it (a write), and later
+//!   commands on any part of it wait for the kernel as the declared use requires. To follow
+//!   pointers into another allocation, pass that allocation as an argument too, with its
+//!   use, so that it is recorded and made available to the kernel.
 //! - **Released after its own commands, then freed.** The release waits for the recorded
 //!   commands, as a buffer's does, then calls `clSVMFree`, which frees the memory before
 //!   it returns: the report's `freed` is `true`. The deferred form does the same on the
@@ -313,8 +320,11 @@ impl<T: Pod> SvmBuffer<T> {
 }
 
 /// Elements `offset .. offset + len` of an [`SvmBuffer`] (see [`SvmBuffer::view`]), taken
-/// by commands and kernel arguments in place of the whole allocation. A kernel given a
-/// view gets the address of its first element.
+/// by commands and kernel arguments in place of the whole allocation. Commands on a view
+/// are recorded over its elements only. A kernel given a view gets the address of its
+/// first element and is recorded as using the whole allocation with its declared access,
+/// since it may reach any of it from there (the guide's chapter
+/// [shared virtual memory](crate::guide::shared_virtual_memory)).
 pub struct SvmView<'b, T: Pod> {
     svm: &'b SvmBuffer<T>,
     offset: usize,
@@ -371,18 +381,14 @@ impl<'b, T: Pod> SvmView<'b, T> {
         Ok(self.offset + offset)
     }
 
-    /// The view as a kernel argument the kernel uses with `access`.
+    /// The view as a kernel argument the kernel uses with `access`: the address of its
+    /// first element, recorded over the whole allocation (the *pointers the kernel
+    /// follows* rule), since the kernel may reach any of it from there.
     pub(crate) fn arg(self, access: Access) -> Arg<'b> {
         let whole = self.offset == 0 && self.len == self.svm.len;
         let size = size_of::<T>();
         let region = (!whole).then_some((self.offset * size, self.len * size));
-        Arg::block(
-            self.block(),
-            access,
-            Ty::of::<T>(),
-            region,
-            self.span(self.offset, self.len),
-        )
+        Arg::block(self.block(), access, Ty::of::<T>(), region, Span::ALL)
     }
 }
 

@@ -25,6 +25,10 @@
 //!   has a sub-buffer (one passed to a kernel) go through it; on any other part of a
 //!   buffer they go through the buffer itself. Maps and commands from other code
 //!   ([`BufferUse`](crate::BufferUse)) use the buffer itself, at the view's byte offset.
+//! - **No copy within overlapping bytes.** A copy whose source and destination are
+//!   overlapping bytes of one buffer, whether each side is the buffer or a view of it, is
+//!   refused with `CL_MEM_COPY_OVERLAP` before the driver sees it and records nothing:
+//!   through a sub-buffer, Intel's runtime and NVIDIA's do not see the overlap and run it.
 
 use std::fmt;
 use std::ops::{Bound, Deref, RangeBounds};

@@ -7,6 +7,7 @@
 //! ([`common::not_run`]).
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use cl_lifetime::{Arg, CommandKind, Context, Error, Queue, SvmBuffer, SvmKind};
 
@@ -454,8 +455,9 @@ fn svm_failed_command_is_in_the_release_report_and_its_data_is_refused() {
 
 /// Hazards hold as for buffers: a kernel waits for the host's writes through a mapping,
 /// a map waits for the kernel, device commands are refused while the host holds a
-/// writable mapping, and commands on disjoint views of one allocation on two queues do
-/// not wait on each other.
+/// writable mapping, and transfers on disjoint views of one allocation on two queues do
+/// not wait on each other (a kernel given a view uses the whole allocation:
+/// `a_kernel_given_an_svm_view_is_ordered_with_writes_anywhere_in_its_allocation`).
 #[test]
 fn svm_commands_keep_the_buffer_rules_maps_hazards_and_disjoint_views() {
     let ctx = device!();
@@ -492,28 +494,174 @@ fn svm_commands_keep_the_buffer_rules_maps_hazards_and_disjoint_views() {
         if common::on_platform(&ctx, &["oclgrind"]) {
             continue;
         }
-        // Disjoint views: a fill of the high half does not wait for a gated kernel on the
-        // low half (on another queue), and the kernel still sees its own half.
+        // Disjoint views: a fill of the high half does not wait for a gated fill of the
+        // low half (on another queue), and a kernel given the low half's address sees it.
         let (low, high) = (svm.view(..n / 2).unwrap(), svm.view(n / 2..).unwrap());
         let gate = ctx.user_event().unwrap();
-        queue
-            .after(&[gate.event()])
+        queue.after(&[gate.event()]).fill_svm(low, 3).unwrap();
+        let filled = other.fill_svm(high, -5).unwrap();
+        let ended = filled.wait();
+        gate.complete().unwrap();
+        ended.unwrap();
+        other
             .launch(
                 &add_one,
                 &[n / 2],
                 &[Arg::read_write(low), Arg::scalar((n / 2) as u32)],
             )
             .unwrap();
-        let filled = other.fill_svm(high, -5).unwrap();
-        let ended = filled.wait();
-        gate.complete().unwrap();
-        ended.unwrap();
         let mut out = vec![0; n];
         queue.read_svm(&svm, &mut out).unwrap();
         let want: Vec<i32> = (0..n as i32)
-            .map(|i| if i < n as i32 / 2 { i + 2 } else { -5 })
+            .map(|i| if i < n as i32 / 2 { 4 } else { -5 })
             .collect();
         assert_eq!(out, want, "{kind:?}");
+    }
+}
+
+/// Current Mesa's rusticl fails every command of a queue after its first failure, and the
+/// library then moves the queue's commands to a new driver queue (the *renewed* rule). An
+/// SVM map, read or writable, that is the first command of the queue after a failure goes
+/// to the new queue as every other command does: it read the queue's driver handle before
+/// the renewal and failed with `CommandFailed(-1)` on the old queue, where buffer maps,
+/// reads, writes and fills succeeded. Run under the project's driver emulator (`make
+/// emulate`, profile `mesa`) in a child process.
+#[test]
+fn an_svm_map_after_a_failure_goes_to_the_renewed_queue() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) || kinds(&ctx).is_empty() {
+        return;
+    }
+    let name = test_path!(an_svm_map_after_a_failure_goes_to_the_renewed_queue);
+    common::under_emulation(ctx, &name, "mesa", || {
+        let ctx = device!();
+        assert_eq!(
+            ctx.device().platform_name(),
+            "rusticl",
+            "the emulator is not the OpenCL library of this process"
+        );
+        let queue = ctx.queue().unwrap();
+        let other = ctx.buffer_from(&[1u32; 64]).unwrap();
+        for kind in kinds(&ctx) {
+            let svm = ctx.svm::<u32>(64, kind).unwrap();
+            queue.write_svm(&svm, &[5; 64]).unwrap();
+            for (round, writable) in [false, true, false].into_iter().enumerate() {
+                // A command on another buffer fails: the queue's driver fails every later
+                // command of it.
+                let gate = ctx.user_event().unwrap();
+                let cancelled = queue.after(&[gate.event()]).fill(&other, 7).unwrap();
+                gate.fail(-1234).unwrap();
+                assert!(
+                    cancelled.wait().is_err(),
+                    "{kind:?} round {round}: the cancelled fill succeeded"
+                );
+                let want = 5 + round as u32 / 2;
+                if writable {
+                    let mut mapped = queue
+                        .map_svm_mut(&svm, 0..64)
+                        .unwrap_or_else(|e| panic!("{kind:?} round {round}: map_svm_mut: {e}"));
+                    assert_eq!(*mapped, [want; 64], "{kind:?} round {round}");
+                    mapped.fill(want + 1);
+                    mapped.unmap().unwrap().wait().unwrap();
+                } else {
+                    let mapped = queue
+                        .map_svm(&svm, 0..64)
+                        .unwrap_or_else(|e| panic!("{kind:?} round {round}: map_svm: {e}"));
+                    assert_eq!(*mapped, [want; 64], "{kind:?} round {round}");
+                    mapped.unmap().unwrap().wait().unwrap();
+                }
+            }
+            svm.release().unwrap();
+        }
+        other.release().unwrap();
+    });
+}
+
+/// `pick(src, i, out)`: one work item that copies `src[i]` to `out[0]`, wherever `i` falls:
+/// a kernel that follows its pointer past the view it was given.
+const PICK: &str = "__kernel void pick(__global const int *src, uint i, __global int *out) {
+    out[0] = src[i]; }";
+
+/// A kernel given SVM may reach anywhere in the allocation (the guide's *pointers the
+/// kernel follows*), so a kernel given a view is recorded over the whole allocation with
+/// the use it declares. A kernel given elements 0..512 that reads element 900 through
+/// them runs after a gated fill of element 900 on another queue, and reads 7, not the
+/// 1000 there before (it was recorded over its view's bytes only: it ran at once and
+/// read 1000). A write of element 900 on another queue waits for a gated kernel given
+/// elements 0..512 that reads it, which then reads 1000 (the write returned while the
+/// kernel's gate was closed). A transfer on a view stays ranged
+/// (`svm_commands_keep_the_buffer_rules_maps_hazards_and_disjoint_views`). The gated
+/// write is a `fill_svm`, which returns at once: `write_svm` blocks the host until done.
+#[test]
+fn a_kernel_given_an_svm_view_is_ordered_with_writes_anywhere_in_its_allocation() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let (a, b) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let pick = ctx
+        .program_from_source("svm_pick", PICK, "")
+        .and_then(|p| p.kernel("pick"))
+        .expect("the pick kernel builds");
+    let n = 1024;
+    for kind in kinds(&ctx) {
+        let out = Arc::new(ctx.buffer_from(&[0i32]).unwrap());
+        // Built for its global size now (PoCL builds a kernel at its first launch), so
+        // that a kernel the library does not hold back runs before the gate opens.
+        let warm = ctx.svm::<i32>(1, kind).unwrap();
+        let args = [Arg::read(&warm), Arg::scalar(0u32), Arg::write(&*out)];
+        b.launch(&pick, &[1], &args).unwrap().wait().unwrap();
+        warm.release().unwrap();
+
+        // A read after a write elsewhere in the allocation.
+        let svm = Arc::new(ctx.svm::<i32>(n, kind).unwrap());
+        b.write_svm(&*svm, &vec![1000; n]).unwrap();
+        let gate = ctx.user_event().unwrap();
+        a.after(&[gate.event()])
+            .fill_svm(svm.view(900..901).unwrap(), 7)
+            .unwrap();
+        let args = [
+            Arg::read(svm.view(0..512).unwrap()),
+            Arg::scalar(900u32),
+            Arg::write(&*out),
+        ];
+        b.launch(&pick, &[1], &args).unwrap();
+        let (reader, picked) = (b.clone(), out.clone());
+        let got = common::returns_only_after(
+            &format!("{kind:?}: the read of what a kernel given elements 0..512 picked"),
+            move || common::contents(&reader, &picked),
+            || gate.complete().unwrap(),
+        );
+        assert_eq!(
+            got,
+            [7],
+            "{kind:?}: the kernel given elements 0..512 ran before the fill of element 900"
+        );
+
+        // A write elsewhere in the allocation after a read.
+        b.write_svm(&*svm, &vec![1000; n]).unwrap();
+        let gate = ctx.user_event().unwrap();
+        b.after(&[gate.event()]).launch(&pick, &[1], &args).unwrap();
+        b.flush().unwrap();
+        let (writer, on) = (svm.clone(), a.clone());
+        common::returns_only_after(
+            &format!("{kind:?}: a write of element 900 after a gated kernel given elements 0..512"),
+            move || on.write_svm(writer.view(900..901).unwrap(), &[7]).unwrap(),
+            || gate.complete().unwrap(),
+        );
+        assert_eq!(
+            common::contents(&b, &out),
+            [1000],
+            "{kind:?}: the write of element 900 ran before the kernel given elements 0..512"
+        );
+        let mut at = [0];
+        a.read_svm(svm.view(900..901).unwrap(), &mut at).unwrap();
+        assert_eq!(at, [7], "{kind:?}");
+        let only = |what| format!("{kind:?}: the {what} is no longer shared");
+        let svm = Arc::into_inner(svm).unwrap_or_else(|| panic!("{}", only("allocation")));
+        svm.release().unwrap();
+        let out = Arc::into_inner(out).unwrap_or_else(|| panic!("{}", only("output")));
+        out.release().unwrap();
     }
 }
 
@@ -744,15 +892,19 @@ fn values(base: i32, n: usize) -> Vec<i32> {
 }
 
 impl Step {
-    /// The allocations it touches, each with the elements the library records: one
-    /// command's ranges of one allocation are recorded as their hull.
-    fn touches(&self) -> Vec<(usize, Range<usize>)> {
+    /// The allocations it touches (of `lens` elements), each with the elements the library
+    /// records: one command's ranges of one allocation are recorded as their hull, and a
+    /// kernel's are all of each allocation it is given.
+    fn touches(&self, lens: &[usize]) -> Vec<(usize, Range<usize>)> {
         let to = self.at..self.at + self.r.len();
         match self.what {
-            Do::Copy | Do::Twice if self.a == self.dst => {
+            Do::AddOne => vec![(self.a, 0..lens[self.a])],
+            Do::Twice if self.a == self.dst => vec![(self.a, 0..lens[self.a])],
+            Do::Twice => vec![(self.a, 0..lens[self.a]), (self.dst, 0..lens[self.dst])],
+            Do::Copy if self.a == self.dst => {
                 vec![(self.a, self.r.start.min(to.start)..self.r.end.max(to.end))]
             }
-            Do::Copy | Do::Twice => vec![(self.a, self.r.clone()), (self.dst, to)],
+            Do::Copy => vec![(self.a, self.r.clone()), (self.dst, to)],
             Do::Open => Vec::new(),
             _ => vec![(self.a, self.r.clone())],
         }
@@ -990,7 +1142,7 @@ fn plan_program(seed: u64, env: &SvmEnv) -> SvmPlan {
         );
         let queued = in_order[step.queue] && !releases;
         let mut mask = if queued { queue_mask[step.queue] } else { 0 };
-        for (a, r) in step.touches() {
+        for (a, r) in step.touches(&lens) {
             let overlapping = history.iter().filter(|(b, s, _)| a == *b && overlap(&r, s));
             mask = overlapping.fold(mask, |mask, (_, _, m)| mask | m);
         }
@@ -1006,7 +1158,7 @@ fn plan_program(seed: u64, env: &SvmEnv) -> SvmPlan {
                 mask |= 1 << g;
                 step.gate = Some(g);
             }
-            history.extend(step.touches().into_iter().map(|(a, r)| (a, r, mask)));
+            history.extend(step.touches(&lens).into_iter().map(|(a, r)| (a, r, mask)));
             if in_order[step.queue] {
                 queue_mask[step.queue] |= mask;
             }
@@ -1195,7 +1347,7 @@ fn run_program(env: &SvmEnv, plan: &SvmPlan) -> Result<(), String> {
         };
         if let Some(event) = event {
             let event = event.map_err(fail)?;
-            for (a, _) in step.touches() {
+            for (a, _) in step.touches(&plan.lens) {
                 held.raws[a].push(retained(&event));
             }
         }

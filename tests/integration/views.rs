@@ -705,3 +705,115 @@ fn a_kernel_on_a_view_across_another_one_passed_to_kernels_is_refused_and_loses_
     expected.extend(vec![0; u]);
     assert_eq!(common::contents(&queue, &buf), expected);
 }
+
+/// A copy whose source and destination are overlapping bytes of one buffer (through the
+/// buffer, its views, in any combination) is refused by the library itself with
+/// `CL_MEM_COPY_OVERLAP`, before the driver sees it: the buffer is unchanged and nothing is
+/// recorded. Intel's runtime and NVIDIA's ran such a copy where one side was a view's
+/// sub-buffer (they refuse overlap only within one memory object; PoCL refuses it there
+/// too), so each case runs with the views fresh and again once they have sub-buffers (kept
+/// for kernels), here and under the driver emulator's `unchecked-overlap` profile (`make
+/// emulate`), which runs such copies as those drivers do. Copies between disjoint (or
+/// adjacent) ranges of one buffer still run.
+#[test]
+fn a_copy_between_overlapping_bytes_of_one_buffer_is_refused_and_changes_nothing() {
+    let ctx = device!();
+    overlapping_copies_are_refused(&ctx);
+    let name =
+        test_path!(a_copy_between_overlapping_bytes_of_one_buffer_is_refused_and_changes_nothing);
+    common::under_emulation(ctx, &name, "unchecked-overlap", || {
+        let ctx = device!();
+        assert_eq!(
+            ctx.device().platform_name(),
+            "NVIDIA CUDA",
+            "the emulator is not the OpenCL library of this process"
+        );
+        overlapping_copies_are_refused(&ctx);
+    });
+}
+
+/// The body of `a_copy_between_overlapping_bytes_of_one_buffer_is_refused_and_changes_nothing`.
+fn overlapping_copies_are_refused(ctx: &Context) {
+    let queue = ctx.queue().expect("a queue");
+    let increment = common::busy(ctx).kernel("increment").expect("increment");
+    let on = ctx.device().platform_name().to_string();
+    // 256 elements, or the next multiple of where a sub-buffer may start.
+    let q = 256usize.next_multiple_of(unit(ctx));
+    let buf = ctx.buffer_from(&common::ramp(4 * q, 3)).expect("a buffer");
+    let mut expected = common::ramp(4 * q, 3);
+    for with_subs in [false, true] {
+        if with_subs {
+            // Kernels on the low and high halves: each keeps a sub-buffer, through which
+            // later transfers on those views go.
+            for half in [0..2 * q, 2 * q..4 * q] {
+                let view = buf.view(half.clone()).expect("a half");
+                let args = [Arg::read_write(view), Arg::scalar((2 * q) as u32)];
+                queue
+                    .launch(&increment, &[2 * q], &args)
+                    .expect("the launch");
+                expected[half].iter_mut().for_each(|x| *x += 1);
+            }
+            assert_eq!(buf.kept_sub_buffers(), 2, "{on}");
+        }
+        let (low, high) = buf.split_at(2 * q).expect("two halves");
+        let middle = buf.view(q..3 * q).expect("the middle");
+        let cases = [
+            ("low half to the middle", queue.copy(low, middle)),
+            ("the middle to the low half", queue.copy(middle, low)),
+            (
+                "low half to the buffer",
+                queue.copy_range(low, 0, &buf, q / 2, q),
+            ),
+            (
+                "the buffer to the high half",
+                queue.copy_range(&buf, 2 * q + q / 2, high, 0, q),
+            ),
+            ("high half to itself", queue.copy_range(high, 0, high, 1, q)),
+            (
+                "the buffer to itself",
+                queue.copy_range(&buf, q, &buf, q + 1, q),
+            ),
+        ];
+        let before = buf.record_len();
+        for (what, copied) in cases {
+            let what = format!("{on}: {what} (sub-buffers kept: {with_subs})");
+            match copied {
+                Err(Error::Cl { call, status }) => {
+                    assert_eq!(status.name(), "CL_MEM_COPY_OVERLAP", "{what}");
+                    assert_eq!(call, "clEnqueueCopyBuffer", "{what}");
+                }
+                other => panic!("{what}: {other:?}, not CL_MEM_COPY_OVERLAP"),
+            }
+        }
+        assert_eq!(
+            buf.record_len(),
+            before,
+            "{on}: a refused copy was recorded"
+        );
+        let got = common::contents(&queue, &buf);
+        assert!(
+            got == expected,
+            "{on}: a refused copy changed the buffer ({with_subs})"
+        );
+    }
+    // Disjoint and adjacent ranges of one buffer: the copies run.
+    let (low, high) = buf.split_at(2 * q).expect("two halves");
+    queue
+        .copy_range(low, 0, high, 0, q)
+        .expect("a disjoint copy");
+    expected.copy_within(0..q, 2 * q);
+    queue
+        .copy_range(&buf, q, low, 0, q)
+        .expect("an adjacent copy");
+    expected.copy_within(q..2 * q, 0);
+    queue
+        .copy_range(high, q, &buf, q, q)
+        .expect("a disjoint copy");
+    expected.copy_within(3 * q..4 * q, q);
+    assert!(
+        common::contents(&queue, &buf) == expected,
+        "{on}: the disjoint copies"
+    );
+    let report = buf.release().expect("the release");
+    assert!(report.failed.is_empty(), "{on}: {report:?}");
+}
