@@ -274,7 +274,9 @@ pub enum Error {
         status: Option<ClStatus>,
     },
     /// A launch's work sizes are refused: by the library's checks (dimensions, zero
-    /// sizes, the device's work-group limits, a range that cannot end) or by the driver.
+    /// sizes, the device's and the kernel's work-group limits, a local size that does not
+    /// divide the global one where groups must be uniform, a range that cannot end) or by
+    /// the driver.
     WorkSize {
         /// The global size given.
         global: Vec<usize>,

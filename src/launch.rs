@@ -33,7 +33,17 @@
 //!    `CL_DEVICE_MAX_WORK_GROUP_SIZE`. Each global dimension is at most 2³² − 1 work
 //!    groups (of the local size given, or of the largest group the device allows when the
 //!    driver chooses): a larger range cannot end in practice (NVIDIA refuses it, PoCL
-//!    runs it for ever).
+//!    runs it for ever). A local size given is also within the kernel's own
+//!    `CL_KERNEL_WORK_GROUP_SIZE` on the queue's device, equal to its
+//!    `reqd_work_group_size` where it declares one, and divides the global size in each
+//!    dimension unless non-uniform work groups are allowed: on an OpenCL 2.x device, or a
+//!    3.0 one with `CL_DEVICE_NON_UNIFORM_WORK_GROUP_SUPPORT`, for a program built by the
+//!    library with `-cl-std=CL2.0` or later and without `-cl-uniform-work-group-size`
+//!    (OpenCL C 1.x, the default, needs uniform groups). Of a program built by other code
+//!    the library does not know the options, and leaves that to the driver. So a launch
+//!    the driver would refuse for its work size is refused before any command reaches its
+//!    buffers (a new buffer's zero fill included): the driver's own refusal, still
+//!    [`Error::WorkSize`], remains for what no query shows.
 //! 7. **No argument information.** Where the driver gives no argument information (`CL_KERNEL_ARG_INFO_NOT_AVAILABLE`)
 //!    the declared kinds cannot be checked: the count, local memory and work sizes still
 //!    are, and what a scalar is given for reaches the driver unchecked.
@@ -68,6 +78,36 @@ pub(crate) struct Limits {
     /// `CL_DEVICE_MEM_BASE_ADDR_ALIGN`, in bytes (at least 1): where a sub-buffer may
     /// start.
     pub(crate) base_align: usize,
+    /// Whether the device runs non-uniform work groups for a program of OpenCL C 2.0 or
+    /// later: an OpenCL 2.x device, or a 3.0 one with
+    /// `CL_DEVICE_NON_UNIFORM_WORK_GROUP_SUPPORT` (the *work sizes* rule).
+    pub(crate) non_uniform: bool,
+}
+
+/// A kernel's work-group limits on one device (the *work sizes* rule).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Groups {
+    /// `CL_KERNEL_WORK_GROUP_SIZE`: the most work items in one of its groups.
+    pub(crate) max: usize,
+    /// `CL_KERNEL_COMPILE_WORK_GROUP_SIZE`, where the kernel declares
+    /// `reqd_work_group_size`.
+    pub(crate) reqd: Option<[usize; 3]>,
+}
+
+/// Whether a program built with `options` may run non-uniform work groups where its
+/// device allows them (the *work sizes* rule): OpenCL C 2.0 or later
+/// (`-cl-std=CL2.0`, `CL3.0`, `CLC++`), without `-cl-uniform-work-group-size`.
+pub(crate) fn allows_non_uniform(options: &str) -> bool {
+    let std = options
+        .split_whitespace()
+        .filter_map(|o| o.strip_prefix("-cl-std="))
+        .next_back();
+    let modern =
+        std.is_some_and(|v| v.starts_with("CL2") || v.starts_with("CL3") || v.starts_with("CLC++"));
+    modern
+        && !options
+            .split_whitespace()
+            .any(|o| o == "-cl-uniform-work-group-size")
 }
 
 /// `CL_KERNEL_ARG_ADDRESS_GLOBAL` and its kin.
@@ -391,6 +431,52 @@ pub(crate) fn check_work(global: &[usize], local: Option<&[usize]>, limits: &Lim
     Ok(())
 }
 
+/// The *work sizes* rule, for a launch with a `local` size that passed
+/// [`check_work`]: `groups` are the kernel's limits on the queue's device (`None`: not
+/// known), `uniform` whether its groups must divide the global size (`None`: not known).
+pub(crate) fn check_groups(
+    global: &[usize],
+    local: &[usize],
+    groups: Option<&Groups>,
+    uniform: Option<bool>,
+) -> Result<()> {
+    let refuse = |reason: String| Error::WorkSize {
+        global: global.to_vec(),
+        local: Some(local.to_vec()),
+        reason,
+        status: None,
+    };
+    if let Some(groups) = groups {
+        if let Some(reqd) = groups.reqd {
+            let given = (0..3).map(|d| local.get(d).copied().unwrap_or(1));
+            if !given.eq(reqd) {
+                return Err(refuse(format!(
+                    "the kernel declares reqd_work_group_size({}, {}, {})",
+                    reqd[0], reqd[1], reqd[2]
+                )));
+            }
+        }
+        let items = local.iter().map(|&l| l as u128).product::<u128>();
+        if items > groups.max as u128 {
+            return Err(refuse(format!(
+                "{items} work items per group, over the kernel's CL_KERNEL_WORK_GROUP_SIZE \
+                 of {} on this device",
+                groups.max
+            )));
+        }
+    }
+    if uniform == Some(true) {
+        if let Some(d) = (0..local.len()).find(|&d| global[d] % local[d] != 0) {
+            return Err(refuse(format!(
+                "global dimension {d} is not a multiple of the local one, and this kernel's \
+                 work groups must be uniform (OpenCL C 1.x, -cl-uniform-work-group-size, or \
+                 a device without non-uniform work groups)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,6 +487,7 @@ mod tests {
         max_item: [1024, 1024, 64],
         address_bits: 64,
         base_align: 128,
+        non_uniform: true,
     };
 
     #[test]
@@ -550,5 +637,51 @@ mod tests {
             };
             assert_eq!(g, &global);
         }
+    }
+
+    #[test]
+    fn a_local_size_past_the_kernel_or_not_dividing_a_uniform_kernel_is_refused() {
+        let groups = Groups {
+            max: 256,
+            reqd: None,
+        };
+        assert!(check_groups(&[64], &[7], Some(&groups), Some(false)).is_ok());
+        assert!(check_groups(&[64], &[7], Some(&groups), None).is_ok());
+        let err = check_groups(&[64], &[7], Some(&groups), Some(true)).unwrap_err();
+        assert!(err.to_string().contains("not a multiple"), "{err}");
+        assert!(check_groups(&[64, 8], &[8, 8], Some(&groups), Some(true)).is_ok());
+        let err = check_groups(&[512], &[512], Some(&groups), Some(true)).unwrap_err();
+        assert!(
+            err.to_string().contains("CL_KERNEL_WORK_GROUP_SIZE"),
+            "{err}"
+        );
+        assert!(check_groups(&[512], &[512], None, Some(true)).is_ok());
+        let reqd = Groups {
+            max: 256,
+            reqd: Some([16, 1, 1]),
+        };
+        assert!(check_groups(&[64], &[16], Some(&reqd), Some(true)).is_ok());
+        assert!(check_groups(&[64, 4], &[16, 1], Some(&reqd), Some(true)).is_ok());
+        let err = check_groups(&[64], &[8], Some(&reqd), Some(true)).unwrap_err();
+        assert!(
+            err.to_string().contains("reqd_work_group_size(16, 1, 1)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn only_opencl_c_2_or_later_without_uniform_groups_allows_non_uniform_ones() {
+        assert!(!allows_non_uniform(""));
+        assert!(!allows_non_uniform("-cl-std=CL1.2 -cl-kernel-arg-info"));
+        assert!(allows_non_uniform("-cl-std=CL2.0"));
+        assert!(allows_non_uniform(
+            "-I dir -cl-std=CL3.0 -cl-fast-relaxed-math"
+        ));
+        assert!(allows_non_uniform("-cl-std=CLC++2021"));
+        assert!(!allows_non_uniform(
+            "-cl-std=CL3.0 -cl-uniform-work-group-size"
+        ));
+        // The last -cl-std given counts.
+        assert!(!allows_non_uniform("-cl-std=CL2.0 -cl-std=CL1.2"));
     }
 }

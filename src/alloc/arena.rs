@@ -6,6 +6,10 @@
 //!   are aligned to the devices' `CL_DEVICE_MEM_BASE_ADDR_ALIGN` (design trap "sub-buffer
 //!   alignment"). Carved ranges never overlap; each sub-buffer keeps the arena alive (its
 //!   home) and has its own event record.
+//! - **Zeroed carves.** A carve is zeroed before its first read, as
+//!   [`Context::buffer`] is (the record's *zeroed before read* rule): after
+//!   [`Arena::reset`] a carve lies over the bytes of earlier ones, and the arena's own
+//!   buffer may have taken over another buffer's memory (the reaper's *reclaim* rule).
 
 use std::fmt;
 use std::panic::Location;
@@ -23,7 +27,9 @@ pub(crate) struct ArenaInner {
 }
 
 /// One buffer carved into aligned, non-overlapping sub-buffers (the *aligned carving*
-/// rule): pre-allocation for users who know their peak.
+/// rule): pre-allocation for users who know their peak. Each carve reads as zeros until
+/// it is written, as a new buffer does (the *zeroed carves* rule), whatever earlier
+/// carves over the same bytes held before a [`reset`](Arena::reset).
 ///
 /// # Examples
 ///
@@ -88,7 +94,9 @@ impl Arena {
         })
     }
 
-    /// A sub-buffer of `len` elements at the next aligned origin.
+    /// A sub-buffer of `len` elements at the next aligned origin, zeroed before its first
+    /// read as [`Context::buffer`] is: a first command that writes all of it costs no
+    /// fill, any other is preceded by one (the *zeroed carves* rule).
     ///
     /// # Errors
     ///
@@ -130,6 +138,7 @@ impl Arena {
         }
         let mut block = Block::carve(parent, origin, bytes, site)?;
         *next = origin + bytes;
+        block.mark_fresh();
         block.set_home(Home::KeepAlive(self.inner.clone()));
         Ok(ClBuffer::from_block(block, len))
     }
@@ -148,7 +157,8 @@ impl Arena {
         self.inner.parent.bytes()
     }
 
-    /// Makes the whole arena free again.
+    /// Makes the whole arena free again. Later carves read as zeros until written, not
+    /// as the earlier carves left the memory.
     ///
     /// # Errors
     ///

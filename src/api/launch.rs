@@ -93,7 +93,15 @@ impl After<'_> {
     /// - local memory: each [`Arg::local`] at least one byte, all of them within the
     ///   device's `CL_DEVICE_LOCAL_MEM_SIZE`;
     /// - work sizes: one to three dimensions, none zero, a local size within the device's
-    ///   work-group limits, and each global dimension at most 2³² − 1 groups.
+    ///   and the kernel's work-group limits (its `reqd_work_group_size` where it declares
+    ///   one) that divides the global size where work groups must be uniform (a program
+    ///   of OpenCL C 1.x, the default, or built with `-cl-uniform-work-group-size`, or a
+    ///   device without non-uniform work groups), and each global dimension at most
+    ///   2³² − 1 groups.
+    ///
+    /// A launch these checks refuse, or one refused for a mapped buffer or a failed
+    /// dependency, leaves every buffer's record as it was: not even a new buffer's zero
+    /// fill is enqueued.
     ///
     /// What no check can see is the kernel's body. The caller vouches that the kernel
     /// touches only the elements of its buffer arguments that exist (usually by bounds
@@ -143,7 +151,7 @@ impl After<'_> {
         args: &[Arg<'_>],
     ) -> Result<Event> {
         let core = &self.queue.core;
-        kernel.check_launch(&core.ctx, &core.limits, global, local, args)?;
+        kernel.check_launch(&core.ctx, core.device(), &core.limits, global, local, args)?;
         let mut touches: inline::List<Touch<'_>> = inline::List::new();
         for touch in args.iter().filter_map(Arg::touch) {
             touches.push(touch);

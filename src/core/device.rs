@@ -113,8 +113,8 @@ impl SvmKind {
     }
 }
 
-/// A device's launch limits.
-fn limits(id: cl_device_id) -> Result<Limits> {
+/// A device's launch limits; `version` is its `CL_DEVICE_VERSION`.
+fn limits(id: cl_device_id, version: &str) -> Result<Limits> {
     let mut max_item = [1; 3];
     let sizes = ffi::device_sizes(id, ffi::CL_DEVICE_MAX_WORK_ITEM_SIZES)?;
     for (slot, size) in max_item.iter_mut().zip(sizes) {
@@ -126,6 +126,13 @@ fn limits(id: cl_device_id) -> Result<Limits> {
         max_item,
         address_bits: ffi::device_u32(id, ffi::CL_DEVICE_ADDRESS_BITS)?,
         base_align: (ffi::device_u32(id, ffi::CL_DEVICE_MEM_BASE_ADDR_ALIGN)? / 8).max(1) as usize,
+        // OpenCL 2.x requires them; 3.0 says (a driver that cannot say has none).
+        non_uniform: match super::queue::opencl_major(version) {
+            2 => true,
+            3.. => ffi::device_u32(id, ffi::CL_DEVICE_NON_UNIFORM_WORK_GROUP_SUPPORT)
+                .is_ok_and(|b| b != 0),
+            _ => false,
+        },
     })
 }
 
@@ -145,6 +152,7 @@ impl Device {
         } else {
             0
         };
+        let limits = limits(id, &version)?;
         Ok(Device {
             platform,
             id,
@@ -160,7 +168,7 @@ impl Device {
             base_addr_align_bits: ffi::device_u32(id, ffi::CL_DEVICE_MEM_BASE_ADDR_ALIGN)?,
             global_mem: ffi::device_u64(id, ffi::CL_DEVICE_GLOBAL_MEM_SIZE)?,
             svm,
-            limits: limits(id)?,
+            limits,
         })
     }
 
@@ -354,6 +362,7 @@ mod tests {
                 max_item: [1; 3],
                 address_bits: 64,
                 base_align: 1,
+                non_uniform: false,
             },
         }
     }

@@ -26,7 +26,7 @@ pub(crate) struct QueueCore {
     /// Queues replaced by the *renewed* rule, every command of each ended; released with
     /// this one (a thread may still hold one's handle from before the swap).
     retired: Mutex<Vec<cl_command_queue>>,
-    /// What a replacement queue is made on.
+    /// What a replacement queue is made on, and what launches are checked against.
     device: cl_device_id,
     opencl_major: u32,
     pub(crate) lane: Lane,
@@ -267,6 +267,11 @@ impl QueueCore {
     /// The driver's queue that commands go to now.
     pub(crate) fn raw(&self) -> cl_command_queue {
         self.raw.load(Ordering::Acquire)
+    }
+
+    /// The queue's device.
+    pub(crate) fn device(&self) -> cl_device_id {
+        self.device
     }
 
     /// The *renewed* rule: a settling marker waits on nothing but the queue's order, so

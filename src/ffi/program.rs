@@ -116,6 +116,31 @@ pub(crate) fn kernel_num_args(kernel: cl_kernel) -> Result<usize> {
         .map_err(|s| Error::cl("clGetKernelInfo", s))
 }
 
+/// `CL_KERNEL_WORK_GROUP_SIZE` of `kernel` on `device`, or the status of the failure.
+pub(crate) fn kernel_work_group_size(
+    kernel: cl_kernel,
+    device: cl_device_id,
+) -> std::result::Result<usize, cl_int> {
+    clk::get_kernel_work_group_info(kernel, device, clk::CL_KERNEL_WORK_GROUP_SIZE)
+        .map(|v| v.to_size())
+}
+
+/// `CL_KERNEL_COMPILE_WORK_GROUP_SIZE` of `kernel` on `device` (zeros where the kernel
+/// declares no `reqd_work_group_size`), or the status of the failure.
+pub(crate) fn kernel_compile_work_group_size(
+    kernel: cl_kernel,
+    device: cl_device_id,
+) -> std::result::Result<[usize; 3], cl_int> {
+    let sizes =
+        clk::get_kernel_work_group_info(kernel, device, clk::CL_KERNEL_COMPILE_WORK_GROUP_SIZE)?
+            .to_vec_size();
+    let mut out = [0; 3];
+    for (slot, size) in out.iter_mut().zip(sizes) {
+        *slot = size;
+    }
+    Ok(out)
+}
+
 /// A `cl_uint` of `clGetKernelArgInfo` for argument `index`.
 pub(crate) fn kernel_arg_uint(
     kernel: cl_kernel,

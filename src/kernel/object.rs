@@ -10,8 +10,8 @@ use super::program::ProgramInner;
 use super::widths::Turn;
 use crate::core::context::ContextCore;
 use crate::error::{ClStatus, Error, Result};
-use crate::ffi::{self, cl_command_queue, cl_event, cl_kernel};
-use crate::launch::{self, Limits, Param};
+use crate::ffi::{self, cl_command_queue, cl_device_id, cl_event, cl_kernel};
+use crate::launch::{self, Groups, Limits, Param};
 use crate::record::hooks::ArgHolder;
 use crate::record::sub::Held;
 
@@ -37,6 +37,23 @@ fn params(raw: cl_kernel, count: usize, address_bits: u32) -> Option<Box<[Param]
         Ok(params) => Some(params),
         Err(status) => {
             log::debug!(target: "cl_lifetime::program", "no kernel argument information: {}", ClStatus(status));
+            None
+        }
+    }
+}
+
+/// The launch checks' *work sizes* rule: the kernel's work-group limits on `device`, or
+/// `None` where the driver does not say.
+fn groups(raw: cl_kernel, device: cl_device_id) -> Option<Groups> {
+    let max = ffi::kernel_work_group_size(raw, device);
+    let reqd = ffi::kernel_compile_work_group_size(raw, device);
+    match (max, reqd) {
+        (Ok(max), Ok(reqd)) => Some(Groups {
+            max,
+            reqd: (reqd != [0; 3]).then_some(reqd),
+        }),
+        (Err(status), _) | (_, Err(status)) => {
+            log::debug!(target: "cl_lifetime::program", "no kernel work-group information: {}", ClStatus(status));
             None
         }
     }
@@ -74,6 +91,8 @@ pub(crate) struct KernelInner {
     num_args: usize,
     /// What each parameter declares (`None`: no argument information).
     params: Option<Box<[Param]>>,
+    /// Its work-group limits on each device of its program (`None`: not known).
+    groups: Box<[(cl_device_id, Option<Groups>)]>,
     program: Arc<ProgramInner>,
     /// The arguments (a bit per index) already logged as read through a writable
     /// parameter (the launch checks' *const parameters* rule logs each once).
@@ -187,6 +206,7 @@ impl Kernel {
             name: name.into(),
             num_args: 0,
             params: None,
+            groups: Box::default(),
             program: program.clone(),
             logged_reads: AtomicU64::new(0),
         };
@@ -194,6 +214,11 @@ impl Kernel {
         kernel.num_args = ffi::kernel_num_args(raw)?;
         kernel.state_mut().bound = vec![Bound::Unknown; kernel.num_args];
         kernel.params = params(raw, kernel.num_args, program.address_bits);
+        kernel.groups = program
+            .devices
+            .iter()
+            .map(|&d| (d, groups(raw, d)))
+            .collect();
         Ok(Kernel {
             inner: Arc::new(kernel),
         })
@@ -244,10 +269,12 @@ impl Kernel {
         self.inner.num_args
     }
 
-    /// The launch checks ([`crate::launch`]) against the queue's device `limits`.
+    /// The launch checks ([`crate::launch`]) against the queue's device, `device`, and its
+    /// `limits`.
     pub(crate) fn check_launch(
         &self,
         ctx: &ContextCore,
+        device: cl_device_id,
         limits: &Limits,
         global: &[usize],
         local: Option<&[usize]>,
@@ -269,6 +296,15 @@ impl Kernel {
             });
         }
         launch::check_work(global, local, limits)?;
+        if let Some(local) = local {
+            let groups = self.inner.groups.iter().find(|(d, _)| *d == device);
+            let uniform = self
+                .inner
+                .program
+                .non_uniform
+                .map(|n| !(n && limits.non_uniform));
+            launch::check_groups(global, local, groups.and_then(|(_, g)| g.as_ref()), uniform)?;
+        }
         let reads = launch::check_args(
             &self.inner.name,
             self.inner.params.as_deref(),

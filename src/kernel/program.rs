@@ -24,6 +24,13 @@ pub(crate) struct ProgramInner {
     /// The launches of this program's kernels that may be pending, where launches of one
     /// kernel at different work sizes must not overlap (the *widest first* rule).
     pub(super) widths: Arc<Widths>,
+    /// The devices it is built for, those of its context (each kernel reads its work-group
+    /// limits on each: the launch checks' *work sizes* rule).
+    pub(super) devices: Box<[ffi::cl_device_id]>,
+    /// Whether its options allow non-uniform work groups where the device runs them (the
+    /// *work sizes* rule); `None` for a program built by other code, whose options the
+    /// library does not know.
+    pub(super) non_uniform: Option<bool>,
 }
 
 // SAFETY: a cl_program may be used from any thread (OpenCL 3.0 appendix A.2: every call is
@@ -61,6 +68,8 @@ impl ProgramInner {
             file: file.to_path_buf(),
             address_bits: ctx.device.limits.address_bits,
             widths: Arc::default(),
+            devices: ctx.devices.iter().map(|d| d.id).collect(),
+            non_uniform: Some(crate::launch::allows_non_uniform(given)),
         };
         // `check_options` refused a NUL byte.
         let c_options = CString::new(options.as_str()).unwrap_or_default();
@@ -109,6 +118,8 @@ impl ProgramInner {
             file: PathBuf::from("<raw>"),
             address_bits: ctx.device.limits.address_bits,
             widths: Arc::default(),
+            devices: ctx.devices.iter().map(|d| d.id).collect(),
+            non_uniform: None,
         }))
     }
 }

@@ -24,8 +24,12 @@
 //! - **Zeroed before read.** A buffer made without contents (`Context::buffer`) is
 //!   *fresh*: its first command that may read it (a read, a map, a kernel argument, a copy
 //!   from it, a partial write) is preceded by a zero fill on that command's queue, enqueued
-//!   and recorded under the record's lock; a first command that writes all of it clears
-//!   the mark for nothing (design trap "a new buffer holds another's bytes").
+//!   and recorded under the record's lock once the command has passed its checks; a first
+//!   command that writes all of it clears the mark for nothing, once it is enqueued (design
+//!   trap "a new buffer holds another's bytes"). A refused command (a failed dependency, a
+//!   mapping, a launch check) leaves the mark, and enqueues no fill. A first write of all
+//!   of it that fails once enqueued leaves the buffer unreadable (the *failed write* rule),
+//!   never another allocation's bytes.
 //! - **Every failure reported.** Once a failure is possible, the commands the tracker lets
 //!   go of unasked (superseded by a command with an empty wait list: ordered before it by
 //!   their queue, or already ended, a failed one included) are kept until seen ended, so

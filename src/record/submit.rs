@@ -49,6 +49,11 @@
 //! 3. **Enqueue** through the caller's closure, which alone calls OpenCL; gathered again,
 //!    with every status read afresh, when the driver refused the enqueue and an event of
 //!    the wait list has failed meanwhile, until the wait list holds none that failed.
+//!    Just before it, once the checks have passed, the zero fill of each fresh buffer the
+//!    command may read ([`Submit::zero_fresh`]; the *zeroed before read* rule of
+//!    [`crate::record`]) goes in, and into the wait list: a command refused by a check
+//!    enqueues none, and one the driver refuses after its fill leaves only the fill
+//!    recorded.
 //! 4. **Commit** ([`Submit::commit`]): nothing from here on can fail, so every buffer
 //!    touched records the command (one that did not could be released while it runs).
 //! 5. **Fold**: a fold that cannot be enqueued leaves the record as it is (longer, still
@@ -149,6 +154,9 @@ struct Locked<'a> {
     host: bool,
     span: Span,
     record: MutexGuard<'a, Record>,
+    /// The *zeroed before read* rule's fill of this (fresh) buffer, enqueued for this
+    /// command and not yet recorded.
+    zero: Option<Event>,
 }
 
 /// What [`Submit::gather`] found: the wait list, the events it holds (kept by the new
@@ -208,67 +216,27 @@ impl Submit<'_> {
         // it can, so that this command runs ([`crate::core::echo`]).
         queue.settle();
         // One answer per pending command for the whole enqueue (one gathering of it).
-        let mut answers = snapshot::begin();
+        let mut answers = Some(snapshot::begin());
         // Filled in place (it is large, and the enqueue path would copy it otherwise).
         let mut locked = inline::List::new();
         self.lock(touches, &mut locked)?;
-        if locked.iter().any(|l| l.record.fresh) {
-            self.zero_fresh(&mut locked)?;
-        }
         // Reading an event's status costs microseconds on some drivers (NVIDIA), so the
         // statuses of dependencies and hazards are read only once a failure is possible.
         let failures_possible = failures_possible();
         // No gate is failed through the library from the statuses' reading to the enqueue
         // (the gates' *no failure mid-enqueue* rule).
         let _enqueuing = failures_possible.then(crate::core::gates::Enqueuing::begin);
-        // An event of the wait list can fail between the gathering and the enqueue, and
-        // NVIDIA then refuses the enqueue with the failed status; a gate's failure reaches
-        // all its commands at once there, so several can. Then the wait list is gathered
-        // again, in a new snapshot so that every status is read afresh: the failed events
-        // are left out, or refuse the command. Each new gathering holds fewer events than
-        // the one before (nothing else can enter it while the records are locked), so
-        // this ends.
-        let mut refusals = 0;
-        let mut first_holds = None;
-        // Filled in place (it is large, and the enqueue path would copy it otherwise).
-        let mut gathered = Gathered::new(self.deps.len());
-        let (raw, seq, traced_wait) = loop {
-            self.gather(&mut locked, failures_possible, &mut gathered)?;
-            // The *batch* rule: where a driver ends a flushed batch's commands together
-            // (rusticl), the commands before one that waits on other work go in a batch of
-            // their own, so that none of them waits for that work.
-            if gathered.foreign && queue.flush_before_foreign_waits {
-                queue.flush_if_dirty()?;
-            }
-            let wait = gathered.wait.as_slice();
-            // SAFETY: the wait list holds live events (retained by the locked records and
-            // `gathered.holds`).
-            match unsafe { queue.enqueue_tracked(wait, &mut enqueue) } {
-                Ok((raw, seq, markers)) => {
-                    queue.ctx.stats.count_enqueue(wait.len(), gathered.unelided);
-                    let traced_wait = crate::trace::on().then(|| wait.to_vec());
-                    for marker in markers {
-                        gathered
-                            .holds
-                            .push(Event::from_enqueue(marker, queue, None, 0));
-                    }
-                    break (raw, seq, traced_wait);
+        let enqueued =
+            self.gather_and_enqueue(&mut locked, failures_possible, &mut enqueue, &mut answers);
+        let (raw, seq, traced_wait, gathered) = match enqueued {
+            Ok(enqueued) => enqueued,
+            Err(e) => {
+                // A zero fill enqueued before the driver refused the command is a command
+                // on its buffer all the same.
+                for l in locked.iter_mut() {
+                    self.record_zero(l);
                 }
-                Err(e) => {
-                    drop(answers);
-                    answers = snapshot::begin();
-                    let holds = &gathered.holds;
-                    let explained = failures_possible
-                        && holds
-                            .iter()
-                            .any(|h| matches!(h.status(), Ok(Status::Failed(_))));
-                    refusals += 1;
-                    if !explained || refusals > *first_holds.get_or_insert(holds.len()) {
-                        return Err(e);
-                    }
-                    log::debug!(target: "cl_lifetime::queue", "enqueue refused after a dependency failed ({e}); gathering again");
-                    gathered = Gathered::new(self.deps.len());
-                }
+                return Err(e);
             }
         };
         let had_wait_list = !gathered.wait.as_slice().is_empty();
@@ -299,18 +267,91 @@ impl Submit<'_> {
         Ok(event)
     }
 
-    /// The *zeroed before read* rule, with the records locked: a fresh buffer whose first
-    /// command writes all of it and reads nothing is no longer fresh; one whose first
-    /// command may read it gets a zero fill on this queue first, recorded as a write that
-    /// replaces all of it, so the command orders after it like after any write.
+    /// Steps 2 and 3, with the records locked: gathers the checks and the wait list,
+    /// enqueues the *zeroed before read* rule's fills once the checks have passed, then
+    /// the command. Returns the command's event, its sequence number, its wait list when
+    /// tracing, and what was gathered for it.
+    fn gather_and_enqueue(
+        &self,
+        locked: &mut inline::List<Locked<'_>>,
+        failures_possible: bool,
+        mut enqueue: impl FnMut(&[cl_event]) -> Result<cl_event>,
+        answers: &mut Option<snapshot::Guard>,
+    ) -> Result<(cl_event, u64, Option<Vec<cl_event>>, Gathered)> {
+        let queue = self.queue;
+        // An event of the wait list can fail between the gathering and the enqueue, and
+        // NVIDIA then refuses the enqueue with the failed status; a gate's failure reaches
+        // all its commands at once there, so several can. Then the wait list is gathered
+        // again, in a new snapshot so that every status is read afresh: the failed events
+        // are left out, or refuse the command. Each new gathering holds fewer events than
+        // the one before (nothing else can enter it while the records are locked), so
+        // this ends.
+        let mut refusals = 0;
+        let mut first_holds = None;
+        // Filled in place (it is large, and the enqueue path would copy it otherwise).
+        let mut gathered = Gathered::new(self.deps.len());
+        loop {
+            self.gather(locked, failures_possible, &mut gathered)?;
+            // The *zeroed before read* rule: only for a command that passed its checks,
+            // and after every fill, on this queue, whatever the queue's order.
+            if locked.iter().any(|l| l.record.fresh) {
+                self.zero_fresh(locked)?;
+                for zero in locked.iter().filter_map(|l| l.zero.as_ref()) {
+                    self.add(&mut gathered, zero, failures_possible)?;
+                }
+            }
+            // The *batch* rule: where a driver ends a flushed batch's commands together
+            // (rusticl), the commands before one that waits on other work go in a batch of
+            // their own, so that none of them waits for that work.
+            if gathered.foreign && queue.flush_before_foreign_waits {
+                queue.flush_if_dirty()?;
+            }
+            let wait = gathered.wait.as_slice();
+            // SAFETY: the wait list holds live events (retained by the locked records,
+            // their zero fills and `gathered.holds`).
+            match unsafe { queue.enqueue_tracked(wait, &mut enqueue) } {
+                Ok((raw, seq, markers)) => {
+                    queue.ctx.stats.count_enqueue(wait.len(), gathered.unelided);
+                    let traced_wait = crate::trace::on().then(|| wait.to_vec());
+                    for marker in markers {
+                        gathered
+                            .holds
+                            .push(Event::from_enqueue(marker, queue, None, 0));
+                    }
+                    return Ok((raw, seq, traced_wait, gathered));
+                }
+                Err(e) => {
+                    *answers = None;
+                    *answers = Some(snapshot::begin());
+                    let holds = &gathered.holds;
+                    let explained = failures_possible
+                        && holds
+                            .iter()
+                            .any(|h| matches!(h.status(), Ok(Status::Failed(_))));
+                    refusals += 1;
+                    if !explained || refusals > *first_holds.get_or_insert(holds.len()) {
+                        return Err(e);
+                    }
+                    log::debug!(target: "cl_lifetime::queue", "enqueue refused after a dependency failed ({e}); gathering again");
+                    gathered = Gathered::new(self.deps.len());
+                }
+            }
+        }
+    }
+
+    /// The *zeroed before read* rule, with the records locked and the command's checks
+    /// passed: a fresh buffer that the command may read, or writes only in part, gets a
+    /// zero fill on this queue first, kept in its [`Locked::zero`] until it is recorded
+    /// (as a write that replaces all of it, so that the command orders after it like after
+    /// any write). A command that writes all of it and reads nothing needs none: the
+    /// buffer stops being fresh when that command is recorded ([`Submit::commit`]), and
+    /// not before, so that a command refused after all leaves the promise standing.
     #[cold]
     fn zero_fresh(&self, locked: &mut inline::List<Locked<'_>>) -> Result<()> {
         let queue = self.queue;
-        for l in locked.iter_mut().filter(|l| l.record.fresh) {
-            if l.covers && !l.reads {
-                l.record.fresh = false;
-                continue;
-            }
+        let needs_fill =
+            |l: &Locked<'_>| l.record.fresh && l.zero.is_none() && (l.reads || !l.covers);
+        for l in locked.iter_mut().filter(|l| needs_fill(l)) {
             let (block, bytes) = (l.block, l.block.bytes());
             // A four-byte pattern where the size allows (drivers fill words faster).
             let (zero, size) = if bytes % 4 == 0 { (0u32, 4) } else { (0u32, 1) };
@@ -331,9 +372,17 @@ impl Submit<'_> {
                 })
             }?;
             queue.mark_dirty();
-            let event = Event::from_enqueue(event, queue, None, seq);
+            l.zero = Some(Event::from_enqueue(event, queue, None, seq));
+        }
+        Ok(())
+    }
+
+    /// Records the zero fill enqueued for `l` ([`Submit::zero_fresh`]), if any: the buffer
+    /// is no longer fresh.
+    fn record_zero(&self, l: &mut Locked<'_>) {
+        if let Some(event) = l.zero.take() {
             let how = Recorded {
-                lane: queue.lane,
+                lane: self.queue.lane,
                 access: Access::Write,
                 replaces: true,
                 host: false,
@@ -342,7 +391,6 @@ impl Submit<'_> {
             l.record.record(how, event, false, failures_possible());
             l.record.fresh = false;
         }
-        Ok(())
     }
 
     /// Step 1: the records of `touches`, locked in buffer-ID order, into `locked`.
@@ -379,6 +427,7 @@ impl Submit<'_> {
                     host: touch.host,
                     span: touch.span,
                     record: touch.block.lock_record(),
+                    zero: None,
                 }),
             }
         }
@@ -527,6 +576,10 @@ impl Submit<'_> {
         mut writer: Option<&mut Writes>,
     ) {
         for l in locked.iter_mut() {
+            self.record_zero(l);
+            // Enqueued: a fresh buffer it writes all of is no longer fresh (the *zeroed
+            // before read* rule); one it may read got its zero fill above.
+            l.record.fresh = false;
             if let Some(writer) = writer.as_deref_mut() {
                 *writer = l.record.writes().only(l.span);
             }

@@ -856,6 +856,64 @@ fn scalar_of_the_wrong_size_is_a_kernel_arg_error_and_the_kernel_still_works() {
     watch.assert_released_after_events();
 }
 
+/// A launch the driver refuses for its work size (a local size that does not divide the
+/// global one, which a program built for OpenCL C 1.x may not have) is refused before any
+/// command reaches the buffers: `sum`, a new buffer whose first use would be preceded by
+/// its zero fill, keeps an empty record too.
+#[test]
+fn a_launch_refused_for_its_work_size_leaves_every_record_untouched() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let add = vector_add(&ctx);
+    let (a, b, sum) = add_operands(&ctx);
+    let before = [a.record_len(), b.record_len(), sum.record_len()];
+    let args = [
+        Arg::read(&a),
+        Arg::read(&b),
+        Arg::write(&sum),
+        Arg::scalar(64u32),
+    ];
+    let err = queue
+        .launch_local(&add, &[64], Some(&[7]), &args)
+        .unwrap_err();
+    assert!(matches!(err, Error::WorkSize { .. }), "{err:?}");
+    assert_eq!(
+        [a.record_len(), b.record_len(), sum.record_len()],
+        before,
+        "a launch refused for its work size changed a record"
+    );
+    assert_add_works(&queue, &add, &a, &b, &sum);
+}
+
+/// A launch refused because one argument is mapped leaves the records of the others
+/// untouched too, a new buffer's included (its zero fill is not enqueued for a command
+/// that is refused).
+#[test]
+fn a_launch_refused_for_a_mapped_argument_leaves_every_record_untouched() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let add = vector_add(&ctx);
+    let (a, b, sum) = add_operands(&ctx);
+    let before = [a.record_len(), b.record_len(), sum.record_len()];
+    let mapped = queue.map_mut(&b, 0..64).unwrap();
+    let mapped_record = b.record_len();
+    let args = [
+        Arg::read(&a),
+        Arg::read(&b),
+        Arg::write(&sum),
+        Arg::scalar(64u32),
+    ];
+    let err = queue.launch(&add, &[64], &args).unwrap_err();
+    assert!(matches!(err, Error::Mapped), "{err:?}");
+    assert_eq!(
+        [a.record_len(), b.record_len(), sum.record_len()],
+        [before[0], mapped_record, before[2]],
+        "a launch refused for a mapped argument changed a record"
+    );
+    drop(mapped);
+    assert_add_works(&queue, &add, &a, &b, &sum);
+}
+
 // ---- objects of two contexts ----
 
 #[test]

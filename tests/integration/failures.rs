@@ -567,6 +567,100 @@ isolated_test! {
     }
 }
 
+/// Why a test of [`over_a_released_pattern`] did not run.
+const NO_TAKEOVER: &str = "the reaper freed every released buffer before a new one took it over";
+
+/// A new buffer (`Context::buffer`, zeroed before its first read) of `len` elements that
+/// took over the memory of a deferred release holding `pattern(len, seed)` (the reaper's
+/// *reclaim* rule), or `None` when the reaper freed that memory first in every round.
+fn over_a_released_pattern(
+    ctx: &Context,
+    queue: &Queue,
+    len: usize,
+    seed: u32,
+) -> Option<cl_lifetime::ClBuffer<u32>> {
+    for _ in 0..50 {
+        let old = ctx.buffer::<u32>(len).expect("a buffer");
+        queue
+            .write(&old, &common::pattern(len, seed))
+            .expect("the pattern");
+        old.release_deferred();
+        let before = ctx.memory_stats().reclaimed;
+        let new = ctx.buffer::<u32>(len).expect("a new buffer");
+        if ctx.memory_stats().reclaimed > before {
+            return Some(new);
+        }
+        drop(new);
+        ctx.wait_deferred();
+    }
+    None
+}
+
+// The *zeroed before read* rule holds for a buffer whose first command, a write of all of
+// it, was refused (here for a dependency that had failed): the refused command changes
+// nothing, so the buffer's first read still reads zeros, not the bytes of the buffer
+// whose memory it took over.
+isolated_test! {
+    fn a_refused_whole_buffer_write_keeps_the_zeroed_before_read_promise() {
+        let ctx = device!();
+        let queue = ctx.queue().unwrap();
+        let failed = ctx.user_event().unwrap();
+        failed.fail(CANCELLED).unwrap();
+        let len = 1024;
+        for (seed, what) in ["fill", "write"].into_iter().enumerate() {
+            let Some(buf) = over_a_released_pattern(&ctx, &queue, len, seed as u32) else {
+                common::not_run(NO_TAKEOVER);
+                return;
+            };
+            let deps = [failed.event()];
+            let after_failed = queue.after(&deps);
+            let refused = match what {
+                "fill" => after_failed.fill(&buf, 7).map(drop),
+                _ => after_failed.write(&buf, &[7; 1024]),
+            };
+            let err = refused.expect_err("a command behind a failed gate is refused");
+            assert!(matches!(err, Error::DependencyFailed { .. }), "{what}: {err:?}");
+            let got = common::contents(&queue, &buf);
+            let foreign = got.iter().filter(|&&x| x != 0).count();
+            assert_eq!(
+                foreign, 0,
+                "after a refused whole-buffer {what}, the new buffer read {foreign} of {len} \
+                 words that are not zero (the released buffer's pattern: {})",
+                got == common::pattern(len, seed as u32)
+            );
+        }
+    }
+}
+
+// A write of all of a new buffer that was enqueued and then failed (its gate failed)
+// leaves the buffer unreadable, as every failed write does (the *failed write* rule): a
+// read is refused, never handed the bytes of the buffer whose memory it took over, and so
+// is a read of any part after a partial write, until a write of all of it.
+isolated_test! {
+    fn a_whole_buffer_write_that_failed_never_hands_a_read_another_buffers_bytes() {
+        let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
+        let queue = ctx.queue().unwrap();
+        let len = 1024;
+        let Some(buf) = over_a_released_pattern(&ctx, &queue, len, 3) else {
+            common::not_run(NO_TAKEOVER);
+            return;
+        };
+        let gate = ctx.user_event().unwrap();
+        queue.after(&[gate.event()]).fill(&buf, 7u32).unwrap();
+        gate.fail(CANCELLED).unwrap();
+        names_the_failed_fill(queue.read_owned(&buf).and_then(|r| r.wait()));
+        queue.write_at(&buf, 0, &[8; 16]).unwrap();
+        for range in [0..16, 16..len, 0..len] {
+            names_the_failed_fill(queue.read_owned_range(&buf, range).and_then(|r| r.wait()));
+        }
+        queue.write(&buf, &common::ramp(len, 5)).unwrap();
+        assert_eq!(common::contents(&queue, &buf), common::ramp(len, 5));
+    }
+}
+
 // 9. The reaper frees what has finished first.
 
 isolated_test! {

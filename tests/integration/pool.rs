@@ -1317,6 +1317,36 @@ fn arena_carves_aligned_non_overlapping_sub_buffers() {
     assert_eq!(ctx.memory_stats().live_bytes, 0);
 }
 
+/// A carve is zeroed before its first read, as a new buffer is: after a reset, a new
+/// carve over the range of an earlier one does not read that one's bytes.
+#[test]
+fn a_carve_after_a_reset_reads_zeros_not_the_previous_carves_bytes() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let n = 1024;
+    let mut arena = Arena::new(&ctx, n * 4).unwrap();
+    let old = arena.carve::<u32>(n).unwrap();
+    queue.write(&old, &common::pattern(n, 11)).unwrap();
+    old.release().unwrap();
+    arena.reset().unwrap();
+    let new = arena.carve::<u32>(n).unwrap();
+    let got = contents(&queue, &new);
+    let stale = got.iter().filter(|&&x| x != 0).count();
+    assert_eq!(
+        stale, 0,
+        "a carve after a reset read {stale} of {n} words that are not zero"
+    );
+    // After a partial write as its first command, the rest of it is zeros too.
+    queue.write(&new, &common::pattern(n, 12)).unwrap();
+    new.release().unwrap();
+    arena.reset().unwrap();
+    let new = arena.carve::<u32>(n).unwrap();
+    queue.write_at(&new, 8, &[5; 8]).unwrap();
+    let mut want = vec![0; n];
+    want[8..16].fill(5);
+    assert_eq!(contents(&queue, &new), want);
+}
+
 #[test]
 fn arena_reset_is_refused_while_a_deferred_release_of_a_sub_buffer_is_pending() {
     let ctx = device!();
