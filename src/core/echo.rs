@@ -218,24 +218,6 @@ impl<W: Watched> Echo<W> {
         self.settle.as_ref().map(|(_, marker)| marker)
     }
 
-    /// The queue drained: every command numbered below `upto` has ended (a `clFinish`
-    /// returned after they were enqueued). Their statuses are read (a failure opens its
-    /// window), and an open window closes at `upto`: the queue drained once, as a settling
-    /// marker would have shown (the *settle* rule).
-    pub(crate) fn drained(&mut self, upto: u64) {
-        self.update(upto);
-        if let Some(last) = self.windows.last_mut() {
-            if last.1 == u64::MAX {
-                last.1 = upto.max(last.0);
-            }
-        }
-    }
-
-    /// The sequence number the next command enqueued gets.
-    pub(crate) fn next(&self) -> u64 {
-        self.next
-    }
-
     /// Notes the settling marker just enqueued.
     pub(crate) fn settling(&mut self, marker: W) {
         self.settle = Some((self.next, marker));

@@ -549,18 +549,6 @@ impl QueueCore {
         ffi::finish(self.raw())?;
         if clean {
             self.finishes.ended_clean(ticket);
-        } else {
-            // The queue drained: the commands enqueued from now on run, so a failure's
-            // window closes here (the echo's *settle* rule), and no command after this
-            // is reported skipped for it.
-            let mut echo = self
-                .echo
-                .echo
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            let upto = echo.next();
-            echo.drained(upto);
-            self.echo_open.store(echo.open(), Ordering::Release);
         }
         Ok(())
     }

@@ -95,8 +95,9 @@ impl Block {
     }
 
     /// Waits up to the context's free grace for `freed` to fire. Where the context has
-    /// pins, sweeps them every millisecond meanwhile (their *swept at release* rule): a
-    /// record locked at the first sweep may hold an event that keeps this memory.
+    /// pins, sweeps them and the graveyard every millisecond meanwhile (their *swept at
+    /// release* rule): a record locked at the first sweep, or an event kept until its
+    /// command ended, may hold an event that keeps this memory.
     fn wait_freed(&self, freed: &Freed) -> bool {
         let grace = self.ctx.free_grace();
         let Some(pins) = &self.ctx.pins else {
@@ -113,6 +114,7 @@ impl Block {
             if slice.is_zero() {
                 return false;
             }
+            graveyard::sweep();
             pins.sweep();
         }
     }

@@ -1065,7 +1065,8 @@ fn a_dependency_failing_during_the_enqueue_never_leaves_a_command_that_never_run
 /// Issue 48: "completed work reported failed". One gated fill on an in-order queue fails,
 /// `Queue::finish` drains the queue (or a wait sees the fill end), then several threads
 /// each write a buffer, launch a kernel reading it and read the result, on that queue.
-/// Every one of those commands runs, so none may be reported failed. Before the fix, the
+/// Every one of those commands runs, so none may be reported failed (under current Mesa's
+/// behaviour, emulated, on the queue the library renewed after the failure). Before the fix, the
 /// threads that enqueued while another thread waited for the settling marker got
 /// `DependencyFailed` (`Kernel`, -14) with the right data computed (PoCL 3.1: 2 to 6 of
 /// 480 here; 30 of 120 in the issue's program).
@@ -1161,6 +1162,9 @@ fn a_kernel_behind_a_failed_write_is_never_reported_complete() {
         &[],
         || {
             let Some(ctx) = common::context() else { return };
+            if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+                return;
+            }
             let scale = common::busy(&ctx).kernel("scale").unwrap();
             let mut wrong = Vec::new();
             for round in 0..6 {
@@ -1202,10 +1206,10 @@ fn a_kernel_behind_a_failed_write_is_never_reported_complete() {
 /// Issue 49: PoCL 3.1 aborts in `pocl_update_event_failed` when a command whose last
 /// reference went fails with a command behind it (design trap "PoCL's failed pending
 /// event", `examples/pocl_failed_pending_event.rs`). Here the program keeps no event: a
-/// fill behind a gate, a copy from that buffer (it fails with the fill through the
-/// queue's order), then whole fills of both buffers, which take the copy's place in both
-/// records; then the gate fails. The library keeps the copy's event until it has ended.
-/// In a child process, so an abort is this test's failure.
+/// fill behind a gate, a kernel on that buffer (it fails with the fill through the queue's
+/// order), then a whole fill, which takes the kernel's place in the buffer's record; then
+/// the gate fails. The library keeps the kernel's event until it has ended. In a child
+/// process, so an abort is this test's failure.
 #[test]
 fn a_pending_command_no_one_holds_fails_without_aborting_the_driver() {
     common::isolated(
@@ -1214,24 +1218,23 @@ fn a_pending_command_no_one_holds_fails_without_aborting_the_driver() {
         &[],
         || {
             let Some(ctx) = common::context() else { return };
+            if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+                return;
+            }
+            let increment = common::busy(&ctx).kernel("increment").unwrap();
             for _ in 0..20 {
                 let queue = ctx.queue().unwrap();
-                let (a, b) = (
-                    ctx.buffer::<u32>(1024).unwrap(),
-                    ctx.buffer::<u32>(1024).unwrap(),
-                );
+                let buf = ctx.buffer::<i32>(1024).unwrap();
                 let gate = ctx.user_event().unwrap();
-                drop(queue.after(&[gate.event()]).fill(&a, 1).unwrap());
+                drop(queue.after(&[gate.event()]).fill(&buf, 1).unwrap());
                 // Fails with the fill, by its queue's order: no wait list of its own.
-                drop(queue.copy(&a, &b).unwrap());
-                // Whole writes of both buffers: the copy leaves both records.
-                drop(queue.fill(&a, 2).unwrap());
-                drop(queue.fill(&b, 3).unwrap());
+                let args = [Arg::read_write(&buf), Arg::scalar(1024u32)];
+                drop(queue.launch(&increment, &[1024], &args).unwrap());
+                // A whole write: the kernel leaves the buffer's record.
+                drop(queue.fill(&buf, 2).unwrap());
                 queue.flush().unwrap();
                 gate.fail(-9).unwrap();
-                for buf in [a, b] {
-                    assert!(buf.release().unwrap().freed);
-                }
+                assert!(buf.release().unwrap().freed);
             }
         },
     );
