@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use super::history::{MapStep, Record};
 use super::hooks::{ArgHolder, Owner};
-use super::sub::{Held, Subs};
+use super::sub::{Held, LeftBehind, Subs};
 use crate::core::context::{ContextCore, svm_calls};
 use crate::core::device::SvmKind;
 use crate::core::stats::{Bucket, Source};
@@ -417,6 +417,38 @@ impl Block {
             .clone();
         for kernel in kernels.iter().filter_map(Weak::upgrade) {
             kernel.unbind_sub(sub_id);
+        }
+    }
+
+    /// The sub-buffers' *left behind at a change of owner* rule: the block, about to go
+    /// to a new owner, keeps no sub-buffer of its old owner's views. They are released
+    /// as [`Block::release_subs`] releases them, once every command recorded on the block
+    /// now has ended: here when they all have, else on the reaper thread (with the
+    /// commands' queues flushed, so that polling them sees them end).
+    pub(crate) fn leave_subs_behind(&mut self) {
+        let subs = self.subs.take();
+        if subs.len() == 0 {
+            return;
+        }
+        let events = {
+            let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
+            if record.all_ended() {
+                Vec::new()
+            } else {
+                record.flush_producers();
+                record.pending_events()
+            }
+        };
+        let kernels = self
+            .kernels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let mut left = LeftBehind::new(subs, events, kernels);
+        if left.ended() {
+            left.release();
+        } else {
+            self.ctx.reaper.submit(Box::new(left), true);
         }
     }
 

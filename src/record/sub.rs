@@ -15,19 +15,29 @@
 //!   that a kernel has used lies inside it or across it, and a kernel's writes through a
 //!   sub-buffer made over bytes an earlier, released one overlapped never reach the
 //!   buffer (both seen on an H200, driver 580; the first with raw OpenCL calls too).
-//! - **Kept for the block's life.** A sub-buffer is released only with its block (none is
-//!   made again over the same bytes), so a view launched every frame makes one; the
-//!   disjoint views of a block bound their number. A transfer on a view uses the view's
-//!   kept sub-buffer, and makes none.
+//! - **Kept for the owner's life.** A sub-buffer is released only with its block, or when
+//!   the block changes owner (none is made again over the same bytes while its owner
+//!   holds it), so a view launched every frame makes one; the disjoint views of a block
+//!   bound their number. A transfer on a view uses the view's kept sub-buffer, and makes
+//!   none.
+//! - **Left behind at a change of owner.** A block handed to a new owner (back to its
+//!   pool, or a deferred release taken over) starts with no sub-buffers: its old owner's
+//!   are [`LeftBehind`], and released as its release would release them (the rule below),
+//!   once every command recorded on the block when it changed hands has ended: at once
+//!   when they all have, else on the reaper thread. A sub-buffer keeps its parent alive,
+//!   so the block may be released before them.
 //! - **Unbound first, newest first.** The block's release, after its wait and before its
 //!   own `clReleaseMemObject`, releases its sub-buffers newest first, each after every
 //!   kernel argument holding it has been reset to NULL (a driver that lets a kernel
 //!   argument keep its memory object would release it later, when the argument is next
 //!   set). The block alone holds each, so each goes exactly then.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
+use super::hooks::ArgHolder;
+use crate::core::reaper::{Deferred, Step};
 use crate::error::{Error, Result};
+use crate::event::Event;
 use crate::ffi::{self, cl_mem};
 use crate::util::next_id;
 
@@ -161,6 +171,55 @@ impl Subs {
     /// How many the block holds.
     pub(crate) fn len(&self) -> usize {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+}
+
+/// The sub-buffers a block's old owner made, left behind when the block changed hands
+/// (the *left behind at a change of owner* rule): released, unbound first and newest
+/// first, once `events` (every command recorded on the block then) have ended.
+pub(crate) struct LeftBehind {
+    subs: Subs,
+    /// Flushed already, so that polling them sees them end.
+    events: Vec<Event>,
+    /// The kernels that may hold one of them as an argument.
+    kernels: Vec<Weak<dyn ArgHolder>>,
+}
+
+impl LeftBehind {
+    pub(crate) fn new(subs: Subs, events: Vec<Event>, kernels: Vec<Weak<dyn ArgHolder>>) -> Self {
+        LeftBehind {
+            subs,
+            events,
+            kernels,
+        }
+    }
+
+    /// Whether every command that may have used them has ended (asks the driver; never
+    /// blocks).
+    pub(crate) fn ended(&self) -> bool {
+        self.events.iter().all(|e| e.state().has_ended())
+    }
+
+    /// Releases them: call only once [`LeftBehind::ended`].
+    pub(crate) fn release(&mut self) {
+        // Before the memory: on rusticl an event keeps its command's buffers alive.
+        self.events.clear();
+        let kernels = std::mem::take(&mut self.kernels);
+        self.subs.clear(&|id| {
+            for kernel in kernels.iter().filter_map(Weak::upgrade) {
+                kernel.unbind_sub(id);
+            }
+        });
+    }
+}
+
+impl Deferred for LeftBehind {
+    fn poll(&mut self, _hurry: bool) -> Step {
+        if !self.ended() {
+            return Step::Pending;
+        }
+        self.release();
+        Step::Done
     }
 }
 
