@@ -320,7 +320,8 @@ impl Block {
     }
 
     /// The reaper's *reclaim* rule: a parked block of `bytes` whose commands have all
-    /// ended, none failed, handed out again at `site` with an empty record; `None` when
+    /// ended, none failed, handed out again at `site` with an empty record and no
+    /// sub-buffers; `None` when
     /// there is none. A block whose commands failed is left to the reaper, which reports
     /// the failures.
     pub(crate) fn reclaim(

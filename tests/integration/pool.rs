@@ -177,6 +177,74 @@ fn a_new_buffer_takes_over_a_deferred_release_only_once_its_commands_have_ended(
     assert_eq!(ctx.memory_stats().live_bytes, 0);
 }
 
+/// Issue 50: a buffer that took over a deferred release (made by `ctx.buffer`, or by
+/// `resize`) inherited the old buffer's sub-buffers, and refused a valid view across one
+/// of them with `Error::ViewOverlap`. It starts with none. Rounds as in the test above,
+/// until the allocation gets there before the reaper.
+#[test]
+fn a_buffer_that_takes_over_a_deferred_release_starts_with_no_sub_buffers_of_the_old_one() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let unit = common::sub_buffer_unit(&ctx);
+    let len = 4 * unit;
+    for resize in [false, true] {
+        let mut taken = None;
+        for _round in 0..50 {
+            let old = ctx.buffer::<i32>(len).unwrap();
+            queue
+                .launch(
+                    &increment,
+                    &[2 * unit],
+                    &[
+                        Arg::read_write(old.view(..2 * unit).unwrap()),
+                        Arg::scalar(2 * unit as u32),
+                    ],
+                )
+                .unwrap()
+                .wait()
+                .unwrap();
+            assert_eq!(old.kept_sub_buffers(), 1);
+            let reclaimed = ctx.memory_stats().reclaimed;
+            old.release_deferred();
+            let new = if resize {
+                let mut new = ctx.buffer::<i32>(unit).unwrap();
+                new.resize(&queue, len).unwrap();
+                new
+            } else {
+                ctx.buffer::<i32>(len).unwrap()
+            };
+            if ctx.memory_stats().reclaimed > reclaimed {
+                taken = Some(new);
+                break;
+            }
+            // The reaper began the release first.
+            drop(new);
+            ctx.wait_deferred();
+        }
+        let new = taken.unwrap_or_else(|| {
+            panic!("resize {resize}: in 50 rounds no new buffer took over a deferred release")
+        });
+        queue.fill(&new, 0).unwrap();
+        // Across the old buffer's view: a valid view of the new buffer.
+        queue
+            .launch(
+                &increment,
+                &[2 * unit],
+                &[
+                    Arg::read_write(new.view(unit..3 * unit).unwrap()),
+                    Arg::scalar(2 * unit as u32),
+                ],
+            )
+            .unwrap_or_else(|e| panic!("resize {resize}: {e}"));
+        assert_eq!(new.kept_sub_buffers(), 1, "resize {resize}");
+        let mut expected = vec![0i32; len];
+        expected[unit..3 * unit].fill(1);
+        assert_eq!(contents(&queue, &new), expected, "resize {resize}");
+        assert!(new.release().unwrap().freed);
+    }
+}
+
 /// The reaper's *reclaim* rule: memory whose last command failed is not taken over; the
 /// reaper releases it (and logs the failure). Rounds as in the test above, where the
 /// allocation gets there before the reaper within a few.
