@@ -396,6 +396,20 @@ impl Block {
         self.subs.for_kernel(self.raw, (origin, bytes), align)
     }
 
+    /// The *none for a refused launch* rule of [`super::sub`]: `held`, made for a launch
+    /// that was refused, goes again (its kernel arguments reset first), unless another
+    /// command was handed it meanwhile.
+    pub(crate) fn forget_unused_sub(&self, held: Held) {
+        let Some(sub) = self.subs.forget_unused(&held) else {
+            return;
+        };
+        drop(held);
+        self.unbind_sub(sub.id());
+        // The last reference, or the last but those of the same launch's other
+        // arguments, which go with it: no command used it.
+        drop(sub);
+    }
+
     /// The view's kept sub-buffer, for a transfer: see [`super::sub`].
     pub(crate) fn kept_sub(&self, origin: usize, bytes: usize, align: usize) -> Option<Held> {
         self.subs.kept((origin, bytes), align)
