@@ -904,3 +904,41 @@ fn a_refused_launch_keeps_no_sub_buffer() {
     assert_eq!(common::contents(&queue, &buf), expected);
     assert_eq!(foreign.record_len(), 0);
 }
+
+/// Issue 50: `view(17..)` of 16 elements was refused as `ReversedRange 17..16`, a range
+/// the caller never wrote. A view starting past the end is out of range, whatever its
+/// end; a range written reversed inside the buffer is still reversed.
+#[test]
+fn a_view_starting_past_the_end_is_out_of_range_whatever_its_end() {
+    let ctx = device!();
+    let buf: ClBuffer<u32> = ctx.buffer(16).unwrap();
+    let out_of_range = |got: Result<_, Error>, want: (usize, usize, usize)| match got {
+        Err(Error::OutOfRange {
+            transfer: Transfer::View,
+            offset,
+            len,
+            buffer_len,
+        }) => assert_eq!((offset, len, buffer_len), want),
+        Err(e) => panic!("{e:?} where OutOfRange {want:?} was due"),
+        Ok(_) => panic!("a view out of range was made"),
+    };
+    out_of_range(buf.view(17..).map(|_| ()), (17, 0, 16));
+    out_of_range(buf.view(17..20).map(|_| ()), (17, 3, 16));
+    #[allow(clippy::reversed_empty_ranges)]
+    let past_and_reversed = buf.view(20..18);
+    out_of_range(past_and_reversed.map(|_| ()), (20, 0, 16));
+    out_of_range(buf.split_at(17).map(|_| ()), (0, 17, 16));
+    let tail = buf.view(8..).unwrap();
+    out_of_range(tail.view(9..).map(|_| ()), (9, 0, 8));
+    assert!(matches!(buf.view(16..), Err(Error::ZeroLength)));
+    #[allow(clippy::reversed_empty_ranges)]
+    let reversed = buf.view(6..2);
+    assert!(matches!(
+        reversed,
+        Err(Error::ReversedRange {
+            transfer: Transfer::View,
+            start: 6,
+            end: 2
+        })
+    ));
+}
