@@ -280,11 +280,14 @@ fn build_options_with_a_nul_byte_are_refused_before_the_driver() {
 
 isolated_test! {
     fn kernels_are_not_looked_for_on_the_build_machine() {
+        // The context first: an implementation registered through relative paths
+        // (`OCL_ICD_VENDORS=.opencl/intel/vendors LD_LIBRARY_PATH=.opencl/intel/lib`) is
+        // found from the checkout, not from the directory this test moves to.
+        let ctx = device!();
         let dir = common::TempDir::new("kernels_are_not_looked_for_on_the_build_machine");
         std::env::set_current_dir(dir.path()).unwrap();
         // SAFETY: the child process runs this test alone, on one thread.
         unsafe { std::env::remove_var(cl_lifetime::KERNELS_VAR) };
-        let ctx = device!();
         let err = ctx.program("busy.cl", "").unwrap_err();
         let Error::KernelFileNotFound { searched, cwd, .. } = &err else {
             panic!("expected KernelFileNotFound, got {err:?}");

@@ -1098,8 +1098,9 @@ fn random_step(rng: &mut Rng, lens: &[usize], alive: &[usize]) -> Step {
 /// The program of `seed`. A device op is gated now and then, by a gate that opens 1 to 6
 /// steps later. Before a blocking op (a host transfer or map, a `release()` on the host
 /// thread) the plan opens every closed gate that op may wait on: those of the earlier
-/// device ops on its in-order queue or touching elements it touches, transitively (each
-/// op's mask holds those of the ops it may wait on), so no program can deadlock.
+/// device ops on its queue (in order or not: NVIDIA runs an out-of-order queue in order)
+/// or touching elements it touches, transitively (each op's mask holds those of the ops it
+/// may wait on), so no program can deadlock.
 fn plan_program(seed: u64, env: &SvmEnv) -> SvmPlan {
     let mut rng = Rng(seed);
     let count = rng.between(2, 3);
@@ -1108,7 +1109,6 @@ fn plan_program(seed: u64, env: &SvmEnv) -> SvmPlan {
     let kinds = (0..count).map(|_| kinds[rng.below(kinds.len())]).collect();
     let bases = (0..count).map(|_| rng.int(-1000, 1000)).collect();
     let queues = env.pick_queues(&mut rng);
-    let in_order: Vec<bool> = queues.iter().map(|&q| env.pool[q].2).collect();
     let (mut alive, mut steps): (Vec<usize>, Vec<Step>) = ((0..count).collect(), Vec::new());
     // Gates made, and those closed with the step they open before.
     let (mut gates, mut closed) = (0usize, Vec::<(usize, usize)>::new());
@@ -1140,7 +1140,10 @@ fn plan_program(seed: u64, env: &SvmEnv) -> SvmPlan {
             step.what,
             Do::Release | Do::ReleaseOnThread | Do::ReleaseDeferred | Do::Drop
         );
-        let queued = in_order[step.queue] && !releases;
+        // Every queue counts as in order: NVIDIA runs an out-of-order queue's commands in
+        // order (design trap "NVIDIA runs out-of-order queues in order"), so a blocking
+        // host command there waits for a gated command before it on its queue.
+        let queued = !releases;
         let mut mask = if queued { queue_mask[step.queue] } else { 0 };
         for (a, r) in step.touches(&lens) {
             let overlapping = history.iter().filter(|(b, s, _)| a == *b && overlap(&r, s));
@@ -1159,9 +1162,7 @@ fn plan_program(seed: u64, env: &SvmEnv) -> SvmPlan {
                 step.gate = Some(g);
             }
             history.extend(step.touches(&lens).into_iter().map(|(a, r)| (a, r, mask)));
-            if in_order[step.queue] {
-                queue_mask[step.queue] |= mask;
-            }
+            queue_mask[step.queue] |= mask;
         } else if matches!(
             step.what,
             Do::Write | Do::Read | Do::Map | Do::MapMut | Do::Release
@@ -1260,8 +1261,13 @@ fn run_program(env: &SvmEnv, plan: &SvmPlan) -> Result<(), String> {
         raws: vec![Vec::new(); svms.len()],
     };
     let (mut failures, mut threads) = (Vec::new(), Vec::new());
+    let trail = std::env::var_os(SVM_TRAIL_VAR).is_some();
     for (k, step) in plan.steps.iter().enumerate() {
         let what = format!("#{k} {step}");
+        // Where a program hangs: each step named before it runs.
+        if trail {
+            eprintln!("  {what}");
+        }
         let fail = |e: Error| format!("{what} failed: {e}");
         let (queue, a, n) = (queues[step.queue], step.a, step.r.len());
         let deps: Vec<&cl_lifetime::Event> =
