@@ -4,7 +4,9 @@
 //!
 //! 1. **Size classes.** Blocks come in size classes (powers of two from 256 bytes; a block larger than the
 //!    largest power of two the device allows is its own class). A released pool buffer
-//!    goes back to its class **with its event record**: nothing is waited for.
+//!    goes back to its class **with its event record**: nothing is waited for, whatever
+//!    views of it went to kernels (the sub-buffers' *left behind at a change of owner* rule
+//!    of [`crate::record::sub`]: the next owner starts with none of them).
 //! 2. **Inherited record.** The next owner inherits that record, so the enqueue protocol orders it after the old
 //!    owner's commands: on the same in-order queue with no wait at all, on another queue
 //!    through its first command's wait list (a device-side wait, never a host wait). A
@@ -542,13 +544,14 @@ impl Owner for PoolInner {
     fn take_back(&self, mut mem: Block) -> bool {
         let class = mem.bytes() as u64;
         mem.given_back();
+        // The next owner starts with no sub-buffers of the old owner's views, whatever
+        // views it makes (the sub-buffers' *left behind at a change of owner* rule).
+        // Outside the pool's lock: it may reset kernel arguments.
+        mem.leave_subs_behind();
         let mut state = self.lock();
         state.in_use = state.in_use.saturating_sub(class);
-        // A block with sub-buffers of its old owner's views goes: the next owner's views
-        // could overlap them (the sub-buffers' *disjoint or the same* rule).
         let keep = !self.closed.load(Ordering::Acquire)
-            && state.pooled + class <= self.options.release_threshold
-            && mem.subs_kept() == 0;
+            && state.pooled + class <= self.options.release_threshold;
         if keep {
             state.pooled += class;
             state.blocks += 1;

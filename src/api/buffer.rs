@@ -223,7 +223,9 @@ impl<T: Pod> ClBuffer<T> {
     /// takes the memory over once
     /// every command on it has ended and none failed, instead of allocating more while
     /// this memory waits to be freed; [`MemoryStats::reclaimed`](crate::MemoryStats::reclaimed)
-    /// counts those. Memory whose commands have ended waits about a millisecond for such a
+    /// counts those. Such a buffer starts with none of this one's sub-buffers (those of its
+    /// [views](crate::View) passed to kernels): any view of it is valid. Memory whose
+    /// commands have ended waits about a millisecond for such a
     /// buffer before the reaper frees it (`wait_deferred` does not wait for that). A loop
     /// that allocates, enqueues and releases deferred thus keeps about as much memory as
     /// one that releases blocking, and asks the driver for memory only at its start.

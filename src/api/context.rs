@@ -418,8 +418,10 @@ impl Context {
     ///
     /// # Errors
     ///
-    /// [`Error::ZeroLength`](crate::Error::ZeroLength), or the driver's error making or
-    /// mapping it.
+    /// As [`Context::buffer`]: [`Error::ZeroLength`](crate::Error::ZeroLength) for no
+    /// bytes (no elements, or elements of zero bytes),
+    /// [`Error::TooLarge`](crate::Error::TooLarge) past the device's
+    /// `CL_DEVICE_MAX_MEM_ALLOC_SIZE`; or the driver's error making or mapping it.
     ///
     /// # Examples
     ///
@@ -437,8 +439,7 @@ impl Context {
     /// # }
     /// ```
     pub fn host_buffer<T: Pod>(&self, len: usize) -> Result<crate::HostBuffer<T>> {
-        let device = &self.core().device;
-        crate::HostBuffer::new(self.core().raw, device.id, device.version(), len)
+        crate::HostBuffer::new(self.core(), len)
     }
 
     /// A closed gate: commands that depend on it wait until it is completed or failed.

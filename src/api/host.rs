@@ -15,10 +15,12 @@ use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
 
+use crate::core::context::ContextCore;
 use crate::core::staging::Pinned;
 use crate::error::{Error, Result};
 use crate::ffi::{self, cl_command_queue};
 use crate::pod::Pod;
+use crate::record::block::Block;
 
 /// Host memory a non-blocking transfer can lend to the device: `Vec<T>` or
 /// [`HostBuffer<T>`]. Sealed: the library relies on what each does.
@@ -131,20 +133,12 @@ impl<T: Pod> fmt::Debug for HostBuffer<T> {
 }
 
 impl<T: Pod> HostBuffer<T> {
-    /// A zeroed host buffer of `len` elements on `context`'s `device`.
-    pub(crate) fn new(
-        context: ffi::cl_context,
-        device: ffi::cl_device_id,
-        version: &str,
-        len: usize,
-    ) -> Result<HostBuffer<T>> {
-        if len == 0 {
-            return Err(Error::ZeroLength);
-        }
-        let bytes = len.checked_mul(size_of::<T>()).ok_or(Error::TooLarge {
-            bytes: u64::MAX,
-            max: usize::MAX as u64,
-        })?;
+    /// A zeroed host buffer of `len` elements on `ctx`'s first device, its size checked
+    /// as every buffer's is ([`Block::check_size`]).
+    pub(crate) fn new(ctx: &ContextCore, len: usize) -> Result<HostBuffer<T>> {
+        let bytes = Block::check_size::<T>(ctx, len)?;
+        let (context, device) = (ctx.raw, ctx.device.id);
+        let version = ctx.device.version();
         let major = crate::core::queue::opencl_major(version);
         let queue = ffi::create_queue(context, device, false, false, major)?;
         let pinned = match Pinned::create(context, queue, bytes) {

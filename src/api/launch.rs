@@ -8,6 +8,7 @@ use crate::event::Event;
 use crate::kernel::{Arg, Kernel};
 use crate::pod::Pod;
 use crate::pod::Ty;
+use crate::record::sub::Held;
 use crate::record::submit::Touch;
 use crate::tracker::Access;
 use crate::util::inline;
@@ -101,7 +102,8 @@ impl After<'_> {
     ///
     /// A launch these checks refuse, or one refused for a mapped buffer or a failed
     /// dependency, leaves every buffer's record as it was: not even a new buffer's zero
-    /// fill is enqueued.
+    /// fill is enqueued. A refused launch keeps no sub-buffer of its views either, however
+    /// it was refused (the driver's refusal included).
     ///
     /// What no check can see is the kernel's body. The caller vouches that the kernel
     /// touches only the elements of its buffer arguments that exist (usually by bounds
@@ -157,32 +159,67 @@ impl After<'_> {
             touches.push(touch);
         }
         // Views' sub-buffers, made (or found) before any record is locked.
-        let subs = args
-            .iter()
-            .enumerate()
-            .filter_map(|(index, arg)| {
-                let b = arg.buffer().filter(|b| !b.block.is_svm())?;
-                let (origin, bytes) = b.region?;
-                let sub = b
-                    .block
-                    .sub_for_kernel(origin, bytes, core.limits.base_align);
-                Some(sub.map(|sub| (index, sub)))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let mut subs: Vec<(usize, Held)> = Vec::new();
+        if let Err(e) = view_subs(args, core.limits.base_align, &mut subs) {
+            forget_new_subs(args, subs);
+            return Err(e);
+        }
         // The kernel layer's *widest first* rule, where the driver needs it.
         let turn = core
             .orders_kernel_widths
             .then(|| kernel.width_turn(global, core.ctx.gates.count() > 0));
-        let event = self.submit().run(touches.iter(), |wait| {
+        let submitted = self.submit().run(touches.iter(), |wait| {
             let wait = match &turn {
                 Some(turn) => turn.wait_list(wait),
                 None => std::borrow::Cow::Borrowed(wait),
             };
             kernel.enqueue(core.raw(), global, local, args, &subs, &wait)
-        })?;
+        });
+        let event = match submitted {
+            Ok(event) => event,
+            Err(e) => {
+                forget_new_subs(args, subs);
+                return Err(e);
+            }
+        };
         if let Some(turn) = turn {
             turn.launched(&core.ctx, &event);
         }
         Ok(event)
+    }
+}
+
+/// The sub-buffers of the views among `args` passed to a kernel, by argument index, into
+/// `subs` (those made before an error stay there, for [`forget_new_subs`]). One view given
+/// as two arguments is one sub-buffer, handed to both.
+fn view_subs(args: &[Arg<'_>], align: usize, subs: &mut Vec<(usize, Held)>) -> Result<()> {
+    for (index, arg) in args.iter().enumerate() {
+        let Some(b) = arg.buffer().filter(|b| !b.block.is_svm()) else {
+            continue;
+        };
+        let Some((origin, bytes)) = b.region else {
+            continue;
+        };
+        let same = subs.iter().find(|(i, _)| {
+            args[*i]
+                .buffer()
+                .is_some_and(|o| o.block.id == b.block.id && o.region == b.region)
+        });
+        let held = match same {
+            Some((_, held)) => held.clone(),
+            None => b.block.sub_for_kernel(origin, bytes, align)?,
+        };
+        subs.push((index, held));
+    }
+    Ok(())
+}
+
+/// The sub-buffers' *none for a refused launch* rule ([`crate::record::sub`]): the
+/// sub-buffers made for a launch that was refused go again.
+fn forget_new_subs(args: &[Arg<'_>], subs: Vec<(usize, Held)>) {
+    for (index, held) in subs {
+        if let Some(b) = args[index].buffer().filter(|_| held.is_new()) {
+            b.block.forget_unused_sub(held);
+        }
     }
 }

@@ -121,6 +121,16 @@ pub(super) fn resolve(range: impl RangeBounds<usize>, len: usize) -> Result<(usi
             buffer_len: len,
         });
     };
+    // A start past the end leaves the buffer whatever the end (`17..` of 16 elements is
+    // not the reversed range `17..16`, which the caller never wrote).
+    if start > len {
+        return Err(Error::OutOfRange {
+            transfer: Transfer::View,
+            offset: start,
+            len: end.saturating_sub(start),
+            buffer_len: len,
+        });
+    }
     let count = end.checked_sub(start).ok_or(Error::ReversedRange {
         transfer: Transfer::View,
         start,
@@ -136,8 +146,10 @@ impl<T: Pod> ClBuffer<T> {
     ///
     /// # Errors
     ///
-    /// [`Error::OutOfRange`] or [`Error::ReversedRange`] (naming [`Transfer::View`]) for a
-    /// range that leaves the buffer, [`Error::ZeroLength`] for an empty one.
+    /// [`Error::OutOfRange`] (naming [`Transfer::View`]) for a range that leaves the
+    /// buffer (one that starts past its end included, whatever its end),
+    /// [`Error::ReversedRange`] for one inside it whose end comes before its start,
+    /// [`Error::ZeroLength`] for an empty one.
     ///
     /// # Examples
     ///

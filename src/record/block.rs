@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use super::history::{MapStep, Record};
 use super::hooks::{ArgHolder, Owner};
-use super::sub::{Held, Subs};
+use super::sub::{Held, LeftBehind, Subs};
 use crate::core::context::{ContextCore, svm_calls};
 use crate::core::device::SvmKind;
 use crate::core::stats::{Bucket, Source};
@@ -396,6 +396,20 @@ impl Block {
         self.subs.for_kernel(self.raw, (origin, bytes), align)
     }
 
+    /// The *none for a refused launch* rule of [`super::sub`]: `held`, made for a launch
+    /// that was refused, goes again (its kernel arguments reset first), unless another
+    /// command was handed it meanwhile.
+    pub(crate) fn forget_unused_sub(&self, held: Held) {
+        let Some(sub) = self.subs.forget_unused(&held) else {
+            return;
+        };
+        drop(held);
+        self.unbind_sub(sub.id());
+        // The last reference, or the last but those of the same launch's other
+        // arguments, which go with it: no command used it.
+        drop(sub);
+    }
+
     /// The view's kept sub-buffer, for a transfer: see [`super::sub`].
     pub(crate) fn kept_sub(&self, origin: usize, bytes: usize, align: usize) -> Option<Held> {
         self.subs.kept((origin, bytes), align)
@@ -417,6 +431,38 @@ impl Block {
             .clone();
         for kernel in kernels.iter().filter_map(Weak::upgrade) {
             kernel.unbind_sub(sub_id);
+        }
+    }
+
+    /// The sub-buffers' *left behind at a change of owner* rule: the block, about to go
+    /// to a new owner, keeps no sub-buffer of its old owner's views. They are released
+    /// as [`Block::release_subs`] releases them, once every command recorded on the block
+    /// now has ended: here when they all have, else on the reaper thread (with the
+    /// commands' queues flushed, so that polling them sees them end).
+    pub(crate) fn leave_subs_behind(&mut self) {
+        let subs = self.subs.take();
+        if subs.len() == 0 {
+            return;
+        }
+        let events = {
+            let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
+            if record.all_ended() {
+                Vec::new()
+            } else {
+                record.flush_producers();
+                record.pending_events()
+            }
+        };
+        let kernels = self
+            .kernels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let mut left = LeftBehind::new(subs, events, kernels);
+        if left.ended() {
+            left.release();
+        } else {
+            self.ctx.reaper.submit(Box::new(left), true);
         }
     }
 

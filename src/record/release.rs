@@ -62,7 +62,10 @@ pub struct ReleaseReport {
     /// `false`.
     pub free_wait: Duration,
     /// Whether the block went back to its [`Pool`](crate::Pool) instead, carrying its
-    /// events to the next owner (nothing was waited for). A pool block the pool does not
+    /// events to the next owner (nothing was waited for). Views do not cost reuse: the
+    /// block goes back whatever [views](crate::View) of it went to kernels, and the next
+    /// owner starts with none of their sub-buffers (released once the commands that used
+    /// them have ended). A pool block the pool does not
     /// keep (over its threshold, or the pool is gone) is released deferred instead, and
     /// this is `false`; so is `freed`, since the release has not happened yet.
     pub recycled: bool,
@@ -319,7 +322,8 @@ impl Block {
     }
 
     /// The reaper's *reclaim* rule: a parked block of `bytes` whose commands have all
-    /// ended, none failed, handed out again at `site` with an empty record; `None` when
+    /// ended, none failed, handed out again at `site` with an empty record and no
+    /// sub-buffers; `None` when
     /// there is none. A block whose commands failed is left to the reaper, which reports
     /// the failures.
     pub(crate) fn reclaim(
@@ -345,6 +349,9 @@ impl Block {
             }
             held.take()
         })?;
+        // Its commands have all ended: the old owner's sub-buffers go now (the
+        // sub-buffers' *left behind at a change of owner* rule), before the record.
+        block.leave_subs_behind();
         // A new record, which the context's pins do not list.
         block.record = Arc::default();
         block.allocated_at = site;

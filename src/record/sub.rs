@@ -15,19 +15,34 @@
 //!   that a kernel has used lies inside it or across it, and a kernel's writes through a
 //!   sub-buffer made over bytes an earlier, released one overlapped never reach the
 //!   buffer (both seen on an H200, driver 580; the first with raw OpenCL calls too).
-//! - **Kept for the block's life.** A sub-buffer is released only with its block (none is
-//!   made again over the same bytes), so a view launched every frame makes one; the
-//!   disjoint views of a block bound their number. A transfer on a view uses the view's
-//!   kept sub-buffer, and makes none.
+//! - **Kept for the owner's life.** A sub-buffer is released only with its block, or when
+//!   the block changes owner (none is made again over the same bytes while its owner
+//!   holds it), so a view launched every frame makes one; the disjoint views of a block
+//!   bound their number. A transfer on a view uses the view's kept sub-buffer, and makes
+//!   none.
+//! - **Left behind at a change of owner.** A block handed to a new owner (back to its
+//!   pool, or a deferred release taken over) starts with no sub-buffers: its old owner's
+//!   are [`LeftBehind`], and released as its release would release them (the rule below),
+//!   once every command recorded on the block when it changed hands has ended: at once
+//!   when they all have, else on the reaper thread. A sub-buffer keeps its parent alive,
+//!   so the block may be released before them.
+//! - **None for a refused launch.** A sub-buffer made for a launch that is then refused
+//!   (a mapped buffer, another context's buffer or dependency, a failed dependency, the
+//!   driver) goes again at once, unbound first, unless it was handed to another command
+//!   meanwhile: a refused launch leaves no sub-buffer behind.
 //! - **Unbound first, newest first.** The block's release, after its wait and before its
 //!   own `clReleaseMemObject`, releases its sub-buffers newest first, each after every
 //!   kernel argument holding it has been reset to NULL (a driver that lets a kernel
 //!   argument keep its memory object would release it later, when the argument is next
 //!   set). The block alone holds each, so each goes exactly then.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
+use super::hooks::ArgHolder;
+use crate::core::reaper::{Deferred, Step};
 use crate::error::{Error, Result};
+use crate::event::Event;
 use crate::ffi::{self, cl_mem};
 use crate::util::next_id;
 
@@ -42,6 +57,9 @@ pub(crate) struct SubMem {
     bytes: usize,
     /// Its origin in the root memory object.
     root_origin: usize,
+    /// Found kept and handed to a command other than the launch that made it (set under
+    /// the [`Subs`] lock): the *none for a refused launch* rule keeps it then.
+    handed: AtomicBool,
 }
 
 // SAFETY: a cl_mem may be used from any thread (OpenCL 3.0 appendix A.2).
@@ -50,6 +68,11 @@ unsafe impl Send for SubMem {}
 unsafe impl Sync for SubMem {}
 
 impl SubMem {
+    /// Its ID, by which kernel arguments name it.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     fn end(&self) -> usize {
         self.origin + self.bytes
     }
@@ -72,10 +95,17 @@ impl Drop for SubMem {
 }
 
 /// A sub-buffer handed to a command: the memory object and the ID a kernel argument
-/// names it by.
-pub(crate) struct Held(Arc<SubMem>);
+/// names it by; and whether it was made for this command (the *none for a refused
+/// launch* rule).
+#[derive(Clone)]
+pub(crate) struct Held(Arc<SubMem>, bool);
 
 impl Held {
+    /// Whether it was made for the command it is handed to (not found kept).
+    pub(crate) fn is_new(&self) -> bool {
+        self.1
+    }
+
     pub(crate) fn raw(&self) -> cl_mem {
         self.0.raw
     }
@@ -135,9 +165,23 @@ impl Subs {
             origin,
             bytes,
             root_origin,
+            handed: AtomicBool::new(false),
         });
         subs.push(sub.clone());
-        Ok(Held(sub))
+        Ok(Held(sub, true))
+    }
+
+    /// The *none for a refused launch* rule: takes `held`, made for a launch that was
+    /// refused, out of the kept ones, unless it was handed to another command since.
+    /// Returns it, for the caller to release once the kernel arguments holding it are
+    /// reset.
+    pub(crate) fn forget_unused(&self, held: &Held) -> Option<Arc<SubMem>> {
+        let mut subs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = subs.iter().position(|s| Arc::ptr_eq(s, &held.0))?;
+        if subs[at].handed.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(subs.remove(at))
     }
 
     /// Releases every sub-buffer, newest first, each after `unbind` has reset the kernel
@@ -164,6 +208,55 @@ impl Subs {
     }
 }
 
+/// The sub-buffers a block's old owner made, left behind when the block changed hands
+/// (the *left behind at a change of owner* rule): released, unbound first and newest
+/// first, once `events` (every command recorded on the block then) have ended.
+pub(crate) struct LeftBehind {
+    subs: Subs,
+    /// Flushed already, so that polling them sees them end.
+    events: Vec<Event>,
+    /// The kernels that may hold one of them as an argument.
+    kernels: Vec<Weak<dyn ArgHolder>>,
+}
+
+impl LeftBehind {
+    pub(crate) fn new(subs: Subs, events: Vec<Event>, kernels: Vec<Weak<dyn ArgHolder>>) -> Self {
+        LeftBehind {
+            subs,
+            events,
+            kernels,
+        }
+    }
+
+    /// Whether every command that may have used them has ended (asks the driver; never
+    /// blocks).
+    pub(crate) fn ended(&self) -> bool {
+        self.events.iter().all(|e| e.state().has_ended())
+    }
+
+    /// Releases them: call only once [`LeftBehind::ended`].
+    pub(crate) fn release(&mut self) {
+        // Before the memory: on rusticl an event keeps its command's buffers alive.
+        self.events.clear();
+        let kernels = std::mem::take(&mut self.kernels);
+        self.subs.clear(&|id| {
+            for kernel in kernels.iter().filter_map(Weak::upgrade) {
+                kernel.unbind_sub(id);
+            }
+        });
+    }
+}
+
+impl Deferred for LeftBehind {
+    fn poll(&mut self, _hurry: bool) -> Step {
+        if !self.ended() {
+            return Step::Pending;
+        }
+        self.release();
+        Step::Done
+    }
+}
+
 /// The kept sub-buffer that starts at `origin` and holds `bytes` from it, checked against
 /// `align`.
 fn find_kept(
@@ -178,7 +271,8 @@ fn find_kept(
     {
         Some(sub) => {
             check_align(sub.root_origin, align)?;
-            Ok(Some(Held(sub.clone())))
+            sub.handed.store(true, Ordering::Relaxed);
+            Ok(Some(Held(sub.clone(), false)))
         }
         None => Ok(None),
     }

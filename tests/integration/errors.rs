@@ -155,6 +155,35 @@ fn buffer_of_usize_max_elements_is_too_large_without_overflow() {
     );
 }
 
+/// Issue 50: `host_buffer` of elements of zero bytes, or of more bytes than the device
+/// allocates, returned the driver's raw `Error::Cl` where `buffer` returns `ZeroLength`
+/// or `TooLarge`. It checks its size as `buffer` does, with the same errors.
+#[test]
+fn host_buffer_checks_its_size_as_buffer_does() {
+    let ctx = device!();
+    let max = ctx.device().max_alloc_bytes();
+    let err = ctx.host_buffer::<u32>(0).unwrap_err();
+    assert!(matches!(err, Error::ZeroLength), "{err:?}");
+    let err = ctx.host_buffer::<[u32; 0]>(16).unwrap_err();
+    assert!(matches!(err, Error::ZeroLength), "{err:?}");
+    let err = ctx.buffer::<[u32; 0]>(16).unwrap_err();
+    assert!(matches!(err, Error::ZeroLength), "buffer: {err:?}");
+    let over = usize::try_from(max / 4 + 1).unwrap();
+    for len in [over, usize::MAX / 4, usize::MAX] {
+        let Error::TooLarge { bytes, max: m } = ctx.buffer::<u32>(len).unwrap_err() else {
+            panic!("buffer of {len}: not TooLarge");
+        };
+        let err = ctx.host_buffer::<u32>(len).unwrap_err();
+        assert!(
+            matches!(err, Error::TooLarge { bytes: b, max: hm } if b == bytes && hm == m),
+            "host_buffer of {len}: {err:?} where TooLarge {{ bytes: {bytes}, max: {m} }} was due"
+        );
+    }
+    // The context is unharmed.
+    let pinned = ctx.host_buffer::<u32>(16).unwrap();
+    assert_eq!(*pinned, [0; 16]);
+}
+
 // ---- transfers out of range ----
 
 #[test]

@@ -817,3 +817,128 @@ fn overlapping_copies_are_refused(ctx: &Context) {
     let report = buf.release().expect("the release");
     assert!(report.failed.is_empty(), "{on}: {report:?}");
 }
+
+/// Issue 50: a launch refused with `Error::Mapped` or `Error::ContextMismatch` still made
+/// its views' sub-buffers and kept them, on another context's buffer too, so a valid view
+/// across one of them was refused next with `Error::ViewOverlap`. A refused launch makes
+/// none.
+#[test]
+fn a_refused_launch_keeps_no_sub_buffer() {
+    let ctx = device!();
+    let other = Context::new(ctx.device()).unwrap();
+    let queue = ctx.queue().unwrap();
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let axpy = ctx
+        .program("schedule.cl", "")
+        .unwrap()
+        .kernel("axpy_int")
+        .unwrap();
+    let u = unit(&ctx);
+    let launch_low = |view| {
+        queue.launch(
+            &increment,
+            &[2 * u],
+            &[Arg::read_write(view), Arg::scalar(2 * u as u32)],
+        )
+    };
+    let buf = ctx.buffer_from(&vec![0i32; 4 * u]).unwrap();
+    // Mapped: one view, and one view as two arguments.
+    let mapped = queue.map_mut(&buf, 0..4 * u).unwrap();
+    let low = buf.view(..2 * u).unwrap();
+    let err = launch_low(low).unwrap_err();
+    assert!(matches!(err, Error::Mapped), "{err:?}");
+    let err = queue
+        .launch(
+            &axpy,
+            &[2 * u],
+            &[
+                Arg::read(low),
+                Arg::read_write(low),
+                Arg::scalar(2i32),
+                Arg::scalar(2 * u as u32),
+            ],
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::Mapped), "{err:?}");
+    assert_eq!(buf.kept_sub_buffers(), 0, "after Mapped");
+    drop(mapped);
+    // Another context's buffer, alone and beside one of this context.
+    let foreign = other.buffer::<i32>(4 * u).unwrap();
+    let err = launch_low(foreign.view(..2 * u).unwrap()).unwrap_err();
+    assert!(matches!(err, Error::ContextMismatch { .. }), "{err:?}");
+    let err = queue
+        .launch(
+            &axpy,
+            &[2 * u],
+            &[
+                Arg::read(foreign.view(..2 * u).unwrap()),
+                Arg::read_write(low),
+                Arg::scalar(2i32),
+                Arg::scalar(2 * u as u32),
+            ],
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::ContextMismatch { .. }), "{err:?}");
+    // A dependency of another context.
+    let gate = other.user_event().unwrap();
+    let err = queue
+        .after(&[gate.event()])
+        .launch(
+            &increment,
+            &[2 * u],
+            &[Arg::read_write(low), Arg::scalar(2 * u as u32)],
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::ContextMismatch { .. }), "{err:?}");
+    gate.complete().unwrap();
+    assert_eq!(
+        (buf.kept_sub_buffers(), foreign.kept_sub_buffers()),
+        (0, 0),
+        "after ContextMismatch"
+    );
+    // A view across the refused ones is valid.
+    launch_low(buf.view(u..3 * u).unwrap()).unwrap();
+    assert_eq!(buf.kept_sub_buffers(), 1);
+    let mut expected = vec![0i32; 4 * u];
+    expected[u..3 * u].fill(1);
+    assert_eq!(common::contents(&queue, &buf), expected);
+    assert_eq!(foreign.record_len(), 0);
+}
+
+/// Issue 50: `view(17..)` of 16 elements was refused as `ReversedRange 17..16`, a range
+/// the caller never wrote. A view starting past the end is out of range, whatever its
+/// end; a range written reversed inside the buffer is still reversed.
+#[test]
+fn a_view_starting_past_the_end_is_out_of_range_whatever_its_end() {
+    let ctx = device!();
+    let buf: ClBuffer<u32> = ctx.buffer(16).unwrap();
+    let out_of_range = |got: Result<_, Error>, want: (usize, usize, usize)| match got {
+        Err(Error::OutOfRange {
+            transfer: Transfer::View,
+            offset,
+            len,
+            buffer_len,
+        }) => assert_eq!((offset, len, buffer_len), want),
+        Err(e) => panic!("{e:?} where OutOfRange {want:?} was due"),
+        Ok(_) => panic!("a view out of range was made"),
+    };
+    out_of_range(buf.view(17..).map(|_| ()), (17, 0, 16));
+    out_of_range(buf.view(17..20).map(|_| ()), (17, 3, 16));
+    #[allow(clippy::reversed_empty_ranges)]
+    let past_and_reversed = buf.view(20..18);
+    out_of_range(past_and_reversed.map(|_| ()), (20, 0, 16));
+    out_of_range(buf.split_at(17).map(|_| ()), (0, 17, 16));
+    let tail = buf.view(8..).unwrap();
+    out_of_range(tail.view(9..).map(|_| ()), (9, 0, 8));
+    assert!(matches!(buf.view(16..), Err(Error::ZeroLength)));
+    #[allow(clippy::reversed_empty_ranges)]
+    let reversed = buf.view(6..2);
+    assert!(matches!(
+        reversed,
+        Err(Error::ReversedRange {
+            transfer: Transfer::View,
+            start: 6,
+            end: 2
+        })
+    ));
+}
