@@ -323,6 +323,17 @@ pub enum Error {
     /// The host has the buffer mapped in a way that conflicts with this command: no
     /// device command may write a mapped buffer or read one mapped for writing.
     Mapped,
+    /// The driver's host pointer for a map or a host buffer is not aligned for the
+    /// element type (a `Pod` type may be aligned to more than the driver aligns its
+    /// mappings: PoCL's are 128 to 512 bytes): no slice is made of it, and nothing stays
+    /// mapped. Read or write with `read_owned` / `write` instead, or use an element type
+    /// of smaller alignment.
+    HostMisaligned {
+        /// The driver's pointer.
+        address: usize,
+        /// The alignment the element type needs, in bytes.
+        align: usize,
+    },
     /// A pool's maximum would be exceeded, even after trimming its unused blocks.
     PoolExhausted {
         /// Bytes asked for (rounded to the size class).
@@ -662,6 +673,12 @@ impl fmt::Display for Error {
             Error::Mapped => write!(
                 f,
                 "the buffer is mapped on the host in a way that conflicts with this command"
+            ),
+            Error::HostMisaligned { address, align } => write!(
+                f,
+                "the driver's host pointer {address:#x} is not aligned to the {align} bytes the \
+                 element type needs: read or write with read_owned / write instead, or use an \
+                 element type of smaller alignment"
             ),
             Error::CommandFailed { status } => {
                 write!(f, "a command ended with {status}")

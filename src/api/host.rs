@@ -149,6 +149,13 @@ impl<T: Pod> HostBuffer<T> {
                 return Err(e);
             }
         };
+        // No slice of a misaligned pointer: the mapping and its queue go.
+        if let Err(e) = super::map::check_aligned::<T>(pinned.ptr()) {
+            pinned.release(queue);
+            // SAFETY: made above and released once, here, after its mapping.
+            let _ = unsafe { ffi::release_queue(queue) };
+            return Err(e);
+        }
         // SAFETY: the mapping holds at least `bytes` writable bytes, used by nothing else.
         unsafe { std::ptr::write_bytes(pinned.ptr().cast::<u8>(), 0, bytes) };
         Ok(HostBuffer {
@@ -171,7 +178,7 @@ impl<T: Pod> std::ops::Deref for HostBuffer<T> {
 
     fn deref(&self) -> &[T] {
         // SAFETY: the mapping holds `len` initialized (zeroed, then written as `T`)
-        // elements, aligned for any `T` (a mapping is page-aligned), alive while `self` is.
+        // elements, aligned for `T` (checked in `new`), alive while `self` is.
         unsafe { std::slice::from_raw_parts(self.ptr().cast::<T>(), self.len) }
     }
 }

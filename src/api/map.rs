@@ -163,6 +163,8 @@ impl After<'_> {
             _elements: PhantomData,
         };
         settle(&event, &writers)?;
+        // No slice of a misaligned pointer (the guard unmaps).
+        mapping.check_aligned()?;
         Ok(mapping)
     }
 
@@ -197,7 +199,7 @@ impl After<'_> {
             staging.give_back(pinned, self.queue.core.raw());
             return Err(e);
         }
-        Ok(Mapping {
+        let mapping = Mapping {
             queue: self.queue.clone(),
             block,
             ptr: at.cast(),
@@ -207,7 +209,10 @@ impl After<'_> {
             unmapped: false,
             staged: Some((pinned, read)),
             _elements: PhantomData,
-        })
+        };
+        // No slice of a misaligned pointer (the guard gives the staging back).
+        mapping.check_aligned()?;
+        Ok(mapping)
     }
 }
 
@@ -311,6 +316,12 @@ struct Mapping<'b, T: Pod> {
 }
 
 impl<T: Pod> Mapping<'_, T> {
+    /// [`Error::HostMisaligned`](crate::Error::HostMisaligned) unless the driver's pointer
+    /// is aligned for `T`: a slice is made of it only then.
+    fn check_aligned(&self) -> Result<()> {
+        check_aligned::<T>(self.ptr.cast())
+    }
+
     /// Enqueues the unmap; called once, by the guard's `unmap` or by the drop, whichever
     /// comes first.
     fn unmap(&mut self) -> Result<Event> {
@@ -492,5 +503,15 @@ impl<T: Pod> fmt::Debug for MappedMut<'_, T> {
         f.debug_struct("MappedMut")
             .field("len", &self.0.len)
             .finish()
+    }
+}
+
+/// [`Error::HostMisaligned`](crate::Error::HostMisaligned) unless `ptr` is aligned for `T`.
+pub(crate) fn check_aligned<T>(ptr: *const c_void) -> Result<()> {
+    let (address, align) = (ptr as usize, std::mem::align_of::<T>());
+    if address % align == 0 {
+        Ok(())
+    } else {
+        Err(crate::Error::HostMisaligned { address, align })
     }
 }

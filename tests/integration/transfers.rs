@@ -977,3 +977,65 @@ fn a_host_buffer_read_dropped_behind_its_gate_returns_at_once_and_loses_nothing(
     event.wait().unwrap();
     assert_eq!(common::contents(&queue, &buf), pattern(1 << 14, 4));
 }
+
+/// An element type aligned to a page: `Pod` allows any alignment.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C, align(4096))]
+struct Page([u32; 1024]);
+
+// SAFETY: an array of `u32`, valid for every bit pattern, with no padding.
+unsafe impl cl_lifetime::Pod for Page {}
+
+/// Issue 48: host slices are made from the driver's pointer only where it is aligned for
+/// the element type. PoCL's mappings are 128-512-byte aligned, so a page-aligned element
+/// type got a misaligned `&[T]` (undefined behaviour; a debug build aborts in
+/// `slice::from_raw_parts`). Now a map, a writable map and a host buffer either hand out an
+/// aligned slice or refuse with `Error::HostMisaligned`, and nothing stays mapped. In a
+/// child process: the abort it guards against ends the process.
+#[test]
+fn host_slices_are_aligned_for_their_element_type_or_refused() {
+    common::isolated(
+        &test_path!(host_slices_are_aligned_for_their_element_type_or_refused),
+        common::CHILD_LIMIT,
+        &[],
+        || {
+            let Some(ctx) = common::context() else { return };
+            let queue = ctx.queue().unwrap();
+            let page = Page([7; 1024]);
+            let buf = ctx.buffer_from(&[page; 3]).unwrap();
+            let aligned = |p: *const Page| p as usize % std::mem::align_of::<Page>() == 0;
+            match queue.map(&buf, 0..3) {
+                Ok(mapped) => {
+                    assert!(aligned(mapped.as_ptr()));
+                    assert_eq!(mapped[2], page);
+                }
+                Err(Error::HostMisaligned { align, address }) => {
+                    assert_eq!(align, 4096);
+                    println!("a mapping at {address:#x} refused");
+                }
+                Err(e) => panic!("map: {e}"),
+            }
+            match queue.map_mut(&buf, 0..3) {
+                Ok(mut mapped) => {
+                    assert!(aligned(mapped.as_ptr()));
+                    mapped[1] = Page([9; 1024]);
+                }
+                Err(Error::HostMisaligned { .. }) => {
+                    queue.write_at(&buf, 1, &[Page([9; 1024])]).unwrap()
+                }
+                Err(e) => panic!("map_mut: {e}"),
+            }
+            // Nothing stays mapped: a write and a read go through.
+            queue.write(&buf, &[Page([1; 1024]); 3]).unwrap();
+            assert_eq!(
+                queue.read_owned(&buf).unwrap().wait().unwrap(),
+                [Page([1; 1024]); 3]
+            );
+            match ctx.host_buffer::<Page>(2) {
+                Ok(host) => assert!(aligned(host.as_ptr())),
+                Err(Error::HostMisaligned { .. }) => {}
+                Err(e) => panic!("host_buffer: {e}"),
+            }
+        },
+    );
+}
