@@ -405,59 +405,53 @@ fn gated_awaits() -> usize {
         .unwrap_or(1000)
 }
 
-/// Issue 47's deadlock: many tasks await commands behind closed gates; one more awaits its
-/// own read, which waits for no gate, and opens the gates once it has it. Its read ends,
-/// so its task must be woken however many others wait, and then all of them.
-#[test]
-fn awaits_behind_closed_gates_never_starve_an_ungated_one() {
-    common::isolated(
-        &test_path!(awaits_behind_closed_gates_never_starve_an_ungated_one),
-        common::CHILD_LIMIT,
-        &[],
-        || {
-            let Some(ctx) = async_context() else { return };
-            let count = gated_awaits();
-            let queues: Vec<_> = (0..4).map(|_| ctx.queue().unwrap()).collect();
-            let gates: Vec<_> = (0..8).map(|_| ctx.user_event().unwrap()).collect();
-            let buffers: Vec<_> = (0..64).map(|_| ctx.buffer::<u32>(16).unwrap()).collect();
-            let mut gated = Vec::with_capacity(count);
-            for i in 0..count {
-                let gate = &gates[i % gates.len()];
-                let fill = queues[i % queues.len()]
-                    .after(&[gate.event()])
-                    .fill(&buffers[i % buffers.len()], i as u32)
-                    .unwrap();
-                gated.push(fill);
-            }
-            let mine = ctx.buffer_from(&[5u32; 64]).unwrap();
-            let reader = ctx.queue().unwrap();
-            let ended = runtime().block_on(async move {
-                let tasks: Vec<_> = gated
-                    .into_iter()
-                    .map(|fill| tokio::spawn(fill.into_future()))
-                    .collect();
-                // Every gated task has polled its command once (and is pending) before
-                // the opener starts.
-                tokio::task::yield_now().await;
-                let opener = tokio::spawn(async move {
-                    let data = reader.read_owned(&mine).unwrap().await.unwrap();
-                    assert_eq!(data, vec![5u32; 64]);
-                    for gate in gates {
-                        gate.complete().unwrap();
-                    }
-                });
-                opener.await.unwrap();
-                let mut ended = 0;
-                for task in tasks {
-                    task.await.unwrap().unwrap();
-                    ended += 1;
+isolated_test! {
+    /// Issue 47's deadlock: many tasks await commands behind closed gates; one more awaits its
+    /// own read, which waits for no gate, and opens the gates once it has it. Its read ends,
+    /// so its task must be woken however many others wait, and then all of them.
+    fn awaits_behind_closed_gates_never_starve_an_ungated_one() {
+        let Some(ctx) = async_context() else { return };
+        let count = gated_awaits();
+        let queues: Vec<_> = (0..4).map(|_| ctx.queue().unwrap()).collect();
+        let gates: Vec<_> = (0..8).map(|_| ctx.user_event().unwrap()).collect();
+        let buffers: Vec<_> = (0..64).map(|_| ctx.buffer::<u32>(16).unwrap()).collect();
+        let mut gated = Vec::with_capacity(count);
+        for i in 0..count {
+            let gate = &gates[i % gates.len()];
+            let fill = queues[i % queues.len()]
+                .after(&[gate.event()])
+                .fill(&buffers[i % buffers.len()], i as u32)
+                .unwrap();
+            gated.push(fill);
+        }
+        let mine = ctx.buffer_from(&[5u32; 64]).unwrap();
+        let reader = ctx.queue().unwrap();
+        let ended = runtime().block_on(async move {
+            let tasks: Vec<_> = gated
+                .into_iter()
+                .map(|fill| tokio::spawn(fill.into_future()))
+                .collect();
+            // Every gated task has polled its command once (and is pending) before
+            // the opener starts.
+            tokio::task::yield_now().await;
+            let opener = tokio::spawn(async move {
+                let data = reader.read_owned(&mine).unwrap().await.unwrap();
+                assert_eq!(data, vec![5u32; 64]);
+                for gate in gates {
+                    gate.complete().unwrap();
                 }
-                ended
             });
-            assert_eq!(ended, count);
-            println!("{count} tasks behind closed gates all woken, after an ungated one");
-        },
-    );
+            opener.await.unwrap();
+            let mut ended = 0;
+            for task in tasks {
+                task.await.unwrap().unwrap();
+                ended += 1;
+            }
+            ended
+        });
+        assert_eq!(ended, count);
+        println!("{count} tasks behind closed gates all woken, after an ungated one");
+    }
 }
 
 /// A waker that panics when woken, counting its wakes first.
@@ -471,146 +465,128 @@ impl Wake for Panicking {
     }
 }
 
-/// Issue 47: a waker that panics runs on a library thread; that thread must survive it, and
-/// later awaits on the same queue must still be woken.
-#[test]
-fn a_waker_that_panics_leaves_later_awaits_on_its_queue_woken() {
-    common::isolated(
-        &test_path!(a_waker_that_panics_leaves_later_awaits_on_its_queue_woken),
-        common::CHILD_LIMIT,
-        &[],
-        || {
-            let Some(ctx) = async_context() else { return };
-            let queue = ctx.queue().unwrap();
-            let buf = ctx.buffer::<u32>(64).unwrap();
-            for round in 0..3 {
-                let gate = ctx.user_event().unwrap();
-                let fill = queue.after(&[gate.event()]).fill(&buf, round).unwrap();
-                let mut ended = fill.ended();
-                let panicking = Arc::new(Panicking::default());
-                let waker = Waker::from(panicking.clone());
-                assert!(
-                    std::pin::Pin::new(&mut ended)
-                        .poll(&mut TaskContext::from_waker(&waker))
-                        .is_pending()
-                );
-                gate.complete().unwrap();
-                // A later await on the same queue, woken as any other.
-                let gate = ctx.user_event().unwrap();
-                let later = queue.after(&[gate.event()]).fill(&buf, round + 10).unwrap();
-                let mut later = later.ended();
-                let task = Arc::new(Counting::default());
-                assert!(poll_once(&mut later, &task).is_pending());
-                gate.complete().unwrap();
-                task.wait_woken("an await on the queue after a waker panicked");
-                assert!(matches!(poll_once(&mut later, &task), Poll::Ready(Ok(()))));
-                // The panicking task, polled again once its waker was called, gets the
-                // waker's panic.
-                panicking.0.wait_woken("the panicking waker");
-                // A poll while the waiter is still inside the waker's call is pending, and
-                // woken again once the call has returned.
-                let resumed = loop {
-                    let task = Arc::new(Counting::default());
-                    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        poll_once(&mut ended, &task).is_ready()
-                    }));
-                    match polled {
-                        Err(_) => break true,
-                        Ok(true) => break false,
-                        Ok(false) => task.wait_woken("a poll during the panicking waker's call"),
-                    }
-                };
-                assert!(resumed, "round {round}: the waker's panic is the task's");
-            }
-        },
-    );
-}
-
-/// Issue 47: an `unblock` job that panics resumes its panic in the awaiting task, and its
-/// thread is not lost: 600 such panics, then an await, an `unblock` and an async release
-/// still complete.
-#[test]
-fn an_unblock_job_that_panics_resumes_in_its_task_and_loses_no_thread() {
-    common::isolated(
-        &test_path!(an_unblock_job_that_panics_resumes_in_its_task_and_loses_no_thread),
-        common::CHILD_LIMIT,
-        &[],
-        || {
-            let Some(ctx) = async_context() else { return };
-            let rt = runtime();
-            for i in 0..600u32 {
-                let task = rt.spawn(cl_lifetime::unblock(move || -> u32 {
-                    panic!("job {i} panics")
-                }));
-                let joined = rt.block_on(task);
-                let panic = joined.expect_err("the job's panic reaches its task");
-                assert!(panic.is_panic());
-            }
-            let queue = ctx.queue().unwrap();
-            let buf = ctx.buffer::<u32>(64).unwrap();
+isolated_test! {
+    /// Issue 47: a waker that panics runs on a library thread; that thread must survive it, and
+    /// later awaits on the same queue must still be woken.
+    fn a_waker_that_panics_leaves_later_awaits_on_its_queue_woken() {
+        let Some(ctx) = async_context() else { return };
+        let queue = ctx.queue().unwrap();
+        let buf = ctx.buffer::<u32>(64).unwrap();
+        for round in 0..3 {
             let gate = ctx.user_event().unwrap();
-            let fill = queue.after(&[gate.event()]).fill(&buf, 4).unwrap();
-            let done = rt.block_on(async move {
-                let waiting = tokio::spawn(fill.into_future());
-                let seven = cl_lifetime::unblock(|| 7).await;
-                gate.complete().unwrap();
-                waiting.await.unwrap().unwrap();
-                let report = buf.release_async().await.unwrap();
-                (seven, report.freed)
-            });
-            assert_eq!(done, (7, true));
-        },
-    );
+            let fill = queue.after(&[gate.event()]).fill(&buf, round).unwrap();
+            let mut ended = fill.ended();
+            let panicking = Arc::new(Panicking::default());
+            let waker = Waker::from(panicking.clone());
+            assert!(
+                std::pin::Pin::new(&mut ended)
+                    .poll(&mut TaskContext::from_waker(&waker))
+                    .is_pending()
+            );
+            gate.complete().unwrap();
+            // A later await on the same queue, woken as any other.
+            let gate = ctx.user_event().unwrap();
+            let later = queue.after(&[gate.event()]).fill(&buf, round + 10).unwrap();
+            let mut later = later.ended();
+            let task = Arc::new(Counting::default());
+            assert!(poll_once(&mut later, &task).is_pending());
+            gate.complete().unwrap();
+            task.wait_woken("an await on the queue after a waker panicked");
+            assert!(matches!(poll_once(&mut later, &task), Poll::Ready(Ok(()))));
+            // The panicking task, polled again once its waker was called, gets the
+            // waker's panic.
+            panicking.0.wait_woken("the panicking waker");
+            // A poll while the waiter is still inside the waker's call is pending, and
+            // woken again once the call has returned.
+            let resumed = loop {
+                let task = Arc::new(Counting::default());
+                let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    poll_once(&mut ended, &task).is_ready()
+                }));
+                match polled {
+                    Err(_) => break true,
+                    Ok(true) => break false,
+                    Ok(false) => task.wait_woken("a poll during the panicking waker's call"),
+                }
+            };
+            assert!(resumed, "round {round}: the waker's panic is the task's");
+        }
+    }
 }
 
-/// Issue 47: the waker of a pooled allocation waiting for bytes to leave runs on the
-/// context's reaper thread; if it panics, the reaper must go on releasing.
-#[test]
-fn a_panicking_waker_of_a_pooled_allocation_leaves_the_reaper_running() {
-    common::isolated(
-        &test_path!(a_panicking_waker_of_a_pooled_allocation_leaves_the_reaper_running),
-        common::CHILD_LIMIT,
-        &[],
-        || {
-            let Some(ctx) = async_context() else { return };
-            let queue = ctx.queue().unwrap();
-            let spin = common::busy(&ctx).kernel("spin").unwrap();
-            let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(8192)).unwrap();
-            // Until the allocation is seen waiting: a kernel that ends before the poll
-            // leaves nothing to wait for, so the next try spins longer.
-            let mut pending = false;
-            let mut iterations = 50_000u32;
-            while !pending && iterations < 50_000 << 8 {
-                let big = pool.acquire::<f32>(2048).unwrap();
-                queue
-                    .launch(
-                        &spin,
-                        &[2048],
-                        &[Arg::read_write(&big), Arg::scalar(iterations)],
-                    )
-                    .unwrap();
-                big.release_deferred();
-                // A block 8 times smaller: the pool does not hand out the big one for it,
-                // and must let the big one go to make room.
-                let mut small = Box::pin(pool.acquire_async::<u32>(256));
-                let waker = Waker::from(Arc::new(Panicking::default()));
-                pending = small
-                    .as_mut()
-                    .poll(&mut TaskContext::from_waker(&waker))
-                    .is_pending();
-                // The reaper frees the block and wakes the panicking waker: it must
-                // survive it.
-                ctx.wait_deferred();
-                iterations *= 2;
-            }
-            assert!(pending, "the allocation never waited for bytes leaving");
-            let other = ctx.buffer::<u32>(256).unwrap();
-            queue.fill(&other, 3).unwrap();
-            other.release_deferred();
+isolated_test! {
+    /// Issue 47: an `unblock` job that panics resumes its panic in the awaiting task, and its
+    /// thread is not lost: 600 such panics, then an await, an `unblock` and an async release
+    /// still complete.
+    fn an_unblock_job_that_panics_resumes_in_its_task_and_loses_no_thread() {
+        let Some(ctx) = async_context() else { return };
+        let rt = runtime();
+        for i in 0..600u32 {
+            let task = rt.spawn(cl_lifetime::unblock(move || -> u32 {
+                panic!("job {i} panics")
+            }));
+            let joined = rt.block_on(task);
+            let panic = joined.expect_err("the job's panic reaches its task");
+            assert!(panic.is_panic());
+        }
+        let queue = ctx.queue().unwrap();
+        let buf = ctx.buffer::<u32>(64).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let fill = queue.after(&[gate.event()]).fill(&buf, 4).unwrap();
+        let done = rt.block_on(async move {
+            let waiting = tokio::spawn(fill.into_future());
+            let seven = cl_lifetime::unblock(|| 7).await;
+            gate.complete().unwrap();
+            waiting.await.unwrap().unwrap();
+            let report = buf.release_async().await.unwrap();
+            (seven, report.freed)
+        });
+        assert_eq!(done, (7, true));
+    }
+}
+
+isolated_test! {
+    /// Issue 47: the waker of a pooled allocation waiting for bytes to leave runs on the
+    /// context's reaper thread; if it panics, the reaper must go on releasing.
+    fn a_panicking_waker_of_a_pooled_allocation_leaves_the_reaper_running() {
+        let Some(ctx) = async_context() else { return };
+        let queue = ctx.queue().unwrap();
+        let spin = common::busy(&ctx).kernel("spin").unwrap();
+        let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(8192)).unwrap();
+        // Until the allocation is seen waiting: a kernel that ends before the poll
+        // leaves nothing to wait for, so the next try spins longer.
+        let mut pending = false;
+        let mut iterations = 50_000u32;
+        while !pending && iterations < 50_000 << 8 {
+            let big = pool.acquire::<f32>(2048).unwrap();
+            queue
+                .launch(
+                    &spin,
+                    &[2048],
+                    &[Arg::read_write(&big), Arg::scalar(iterations)],
+                )
+                .unwrap();
+            big.release_deferred();
+            // A block 8 times smaller: the pool does not hand out the big one for it,
+            // and must let the big one go to make room.
+            let mut small = Box::pin(pool.acquire_async::<u32>(256));
+            let waker = Waker::from(Arc::new(Panicking::default()));
+            pending = small
+                .as_mut()
+                .poll(&mut TaskContext::from_waker(&waker))
+                .is_pending();
+            // The reaper frees the block and wakes the panicking waker: it must
+            // survive it.
             ctx.wait_deferred();
-            assert_eq!(ctx.memory_stats().pending_release_bytes, 0);
-        },
-    );
+            iterations *= 2;
+        }
+        assert!(pending, "the allocation never waited for bytes leaving");
+        let other = ctx.buffer::<u32>(256).unwrap();
+        queue.fill(&other, 3).unwrap();
+        other.release_deferred();
+        ctx.wait_deferred();
+        assert_eq!(ctx.memory_stats().pending_release_bytes, 0);
+    }
 }
 
 /// The value of an enqueue of the randomized async test, or the task's end: an enqueue

@@ -1148,94 +1148,82 @@ fn work_after_a_drained_failure_is_never_reported_failed() {
     );
 }
 
-/// Issue 48: "failed work reported complete". A fill behind a gate that fails never runs;
-/// a kernel that reads the written buffer, and a read of the kernel's output, must never
-/// be reported complete with values computed from what the write would have replaced.
-/// Intel's CPU runtime runs the kernel anyway and reports it complete (6 of 6 runs at the
-/// process's first failure, before the fix); in a child process, so the failure is the
-/// process's first. On one in-order queue and across two queues.
-#[test]
-fn a_kernel_behind_a_failed_write_is_never_reported_complete() {
-    common::isolated(
-        &test_path!(a_kernel_behind_a_failed_write_is_never_reported_complete),
-        CHILD_LIMIT,
-        &[],
-        || {
-            let Some(ctx) = common::context() else { return };
-            if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
-                return;
+isolated_test! {
+    /// Issue 48: "failed work reported complete". A fill behind a gate that fails never runs;
+    /// a kernel that reads the written buffer, and a read of the kernel's output, must never
+    /// be reported complete with values computed from what the write would have replaced.
+    /// Intel's CPU runtime runs the kernel anyway and reports it complete (6 of 6 runs at the
+    /// process's first failure, before the fix); in a child process, so the failure is the
+    /// process's first. On one in-order queue and across two queues.
+    fn a_kernel_behind_a_failed_write_is_never_reported_complete() {
+        let Some(ctx) = common::context() else { return };
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
+        let scale = common::busy(&ctx).kernel("scale").unwrap();
+        let mut wrong = Vec::new();
+        for round in 0..6 {
+            let (writer, runner) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+            let runner = if round % 2 == 0 { &writer } else { &runner };
+            let input = ctx.buffer::<f32>(256).unwrap();
+            let output = ctx.buffer::<f32>(256).unwrap();
+            let gate = ctx.user_event().unwrap();
+            let written = writer.after(&[gate.event()]).fill(&input, 3.0f32);
+            let launched = written.and_then(|_| {
+                runner.launch(
+                    &scale,
+                    &[256],
+                    &[
+                        Arg::read(&input),
+                        Arg::write(&output),
+                        Arg::scalar(2.0f32),
+                        Arg::scalar(256u32),
+                    ],
+                )
+            });
+            let kernel = launched.unwrap();
+            gate.fail(-9).unwrap();
+            let ended = kernel.wait();
+            let read = runner.read_owned(&output).and_then(|r| r.wait());
+            match (&ended, &read) {
+                (Err(_), Err(_)) => {}
+                _ => wrong.push(format!(
+                    "round {round}: kernel {ended:?}, read {:?}",
+                    read.as_ref().map(|d| d[0])
+                )),
             }
-            let scale = common::busy(&ctx).kernel("scale").unwrap();
-            let mut wrong = Vec::new();
-            for round in 0..6 {
-                let (writer, runner) = (ctx.queue().unwrap(), ctx.queue().unwrap());
-                let runner = if round % 2 == 0 { &writer } else { &runner };
-                let input = ctx.buffer::<f32>(256).unwrap();
-                let output = ctx.buffer::<f32>(256).unwrap();
-                let gate = ctx.user_event().unwrap();
-                let written = writer.after(&[gate.event()]).fill(&input, 3.0f32);
-                let launched = written.and_then(|_| {
-                    runner.launch(
-                        &scale,
-                        &[256],
-                        &[
-                            Arg::read(&input),
-                            Arg::write(&output),
-                            Arg::scalar(2.0f32),
-                            Arg::scalar(256u32),
-                        ],
-                    )
-                });
-                let kernel = launched.unwrap();
-                gate.fail(-9).unwrap();
-                let ended = kernel.wait();
-                let read = runner.read_owned(&output).and_then(|r| r.wait());
-                match (&ended, &read) {
-                    (Err(_), Err(_)) => {}
-                    _ => wrong.push(format!(
-                        "round {round}: kernel {ended:?}, read {:?}",
-                        read.as_ref().map(|d| d[0])
-                    )),
-                }
-            }
-            assert!(wrong.is_empty(), "{wrong:#?}");
-        },
-    );
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
 }
 
-/// Issue 49: PoCL 3.1 aborts in `pocl_update_event_failed` when a command whose last
-/// reference went fails with a command behind it (design trap "PoCL's failed pending
-/// event", `examples/pocl_failed_pending_event.rs`). Here the program keeps no event: a
-/// fill behind a gate, a kernel on that buffer (it fails with the fill through the queue's
-/// order), then a whole fill, which takes the kernel's place in the buffer's record; then
-/// the gate fails. The library keeps the kernel's event until it has ended. In a child
-/// process, so an abort is this test's failure.
-#[test]
-fn a_pending_command_no_one_holds_fails_without_aborting_the_driver() {
-    common::isolated(
-        &test_path!(a_pending_command_no_one_holds_fails_without_aborting_the_driver),
-        CHILD_LIMIT,
-        &[],
-        || {
-            let Some(ctx) = common::context() else { return };
-            if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
-                return;
-            }
-            let increment = common::busy(&ctx).kernel("increment").unwrap();
-            for _ in 0..20 {
-                let queue = ctx.queue().unwrap();
-                let buf = ctx.buffer::<i32>(1024).unwrap();
-                let gate = ctx.user_event().unwrap();
-                drop(queue.after(&[gate.event()]).fill(&buf, 1).unwrap());
-                // Fails with the fill, by its queue's order: no wait list of its own.
-                let args = [Arg::read_write(&buf), Arg::scalar(1024u32)];
-                drop(queue.launch(&increment, &[1024], &args).unwrap());
-                // A whole write: the kernel leaves the buffer's record.
-                drop(queue.fill(&buf, 2).unwrap());
-                queue.flush().unwrap();
-                gate.fail(-9).unwrap();
-                assert!(buf.release().unwrap().freed);
-            }
-        },
-    );
+isolated_test! {
+    /// Issue 49: PoCL 3.1 aborts in `pocl_update_event_failed` when a command whose last
+    /// reference went fails with a command behind it (design trap "PoCL's failed pending
+    /// event", `examples/pocl_failed_pending_event.rs`). Here the program keeps no event: a
+    /// fill behind a gate, a kernel on that buffer (it fails with the fill through the queue's
+    /// order), then a whole fill, which takes the kernel's place in the buffer's record; then
+    /// the gate fails. The library keeps the kernel's event until it has ended. In a child
+    /// process, so an abort is this test's failure.
+    fn a_pending_command_no_one_holds_fails_without_aborting_the_driver() {
+        let Some(ctx) = common::context() else { return };
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
+        let increment = common::busy(&ctx).kernel("increment").unwrap();
+        for _ in 0..20 {
+            let queue = ctx.queue().unwrap();
+            let buf = ctx.buffer::<i32>(1024).unwrap();
+            let gate = ctx.user_event().unwrap();
+            drop(queue.after(&[gate.event()]).fill(&buf, 1).unwrap());
+            // Fails with the fill, by its queue's order: no wait list of its own.
+            let args = [Arg::read_write(&buf), Arg::scalar(1024u32)];
+            drop(queue.launch(&increment, &[1024], &args).unwrap());
+            // A whole write: the kernel leaves the buffer's record.
+            drop(queue.fill(&buf, 2).unwrap());
+            queue.flush().unwrap();
+            gate.fail(-9).unwrap();
+            assert!(buf.release().unwrap().freed);
+        }
+    }
 }

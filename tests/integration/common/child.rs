@@ -36,7 +36,8 @@ macro_rules! test_path {
 /// A test whose body runs in a child process ([`isolated`]) with the time limit
 /// [`CHILD_LIMIT`], so that a crash or a hang fails it instead of the suite.
 macro_rules! isolated_test {
-    (fn $name:ident() $body:block) => {
+    ($(#[$meta:meta])* fn $name:ident() $body:block) => {
+        $(#[$meta])*
         #[test]
         fn $name() {
             $crate::common::isolated(&test_path!($name), $crate::common::CHILD_LIMIT, &[], || {
