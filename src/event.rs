@@ -149,10 +149,17 @@ impl EventInner {
     /// fails with a command behind it), or it failed while one of its dependencies may
     /// still end and notify it.
     fn must_outlive_drop(&mut self, deps: &[Event]) -> bool {
-        if !failures_possible() || *self.seen.get_mut() == ffi::CL_COMPLETE {
+        if !failures_possible() {
             return false;
         }
-        match ffi::execution_status(self.raw) {
+        // A status already read (terminal) is not read again from the driver.
+        let seen = *self.seen.get_mut();
+        let status = if seen == UNKNOWN {
+            ffi::execution_status(self.raw)
+        } else {
+            Ok(seen)
+        };
+        match status {
             Ok(status) if status > ffi::CL_COMPLETE => true,
             Ok(status) if status < 0 => deps.iter().any(|d| !d.has_ended()),
             _ => false,

@@ -206,7 +206,8 @@ impl QueueCore {
         {
             return;
         }
-        let marker = {
+        // The marker to wait for, and whether this thread enqueued it.
+        let (marker, ours) = {
             let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
             let due = echo.before_enqueue(epoch);
             self.echo_open.store(echo.open(), Ordering::Release);
@@ -219,44 +220,35 @@ impl QueueCore {
                 // too, or it would be enqueued inside the window and reported failed
                 // though it runs.
                 // SAFETY: the pending marker is live (held by the echo).
-                let Some(theirs) = echo
+                let theirs = echo
                     .pending_marker()
-                    .and_then(|m| unsafe { RawEvent::retain(m.as_raw()) })
-                else {
-                    return;
+                    .and_then(|m| unsafe { RawEvent::retain(m.as_raw()) });
+                (theirs, false)
+            } else {
+                // SAFETY: `raw` is live (held by `self`); an empty wait list waits for
+                // every command enqueued before.
+                let marker = match unsafe { ffi::enqueue_marker(self.raw(), &[]) } {
+                    Ok(marker) => marker,
+                    Err(e) => {
+                        log::warn!(target: "cl_lifetime::queue", "settling a queue after a failure: {e}");
+                        return;
+                    }
                 };
-                drop(echo);
-                if self.await_marker(&theirs) {
-                    let mut echo = self
-                        .echo
-                        .echo
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
-                    echo.before_enqueue(failure_epoch());
-                    self.echo_open.store(echo.open(), Ordering::Release);
-                }
-                return;
+                // SAFETY: the marker was just returned by the enqueue, so it is valid; this
+                // second reference is this function's.
+                let ours = unsafe { RawEvent::retain(marker) };
+                // SAFETY: the enqueue's reference, which nothing else releases, goes to
+                // the echo.
+                echo.settling(unsafe { RawEvent::own(marker) });
+                (ours, true)
             }
-            // SAFETY: `raw` is live (held by `self`); an empty wait list waits for every
-            // command enqueued before.
-            let marker = match unsafe { ffi::enqueue_marker(self.raw(), &[]) } {
-                Ok(marker) => marker,
-                Err(e) => {
-                    log::warn!(target: "cl_lifetime::queue", "settling a queue after a failure: {e}");
-                    return;
-                }
-            };
-            // SAFETY: the marker was just returned by the enqueue, so it is valid; this
-            // second reference is this function's.
-            let ours = unsafe { RawEvent::retain(marker) };
-            // SAFETY: the enqueue's reference, which nothing else releases, goes to the
-            // echo.
-            echo.settling(unsafe { RawEvent::own(marker) });
-            ours
         };
         let Some(marker) = marker else { return };
         if self.await_marker(&marker) {
-            self.renew_if_failed(&marker);
+            // The thread that enqueued the marker renews the queue if it failed.
+            if ours {
+                self.renew_if_failed(&marker);
+            }
             // Sees the marker ended and closes the window.
             let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
             echo.before_enqueue(failure_epoch());

@@ -493,6 +493,18 @@ impl Submit<'_> {
         let after_failure = l.record.after_failure() || failure_seen;
         let record: &Record = &l.record;
         let reads = l.reads;
+        let span = l.span;
+        // The failed write rule for a write that has ended: a reader of what it wrote is
+        // refused if it failed.
+        let refuse_failed_write = |entry: &Entry<Event>| -> Result<()> {
+            let raw = entry.event.as_raw();
+            if record.writes().of(span).any(|w| w.as_raw() == raw) {
+                if let Some(failed) = failure_of(&entry.event) {
+                    return Err(failed.into());
+                }
+            }
+            Ok(())
+        };
         let mut add = |entry: &Entry<Event>| -> Result<()> {
             // A finished command needs no wait, and a failed one must not be waited on:
             // drivers fail (or never run) a command whose wait list holds one. The status
@@ -501,12 +513,7 @@ impl Submit<'_> {
             let ended =
                 (failures_possible || self.queue.drop_ended_hazards) && entry.event.is_terminal();
             if ended && reads && entry.access == Access::Write {
-                let raw = entry.event.as_raw();
-                if record.writes().of(l.span).any(|w| w.as_raw() == raw) {
-                    if let Some(failed) = failure_of(&entry.event) {
-                        return Err(failed.into());
-                    }
-                }
+                refuse_failed_write(entry)?;
             }
             if !ended {
                 self.add(gathered, &entry.event, failures_possible)?;
@@ -533,12 +540,7 @@ impl Submit<'_> {
                     .filter(|e| e.access == Access::Write)
                 {
                     if entry.event.is_terminal() {
-                        let raw = entry.event.as_raw();
-                        if record.writes().of(l.span).any(|w| w.as_raw() == raw) {
-                            if let Some(failed) = failure_of(&entry.event) {
-                                return Err(failed.into());
-                            }
-                        }
+                        refuse_failed_write(entry)?;
                     } else {
                         gathered.holds.push(entry.event.clone());
                     }

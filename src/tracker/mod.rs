@@ -313,11 +313,8 @@ impl<E> EventSet<E> {
         access: Access,
         span: Span,
     ) -> impl Iterator<Item = &Entry<E>> {
-        self.entries.iter().filter(move |e| {
-            let conflicts = access == Access::Write || e.access == Access::Write;
-            let ordered_by_queue = lane.in_order && e.lane == lane;
-            conflicts && !ordered_by_queue && e.span.overlaps(span)
-        })
+        self.conflicting_in(access, span)
+            .filter(move |e| !(lane.in_order && e.lane == lane))
     }
 
     /// The entries that [`EventSet::hazards_in`] leaves out for queue order (rule 2): they
@@ -329,9 +326,15 @@ impl<E> EventSet<E> {
         access: Access,
         span: Span,
     ) -> impl Iterator<Item = &Entry<E>> {
+        self.conflicting_in(access, span)
+            .filter(move |e| lane.in_order && e.lane == lane)
+    }
+
+    /// The recorded entries that conflict with a new command with `access` touching
+    /// `span` (one of the two writes), whatever their queue.
+    fn conflicting_in(&self, access: Access, span: Span) -> impl Iterator<Item = &Entry<E>> {
         self.entries.iter().filter(move |e| {
-            let conflicts = access == Access::Write || e.access == Access::Write;
-            lane.in_order && e.lane == lane && conflicts && e.span.overlaps(span)
+            (access == Access::Write || e.access == Access::Write) && e.span.overlaps(span)
         })
     }
 
