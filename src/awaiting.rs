@@ -102,7 +102,7 @@ impl Ended {
             log::warn!(target: "cl_lifetime::waiter", "flushing an awaited command's queue: {e}");
         }
         // SAFETY: the event is live (held by `self.event`).
-        let Some(raw) = (unsafe { RawEvent::retain(self.event.as_raw()) }) else {
+        let Some(raw) = (unsafe { RawEvent::retain(self.event.raw()) }) else {
             return self.block_here();
         };
         let watch = Arc::new(Watch::default());
@@ -124,7 +124,7 @@ impl Ended {
 
     /// Where no waiter thread can run: the wait happens on the caller's thread.
     fn block_here(&self) -> Poll<()> {
-        crate::ffi::wait_terminal(&[self.event.as_raw()]);
+        crate::ffi::wait_terminal(&[self.event.raw()]);
         Poll::Ready(())
     }
 

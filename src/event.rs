@@ -6,10 +6,11 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use crate::census;
 use crate::core::context::ContextCore;
+use crate::core::echo::RawEvent;
 use crate::core::gates::{OpenGates, failures_possible, note_failure, note_failure_possible};
 use crate::core::queue::QueueCore;
 use crate::error::{Error, Result};
@@ -46,6 +47,30 @@ pub(crate) struct EventInner {
     /// Whether it was enqueued by the library while every user event of its context was
     /// set: it ends without the program's help (the waiter's *covered* rule).
     enqueued_ungated: bool,
+    /// Who may end it: the library, or code outside it (the *raw handles* rule).
+    origin: Origin,
+    /// What stands in for it outside or inside the library, once asked for (the *raw
+    /// handles* rule): a gate's twin, a foreign event's proxy; `None` where it needs none.
+    stand_in: OnceLock<Option<StandIn>>,
+}
+
+/// Who may end an event (the *raw handles* rule, see [`gate`]).
+enum Origin {
+    /// A command the library enqueued, or a handle of one it holds.
+    Command,
+    /// The event of a [`UserEvent`]: only the library sets it.
+    Gate(Weak<gate::Gate>),
+    /// An event from outside: it may end, or fail, at any moment, out of the library's
+    /// sight.
+    Foreign,
+}
+
+/// See [`EventInner::stand_in`].
+enum StandIn {
+    /// A gate's public handle: a user event of its own that the program may set.
+    Twin(RawEvent),
+    /// The library's gate that a foreign event's dependents wait on in its place.
+    Proxy(Arc<gate::Gate>),
 }
 
 /// [`EventInner::seen`] before a terminal status has been read.
@@ -122,6 +147,7 @@ impl EventInner {
         deps: Option<Box<[Event]>>,
         had_wait_list: bool,
         seq: u64,
+        origin: Origin,
     ) -> Self {
         census::event_taken();
         let finish_count = queue.as_ref().map_or(0, |q| q.finish_count());
@@ -138,6 +164,8 @@ impl EventInner {
             finish_count,
             may_fail_alone,
             enqueued_ungated,
+            origin,
+            stand_in: OnceLock::new(),
         }
     }
 }
@@ -373,13 +401,18 @@ impl Event {
                 deps,
                 had_wait_list,
                 seq,
+                Origin::Command,
             )),
         }
     }
 
     /// An event for the raw handle `raw`, made by other code (an enqueue through opencl3,
     /// a C library's command): the library takes its own reference, and the caller keeps
-    /// theirs. It may be given to [`Queue::after`](crate::Queue::after) like any other.
+    /// theirs. It may be given to [`Queue::after`](crate::Queue::after) like any other:
+    /// while it has not ended, the library's commands wait on a gate of the library's
+    /// that its waiter sets as this event ends, with its status (other code may fail it
+    /// at any moment, and a driver must never be handed an already-failed dependency:
+    /// design trap "a dependency that fails during the enqueue").
     ///
     /// # Safety
     ///
@@ -420,7 +453,15 @@ impl Event {
         // SAFETY: as the caller vouches; the reference taken here is the `Event`'s.
         unsafe { ffi::retain_event(raw) }.ok()?;
         Some(Event {
-            inner: Arc::new(EventInner::new(raw, context, None, None, false, 0)),
+            inner: Arc::new(EventInner::new(
+                raw,
+                context,
+                None,
+                None,
+                false,
+                0,
+                Origin::Command,
+            )),
         })
     }
 
@@ -436,13 +477,73 @@ impl Event {
             crate::trace::not_a_command(raw);
         }
         Event {
-            inner: Arc::new(EventInner::new(raw, context, None, None, false, 0)),
+            inner: Arc::new(EventInner::new(
+                raw,
+                context,
+                None,
+                None,
+                false,
+                0,
+                Origin::Foreign,
+            )),
         }
     }
 
-    /// The raw handle, still owned by this `Event`.
-    pub fn as_raw(&self) -> cl_event {
+    /// The driver's handle, for the library's own calls (wait lists, status reads).
+    pub(crate) fn raw(&self) -> cl_event {
         self.inner.raw
+    }
+
+    /// The raw handle, still owned by this `Event`, for other code to wait on.
+    ///
+    /// For the event of a [`UserEvent`] it is the handle of a user event of its own, its
+    /// *twin*, made at the first call: other code may wait on it, and may set it with
+    /// `clSetUserEventStatus`; the library then sets the gate as
+    /// [`complete`](UserEvent::complete) or [`fail`](UserEvent::fail) would, once its
+    /// waiter sees the twin set (within its poll pause, up to 250 ms when the process is
+    /// quiet). The commands of the library never wait on the twin itself, so a gate
+    /// failed through it never meets an enqueue in between (design trap "a gate failed
+    /// through its raw handle"). `complete` and `fail` set the twin too.
+    pub fn as_raw(&self) -> cl_event {
+        let inner = &self.inner;
+        let Origin::Gate(gate) = &inner.origin else {
+            return inner.raw;
+        };
+        if let Some(stand_in) = inner.stand_in.get() {
+            return stand_in.as_ref().map_or(inner.raw, StandIn::raw);
+        }
+        match gate.upgrade() {
+            Some(gate) => gate.public_handle(),
+            // Set when its `UserEvent` went: a raw set of it is refused by the driver.
+            None => inner.stand_in.get().and_then(Option::as_ref).map_or(inner.raw, StandIn::raw),
+        }
+    }
+
+    /// The event a command of the library puts in its wait list for this dependency: a
+    /// foreign event that has not ended is stood in for by a gate of the library that
+    /// follows it (the *raw handles* rule); `None` means this event itself.
+    pub(crate) fn wait_stand_in(&self, gates: &Arc<OpenGates>) -> Option<Event> {
+        let inner = &self.inner;
+        if !matches!(inner.origin, Origin::Foreign) {
+            return None;
+        }
+        let stand_in = inner.stand_in.get_or_init(|| {
+            if ffi::has_ended(inner.raw) {
+                // Ended for good: a wait on it can no longer meet its failure.
+                return None;
+            }
+            match gate::Gate::following(inner.raw, inner.context, gates) {
+                Ok(proxy) => Some(StandIn::Proxy(proxy)),
+                Err(e) => {
+                    log::warn!(target: "cl_lifetime::event", "no gate could stand in for the foreign event {:p} ({e}); commands wait on it directly", inner.raw);
+                    None
+                }
+            }
+        });
+        match stand_in {
+            Some(StandIn::Proxy(proxy)) => Some(proxy.event.clone()),
+            _ => None,
+        }
     }
 
     /// When the command was queued, submitted, started and ended, from a queue made with
@@ -897,19 +998,14 @@ impl Profile {
 /// # }
 /// ```
 pub struct UserEvent {
-    event: Event,
-    set: AtomicBool,
-    id: u64,
-    gates: Arc<OpenGates>,
-    /// Where it was created, for the log.
-    site: &'static std::panic::Location<'static>,
+    gate: Arc<gate::Gate>,
 }
 
 impl fmt::Debug for UserEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UserEvent")
-            .field("event", &self.event)
-            .field("set", &self.set.load(Ordering::Relaxed))
+            .field("event", &self.gate.event)
+            .field("set", &self.gate.is_set())
             .finish()
     }
 }
@@ -921,22 +1017,14 @@ impl UserEvent {
         id: u64,
         site: &'static std::panic::Location<'static>,
     ) -> Result<UserEvent> {
-        let raw = ffi::create_user_event(context)?;
-        // SAFETY: `raw` was just created in `context` and its one reference is handed over.
-        let event = unsafe { Event::adopt(raw, context) };
-        gates.opened(id, site);
         Ok(UserEvent {
-            event,
-            set: AtomicBool::new(false),
-            id,
-            gates: gates.clone(),
-            site,
+            gate: gate::Gate::new(context, gates, id, site)?,
         })
     }
 
     /// The event to pass as a dependency.
     pub fn event(&self) -> &Event {
-        &self.event
+        &self.gate.event
     }
 
     /// Opens the gate: commands waiting on it may run.
@@ -961,7 +1049,7 @@ impl UserEvent {
     /// # }
     /// ```
     pub fn complete(&self) -> Result<()> {
-        self.set_status(ffi::CL_COMPLETE)
+        self.gate.set_status(ffi::CL_COMPLETE)
     }
 
     /// Fails the gate with `status`, which must be negative; commands waiting on it
@@ -996,54 +1084,294 @@ impl UserEvent {
                 ffi::codes::CL_INVALID_VALUE,
             ));
         }
-        self.set_status(status)
-    }
-
-    fn set_status(&self, status: cl_int) -> Result<()> {
-        if self.set.swap(true, Ordering::AcqRel) {
-            return Err(Error::cl(
-                "clSetUserEventStatus",
-                ffi::codes::CL_INVALID_OPERATION,
-            ));
-        }
-        if status < 0 {
-            // Noted before the driver propagates it, so no enqueue that follows misses it.
-            self.gates.note_failure();
-        }
-        self.gates.closing();
-        let set = if status < 0 {
-            // The gates' *no failure mid-enqueue* rule.
-            crate::core::gates::failing(|| ffi::set_user_event_status(self.event.as_raw(), status))
-        } else {
-            ffi::set_user_event_status(self.event.as_raw(), status)
-        };
-        self.gates.closed(self.id);
-        // Failed events that waited on this gate may be free to go now.
-        graveyard::sweep();
-        set
+        self.gate.set_status(status)
     }
 }
 
 impl std::ops::Deref for UserEvent {
     type Target = Event;
     fn deref(&self) -> &Event {
-        &self.event
+        &self.gate.event
     }
 }
 
 impl Drop for UserEvent {
     fn drop(&mut self) {
-        if !self.set.load(Ordering::Acquire) {
+        // Set through its twin, and not seen yet: as it was set.
+        self.gate.follow_twin_now();
+        if !self.gate.is_set() {
             log::warn!(
                 target: "cl_lifetime::event",
                 "the user event {:p} created at {} was dropped while not set; failing it (the \
                  commands behind it fail)",
-                self.event.as_raw(),
-                self.site
+                self.gate.shown(),
+                self.gate.site
             );
-            if let Err(e) = self.set_status(ffi::codes::CL_INVALID_OPERATION) {
+            if let Err(e) = self.gate.set_status(ffi::codes::CL_INVALID_OPERATION) {
                 log::error!(target: "cl_lifetime::event", "failing a dropped user event: {e}");
             }
+        }
+    }
+}
+
+/// Gates: user events that only the library sets.
+///
+/// # Rules
+///
+/// - **Raw handles.** A driver that never runs a command whose wait list holds a failed
+///   event (PoCL leaves it queued for good, and its in-order queue with it) must never
+///   be handed such a list, yet the library reads its dependencies' statuses before the
+///   enqueue; the gates' *no failure mid-enqueue* rule closes that window for a gate
+///   failed through the library, not for an event that other code sets. So no command
+///   of the library ever waits on an event that other code can set or fail:
+///   - a gate's public handle ([`Event::as_raw`] of a [`UserEvent`]'s event) is its
+///     *twin*, a user event of its own made on demand; other code may wait on it or set
+///     it, and the waiter, seeing it set, sets the gate itself through the library
+///     ([`Gate::set_status`]); setting the gate sets the twin too;
+///   - a foreign event (adopted with [`Event::from_raw`]) that has not ended is stood in
+///     for, in the wait lists of the library's commands, by a *proxy* gate that the
+///     waiter sets as the foreign event ends, with its status.
+///
+///   A twin or a proxy is followed from the waiter's poller (and, for a foreign command,
+///   from a blocker where waits sleep): a raw set is seen within a poll pause.
+pub(crate) mod gate {
+    use super::*;
+    use crate::core::waiter::{Order, Watch, waiter};
+
+    /// A user event that only the library sets.
+    pub(crate) struct Gate {
+        pub(crate) event: Event,
+        set: AtomicBool,
+        id: u64,
+        gates: Arc<OpenGates>,
+        /// Where it was created, for the log.
+        pub(crate) site: &'static std::panic::Location<'static>,
+        /// Held while the twin is made, and while a set gate sets its twin: a twin made
+        /// while the gate is set is set by it.
+        twin: Mutex<()>,
+    }
+
+    impl Gate {
+        /// A new gate of `context`, counted among its open `gates` as `id`.
+        pub(crate) fn new(
+            context: cl_context,
+            gates: &Arc<OpenGates>,
+            id: u64,
+            site: &'static std::panic::Location<'static>,
+        ) -> Result<Arc<Gate>> {
+            let raw = ffi::create_user_event(context)?;
+            // A user event exists: it can be failed without the library.
+            note_failure_possible();
+            if crate::trace::on() {
+                crate::trace::not_a_command(raw);
+            }
+            gates.opened(id, site);
+            Ok(Arc::new_cyclic(|weak| Gate {
+                // SAFETY: not needed: `raw` was just created in `context`, and its one
+                // reference is the event's.
+                event: Event {
+                    inner: Arc::new(EventInner::new(
+                        raw,
+                        context,
+                        None,
+                        None,
+                        false,
+                        0,
+                        Origin::Gate(weak.clone()),
+                    )),
+                },
+                set: AtomicBool::new(false),
+                id,
+                gates: gates.clone(),
+                site,
+                twin: Mutex::new(()),
+            }))
+        }
+
+        /// A gate of `context` that follows the foreign event `source`: set, with its
+        /// status, once it has ended (the *raw handles* rule).
+        pub(crate) fn following(
+            source: cl_event,
+            context: cl_context,
+            gates: &Arc<OpenGates>,
+        ) -> std::result::Result<Arc<Gate>, String> {
+            let proxy = Gate::new(
+                context,
+                gates,
+                crate::util::next_id(),
+                std::panic::Location::caller(),
+            )
+            .map_err(|e| e.to_string())?;
+            // A foreign command (not a user event) ends without the program's help.
+            let on_its_own = ffi::command_type(source).is_ok_and(|t| t != CL_COMMAND_USER);
+            if let Err(e) = proxy.follow(source, on_its_own) {
+                // Set, so that it is not left open.
+                let _ = proxy.set_status(ffi::codes::CL_INVALID_OPERATION);
+                return Err(e);
+            }
+            Ok(proxy)
+        }
+
+        /// The handle the program knows it by, for the log: its twin once made.
+        pub(crate) fn shown(&self) -> cl_event {
+            let inner = &self.event.inner;
+            inner.stand_in.get().and_then(Option::as_ref).map_or(inner.raw, StandIn::raw)
+        }
+
+        pub(crate) fn is_set(&self) -> bool {
+            self.set.load(Ordering::Acquire)
+        }
+
+        /// Has the waiter set this gate as `source` ends.
+        fn follow(
+            self: &Arc<Gate>,
+            source: cl_event,
+            on_its_own: bool,
+        ) -> std::result::Result<(), String> {
+            // SAFETY: `source` is a live event (the caller's); each handle below takes a
+            // reference of its own.
+            let (watched, followed) = unsafe { (RawEvent::retain(source), RawEvent::retain(source)) };
+            let (Some(watched), Some(followed)) = (watched, followed) else {
+                return Err("clRetainEvent refused".into());
+            };
+            let watch = Arc::new(Watch::default());
+            let waker = std::task::Waker::from(Arc::new(Follower {
+                source: followed,
+                gate: self.clone(),
+            }));
+            watch.ended_or_wake(&waker);
+            let order = Order {
+                driver: self.event.inner.context as usize,
+                queue: None,
+                in_order: false,
+                ends_on_its_own: on_its_own,
+                gates: Some(self.gates.clone()),
+            };
+            waiter()
+                .watch(Arc::new(watched), order, watch)
+                .map(drop)
+                .map_err(|e| format!("the waiter's thread could not start: {e}"))
+        }
+
+        /// The handle other code gets: the twin, made at the first call (the *raw
+        /// handles* rule); the gate's own handle once it is set, or where no twin can
+        /// be made.
+        pub(crate) fn public_handle(self: &Arc<Gate>) -> cl_event {
+            let inner = &self.event.inner;
+            let _making = self.twin.lock().unwrap_or_else(PoisonError::into_inner);
+            let stand_in = inner.stand_in.get_or_init(|| {
+                if self.is_set() {
+                    return None;
+                }
+                match self.make_twin() {
+                    Ok(twin) => Some(StandIn::Twin(twin)),
+                    Err(e) => {
+                        log::warn!(target: "cl_lifetime::event", "no twin for the user event {:p} ({e}); its own handle is handed out, and a failure set through it is not covered", inner.raw);
+                        None
+                    }
+                }
+            });
+            stand_in.as_ref().map_or(inner.raw, StandIn::raw)
+        }
+
+        fn make_twin(self: &Arc<Gate>) -> std::result::Result<RawEvent, String> {
+            let raw = ffi::create_user_event(self.event.inner.context).map_err(|e| e.to_string())?;
+            // SAFETY: `raw` was just created; its one reference is the twin's.
+            let twin = unsafe { RawEvent::own(raw) };
+            if crate::trace::on() {
+                crate::trace::not_a_command(raw);
+            }
+            if let Err(e) = self.follow(raw, false) {
+                let _ = ffi::set_user_event_status(raw, ffi::codes::CL_INVALID_OPERATION);
+                return Err(e);
+            }
+            Ok(twin)
+        }
+
+        /// Sets the gate through the library: the gates' *no failure mid-enqueue* rule,
+        /// the waiter's kick, and the twin.
+        pub(crate) fn set_status(&self, status: cl_int) -> Result<()> {
+            if self.set.swap(true, Ordering::AcqRel) {
+                return Err(Error::cl(
+                    "clSetUserEventStatus",
+                    ffi::codes::CL_INVALID_OPERATION,
+                ));
+            }
+            if status < 0 {
+                // Noted before the driver propagates it, so no enqueue that follows misses it.
+                self.gates.note_failure();
+            }
+            self.gates.closing();
+            let set = if status < 0 {
+                // The gates' *no failure mid-enqueue* rule.
+                crate::core::gates::failing(|| ffi::set_user_event_status(self.event.raw(), status))
+            } else {
+                ffi::set_user_event_status(self.event.raw(), status)
+            };
+            self.gates.closed(self.id);
+            {
+                let _twin = self.twin.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(Some(StandIn::Twin(twin))) = self.event.inner.stand_in.get() {
+                    // Refused when other code set it first: that set is what this follows.
+                    let _ = ffi::set_user_event_status(twin.as_raw(), status);
+                }
+            }
+            // Failed events that waited on this gate may be free to go now.
+            graveyard::sweep();
+            set
+        }
+
+        /// Sets the gate as its twin was set, if it was (a `UserEvent` dropped before the
+        /// waiter saw the twin set).
+        pub(crate) fn follow_twin_now(&self) {
+            if self.is_set() {
+                return;
+            }
+            if let Some(Some(StandIn::Twin(twin))) = self.event.inner.stand_in.get() {
+                follow_status(self, twin.as_raw());
+            }
+        }
+    }
+
+    /// Sets `gate` as `source` ended, if it has.
+    fn follow_status(gate: &Gate, source: cl_event) {
+        let status = match ffi::execution_status(source) {
+            Ok(status) if status > ffi::CL_COMPLETE => return,
+            Ok(status) => status,
+            // An event whose status cannot be read counts as failed with that status.
+            Err(status) => status,
+        };
+        if !gate.is_set() {
+            // Refused only when the library set it meanwhile.
+            let _ = gate.set_status(status);
+        }
+    }
+
+    /// The waker of a followed event: sets its gate (the *raw handles* rule).
+    struct Follower {
+        source: RawEvent,
+        gate: Arc<Gate>,
+    }
+
+    impl std::task::Wake for Follower {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+
+        fn wake_by_ref(self: &Arc<Self>) {
+            follow_status(&self.gate, self.source.as_raw());
+        }
+    }
+
+    /// `CL_COMMAND_USER`.
+    const CL_COMMAND_USER: u32 = 0x11F5;
+}
+
+impl StandIn {
+    fn raw(&self) -> cl_event {
+        match self {
+            StandIn::Twin(twin) => twin.as_raw(),
+            StandIn::Proxy(proxy) => proxy.event.raw(),
         }
     }
 }
@@ -1068,7 +1396,7 @@ impl Drop for UserEvent {
 /// # }
 /// ```
 pub fn wait_all(events: &[&Event]) -> Result<()> {
-    let raws: Vec<cl_event> = events.iter().map(|e| e.as_raw()).collect();
+    let raws: Vec<cl_event> = events.iter().map(|e| e.raw()).collect();
     ffi::wait_terminal(&raws);
     for event in events {
         if let Status::Failed(status) = event.status()? {

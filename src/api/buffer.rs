@@ -424,7 +424,7 @@ impl<T: Pod, H: HostMemory<T>> PendingRead<T, H> {
 
 impl<T: Pod, H: HostMemory<T>> Drop for PendingRead<T, H> {
     fn drop(&mut self) {
-        if self.data.is_none() || ffi::has_ended(self.event.as_raw()) {
+        if self.data.is_none() || ffi::has_ended(self.event.raw()) {
             return;
         }
         // The device may still be writing into `data`. Behind an unset gate, waiting here
@@ -444,7 +444,7 @@ impl<T: Pod, H: HostMemory<T>> Drop for PendingRead<T, H> {
                 return;
             }
         }
-        ffi::wait_terminal(&[self.event.as_raw()]);
+        ffi::wait_terminal(&[self.event.raw()]);
     }
 }
 
@@ -464,7 +464,7 @@ impl<T: Pod, H: HostMemory<T>> PendingRead<T, H> {
 /// that was not flushed). An event of no queue of the library's is waited for here.
 fn keep_until_ended(event: &Event, memory: Box<dyn Send>) {
     let Some(queue) = event.inner.queue.as_ref() else {
-        ffi::wait_terminal(&[event.as_raw()]);
+        ffi::wait_terminal(&[event.raw()]);
         return;
     };
     if let Err(e) = queue.flush_if_dirty() {
@@ -500,7 +500,7 @@ impl<T: Pod, H: HostMemory<T>> Lends for PendingRead<T, H> {
     }
 
     fn let_go(mut self) {
-        if self.data.is_some() && !ffi::has_ended(self.event.as_raw()) {
+        if self.data.is_some() && !ffi::has_ended(self.event.raw()) {
             self.hand_over();
         }
     }
@@ -681,7 +681,7 @@ impl<T: Pod, H: HostMemory<T>> Drop for PendingWrite<T, H> {
         // The device may still read `data`: it goes to the library's thread, never freed
         // under the write, and this drop does not wait.
         if let Some(data) = self.data.take() {
-            if !ffi::has_ended(self.event.as_raw()) {
+            if !ffi::has_ended(self.event.raw()) {
                 keep_until_ended(&self.event, Box::new(data));
             }
         }
@@ -750,7 +750,7 @@ struct KeptUntilEnded {
 
 impl Deferred for KeptUntilEnded {
     fn poll(&mut self, _hurry: bool) -> Step {
-        if ffi::has_ended(self.event.as_raw()) {
+        if ffi::has_ended(self.event.raw()) {
             Step::Done
         } else {
             Step::Pending

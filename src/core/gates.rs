@@ -18,8 +18,9 @@
 //!   failure to its dependents inside `clSetUserEventStatus` (PoCL, Intel's GPU runtime)
 //!   then never meets a dependency that failed after the library read it, and never holds
 //!   the command behind it for ever (both leave a command enqueued behind an already-failed
-//!   event queued for good). A gate failed through its raw handle, or from inside an
-//!   enqueue on the same thread (a raw enqueue's closure), is not covered.
+//!   event queued for good). A gate failed from inside an enqueue on the same thread (a
+//!   raw enqueue's closure) is not waited for. Events that other code can set never
+//!   enter the library's wait lists at all (`event::gate`, the *raw handles* rule).
 //! - **Open gates.** Each context counts its user events not set yet, with where each was
 //!   created: a wait behind one lasts until the host sets it, so a buffer's drop does not
 //!   wait behind them, and a stalled release names them in the log.

@@ -154,7 +154,7 @@ impl Turn<'_> {
         }
         let mut list = wait.to_vec();
         for event in &self.before {
-            let raw = event.as_raw();
+            let raw = event.raw();
             if !ffi::has_ended(raw) {
                 list.push(raw);
             }

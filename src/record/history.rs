@@ -343,8 +343,8 @@ impl Record {
     pub(crate) fn take_for_release(&mut self) -> (Vec<Event>, Vec<Event>, Vec<FailedCommand>) {
         let mut events: Vec<Event> = self.events.take().into_iter().map(|e| e.event).collect();
         events.extend(self.host.iter().map(|(e, _)| e.clone()));
-        events.sort_by_key(|e| e.as_raw() as usize);
-        events.dedup_by_key(|e| e.as_raw());
+        events.sort_by_key(|e| e.raw() as usize);
+        events.dedup_by_key(|e| e.raw());
         let unasked = std::mem::take(&mut self.unasked);
         (events, unasked, std::mem::take(&mut self.failed))
     }
@@ -368,8 +368,8 @@ impl Record {
             .map(|e| e.event.clone())
             .chain(self.host.iter().map(|(e, _)| e.clone()))
             .collect();
-        events.sort_by_key(|e| e.as_raw() as usize);
-        events.dedup_by_key(|e| e.as_raw());
+        events.sort_by_key(|e| e.raw() as usize);
+        events.dedup_by_key(|e| e.raw());
         events
     }
 

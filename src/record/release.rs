@@ -156,7 +156,7 @@ impl Block {
             record.flush_producers();
         }
         let (events, unasked, mut failed) = record.take_for_release();
-        let raws: Vec<cl_event> = events.iter().map(Event::as_raw).collect();
+        let raws: Vec<cl_event> = events.iter().map(Event::raw).collect();
 
         let waited = if raws.is_empty() || !block {
             Duration::ZERO

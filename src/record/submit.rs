@@ -462,7 +462,12 @@ impl Submit<'_> {
             }
         }
         for dep in self.deps {
-            self.add(gathered, dep, failures_possible)?;
+            // A foreign event that has not ended waits behind a gate of the library's that
+            // follows it (the *raw handles* rule, `event::gate`).
+            match dep.wait_stand_in(&self.queue.ctx.gates) {
+                Some(proxy) => self.add(gathered, &proxy, failures_possible)?,
+                None => self.add(gathered, dep, failures_possible)?,
+            }
         }
         // PoCL stops ordering an in-order queue's later commands after earlier pending
         // ones once a command on it has failed, so after a failure in the context the
@@ -497,8 +502,8 @@ impl Submit<'_> {
         // The failed write rule for a write that has ended: a reader of what it wrote is
         // refused if it failed.
         let refuse_failed_write = |entry: &Entry<Event>| -> Result<()> {
-            let raw = entry.event.as_raw();
-            if record.writes().of(span).any(|w| w.as_raw() == raw) {
+            let raw = entry.event.raw();
+            if record.writes().of(span).any(|w| w.raw() == raw) {
                 if let Some(failed) = failure_of(&entry.event) {
                     return Err(failed.into());
                 }
@@ -557,7 +562,7 @@ impl Submit<'_> {
             event.flush_producer()?;
             gathered.foreign = true;
         }
-        gathered.wait.push(event.as_raw());
+        gathered.wait.push(event.raw());
         if failures_possible {
             gathered.holds.push(event.clone());
         }
@@ -644,7 +649,7 @@ impl Submit<'_> {
             }
             (reads.len(), live)
         };
-        let folded: Vec<cl_event> = holds.iter().map(Event::as_raw).collect();
+        let folded: Vec<cl_event> = holds.iter().map(Event::raw).collect();
         // SAFETY: `queue` is live (held by `self`); the wait list holds live events
         // (retained by `holds`) and outlives the call.
         let (raw, seq, markers) = unsafe {

@@ -214,6 +214,100 @@ isolated_test! {
     }
 }
 
+/// Fails a gate through a raw handle while three threads read, on their own queue and on
+/// the gate's, the buffers that commands behind the gate fill: `adopted` makes the gate a
+/// user event made outside the library and adopted with `Event::from_raw`, otherwise it
+/// is a `UserEvent` failed through `as_raw()`. Every read must end, with the fill's data
+/// or a typed failure.
+fn fail_a_raw_gate_under_racing_reads(adopted: bool) {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let rounds: usize = std::env::var("CL_LIFETIME_RAW_GATE_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(300);
+    for round in 0..rounds {
+        let gated_queue = ctx.queue().expect("a queue");
+        let bufs: Vec<_> = (0..4).map(|_| ctx.buffer::<u32>(256).expect("a buffer")).collect();
+        let (library_gate, foreign_gate) = if adopted {
+            let mut rc = 0;
+            // SAFETY: a live context; the one reference made is handed to the `Event`.
+            let raw = unsafe {
+                cl_sys::clCreateUserEvent(ctx.as_raw() as cl_sys::cl_context, &mut rc)
+            };
+            assert_eq!(rc, 0);
+            // SAFETY: a user event just made, whose one reference is handed over.
+            (None, Some(unsafe { cl_lifetime::Event::from_raw_owned(raw as _) }))
+        } else {
+            (Some(ctx.user_event().expect("a gate")), None)
+        };
+        let gate: &cl_lifetime::Event = match (&library_gate, &foreign_gate) {
+            (Some(g), _) => g.event(),
+            (_, Some(e)) => e,
+            _ => unreachable!(),
+        };
+        for buf in &bufs {
+            gated_queue.after(&[gate]).fill(buf, 1).expect("a fill behind the gate");
+        }
+        let raw = gate.as_raw() as usize;
+        let failed_reads = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..3)
+                .map(|t| {
+                    let (ctx, bufs, gated_queue) = (&ctx, &bufs, &gated_queue);
+                    s.spawn(move || {
+                        let own = ctx.queue().expect("a queue");
+                        let mut failed = 0;
+                        for i in 0..24 {
+                            let buf = &bufs[(t + i) % bufs.len()];
+                            let queue = if i % 2 == 0 { &own } else { gated_queue };
+                            match queue.read_owned(buf).and_then(|read| read.wait()) {
+                                Ok(data) => assert!(data.iter().all(|&x| x == 1), "round {round}"),
+                                Err(Error::DependencyFailed { .. } | Error::CommandFailed { .. }) => {
+                                    failed += 1;
+                                }
+                                Err(e) => panic!("round {round}: {e:?}"),
+                            }
+                        }
+                        failed
+                    })
+                })
+                .collect();
+            for _ in 0..(round % 7) * 50 {
+                std::hint::spin_loop();
+            }
+            // SAFETY: a live user event of this context, set once.
+            let rc = unsafe { cl_sys::clSetUserEventStatus(raw as cl_sys::cl_event, CANCELLED) };
+            assert_eq!(rc, 0);
+            workers.into_iter().map(|w| w.join().expect("a reader")).sum::<usize>()
+        });
+        assert!(failed_reads > 0, "round {round}: no read saw the failed fill");
+        // Set through its raw handle: its drop finds it set, and logs nothing.
+        drop(library_gate);
+        for buf in bufs {
+            buf.release().expect("a release");
+        }
+    }
+}
+
+isolated_test! {
+    /// Another library (or the program's own C code) fails a gate through its raw handle
+    /// while threads enqueue behind the gate's dependents: a driver that never runs a
+    /// command whose wait list holds a failed event (PoCL leaves it queued for good) would
+    /// hold an enqueue that read the dependency's status just before the failure.
+    fn a_gate_failed_through_its_raw_handle_while_threads_enqueue_behind_it_hangs_no_thread() {
+        fail_a_raw_gate_under_racing_reads(false);
+    }
+}
+
+isolated_test! {
+    /// As above, with a user event made outside the library and adopted.
+    fn an_adopted_user_event_failed_while_threads_enqueue_behind_it_hangs_no_thread() {
+        fail_a_raw_gate_under_racing_reads(true);
+    }
+}
+
 // 4. Drops in natural order, on unwind, and a context dropped with a held closed gate.
 
 isolated_test! {
