@@ -515,7 +515,11 @@ impl Event {
         match gate.upgrade() {
             Some(gate) => gate.public_handle(),
             // Set when its `UserEvent` went: a raw set of it is refused by the driver.
-            None => inner.stand_in.get().and_then(Option::as_ref).map_or(inner.raw, StandIn::raw),
+            None => inner
+                .stand_in
+                .get()
+                .and_then(Option::as_ref)
+                .map_or(inner.raw, StandIn::raw),
         }
     }
 
@@ -1215,7 +1219,11 @@ pub(crate) mod gate {
         /// The handle the program knows it by, for the log: its twin once made.
         pub(crate) fn shown(&self) -> cl_event {
             let inner = &self.event.inner;
-            inner.stand_in.get().and_then(Option::as_ref).map_or(inner.raw, StandIn::raw)
+            inner
+                .stand_in
+                .get()
+                .and_then(Option::as_ref)
+                .map_or(inner.raw, StandIn::raw)
         }
 
         pub(crate) fn is_set(&self) -> bool {
@@ -1230,7 +1238,8 @@ pub(crate) mod gate {
         ) -> std::result::Result<(), String> {
             // SAFETY: `source` is a live event (the caller's); each handle below takes a
             // reference of its own.
-            let (watched, followed) = unsafe { (RawEvent::retain(source), RawEvent::retain(source)) };
+            let (watched, followed) =
+                unsafe { (RawEvent::retain(source), RawEvent::retain(source)) };
             let (Some(watched), Some(followed)) = (watched, followed) else {
                 return Err("clRetainEvent refused".into());
             };
@@ -1275,7 +1284,8 @@ pub(crate) mod gate {
         }
 
         fn make_twin(self: &Arc<Gate>) -> std::result::Result<RawEvent, String> {
-            let raw = ffi::create_user_event(self.event.inner.context).map_err(|e| e.to_string())?;
+            let raw =
+                ffi::create_user_event(self.event.inner.context).map_err(|e| e.to_string())?;
             // SAFETY: `raw` was just created; its one reference is the twin's.
             let twin = unsafe { RawEvent::own(raw) };
             if crate::trace::on() {

@@ -206,8 +206,8 @@ impl QueueCore {
         {
             return;
         }
-        // The marker to wait for, and whether this thread enqueued it.
-        let (marker, ours) = {
+        // The marker to wait for: this thread's, or another's still pending.
+        let marker = {
             let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
             let due = echo.before_enqueue(epoch);
             self.echo_open.store(echo.open(), Ordering::Release);
@@ -220,10 +220,8 @@ impl QueueCore {
                 // too, or it would be enqueued inside the window and reported failed
                 // though it runs.
                 // SAFETY: the pending marker is live (held by the echo).
-                let theirs = echo
-                    .pending_marker()
-                    .and_then(|m| unsafe { RawEvent::retain(m.as_raw()) });
-                (theirs, false)
+                echo.pending_marker()
+                    .and_then(|m| unsafe { RawEvent::retain(m.as_raw()) })
             } else {
                 // SAFETY: `raw` is live (held by `self`); an empty wait list waits for
                 // every command enqueued before.
@@ -240,15 +238,14 @@ impl QueueCore {
                 // SAFETY: the enqueue's reference, which nothing else releases, goes to
                 // the echo.
                 echo.settling(unsafe { RawEvent::own(marker) });
-                (ours, true)
+                ours
             }
         };
         let Some(marker) = marker else { return };
         if self.await_marker(&marker) {
-            // The thread that enqueued the marker renews the queue if it failed.
-            if ours {
-                self.renew_if_failed(&marker);
-            }
+            // Renewed before any thread that waited for the marker enqueues again: by
+            // whichever of them sees it failed first (the *renewed* rule).
+            self.renew_if_failed(&marker);
             // Sees the marker ended and closes the window.
             let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
             echo.before_enqueue(failure_epoch());
@@ -274,9 +271,16 @@ impl QueueCore {
     /// from now on: nothing on the old queue is left to order them after, and no failure
     /// is inherited. Recognised at the failure, on every driver, with no probe; where the
     /// new queue cannot be made, commands stay on the old one and fail as its driver says.
+    /// Every thread that waited for the marker calls this before its next enqueue, and the
+    /// first renews: a thread that let another renew could enqueue on the old queue first.
     fn renew_if_failed(&self, marker: &RawEvent) {
         let status = echo::Watched::status(marker);
         if status >= CL_COMPLETE {
+            return;
+        }
+        let mut retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
+        if ffi::event_queue(marker.as_raw()) != self.raw() {
+            // Renewed already, by another thread that waited for this marker.
             return;
         }
         let fresh = ffi::create_queue(
@@ -295,10 +299,7 @@ impl QueueCore {
                      every later command; commands go to a new queue {fresh:p}",
                     crate::status::ExecStatus(status)
                 );
-                self.retired
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(old);
+                retired.push(old);
             }
             Err(e) => log::warn!(
                 target: "cl_lifetime::queue",

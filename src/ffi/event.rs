@@ -53,6 +53,12 @@ pub(crate) unsafe fn on_end(
         .map_err(|s| Error::cl("clSetEventCallback", s))
 }
 
+/// `CL_EVENT_COMMAND_QUEUE`, or null when it cannot be read (or the event has no queue).
+pub(crate) fn event_queue(raw: cl_event) -> cl::cl_command_queue {
+    cl::get_event_info(raw, cl::CL_EVENT_COMMAND_QUEUE)
+        .map_or(ptr::null_mut(), |q| q.to_ptr() as cl::cl_command_queue)
+}
+
 /// `CL_EVENT_CONTEXT`, or null when it cannot be read.
 pub(crate) fn event_context(raw: cl_event) -> cl_context {
     cl::get_event_info(raw, cl::CL_EVENT_CONTEXT)
