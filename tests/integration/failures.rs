@@ -230,16 +230,20 @@ fn fail_a_raw_gate_under_racing_reads(adopted: bool) {
         .unwrap_or(300);
     for round in 0..rounds {
         let gated_queue = ctx.queue().expect("a queue");
-        let bufs: Vec<_> = (0..4).map(|_| ctx.buffer::<u32>(256).expect("a buffer")).collect();
+        let bufs: Vec<_> = (0..4)
+            .map(|_| ctx.buffer::<u32>(256).expect("a buffer"))
+            .collect();
         let (library_gate, foreign_gate) = if adopted {
             let mut rc = 0;
             // SAFETY: a live context; the one reference made is handed to the `Event`.
-            let raw = unsafe {
-                cl_sys::clCreateUserEvent(ctx.as_raw() as cl_sys::cl_context, &mut rc)
-            };
+            let raw =
+                unsafe { cl_sys::clCreateUserEvent(ctx.as_raw() as cl_sys::cl_context, &mut rc) };
             assert_eq!(rc, 0);
             // SAFETY: a user event just made, whose one reference is handed over.
-            (None, Some(unsafe { cl_lifetime::Event::from_raw_owned(raw as _) }))
+            (
+                None,
+                Some(unsafe { cl_lifetime::Event::from_raw_owned(raw as _) }),
+            )
         } else {
             (Some(ctx.user_event().expect("a gate")), None)
         };
@@ -249,7 +253,10 @@ fn fail_a_raw_gate_under_racing_reads(adopted: bool) {
             _ => unreachable!(),
         };
         for buf in &bufs {
-            gated_queue.after(&[gate]).fill(buf, 1).expect("a fill behind the gate");
+            gated_queue
+                .after(&[gate])
+                .fill(buf, 1)
+                .expect("a fill behind the gate");
         }
         let raw = gate.as_raw() as usize;
         let failed_reads = std::thread::scope(|s| {
@@ -264,7 +271,9 @@ fn fail_a_raw_gate_under_racing_reads(adopted: bool) {
                             let queue = if i % 2 == 0 { &own } else { gated_queue };
                             match queue.read_owned(buf).and_then(|read| read.wait()) {
                                 Ok(data) => assert!(data.iter().all(|&x| x == 1), "round {round}"),
-                                Err(Error::DependencyFailed { .. } | Error::CommandFailed { .. }) => {
+                                Err(
+                                    Error::DependencyFailed { .. } | Error::CommandFailed { .. },
+                                ) => {
                                     failed += 1;
                                 }
                                 Err(e) => panic!("round {round}: {e:?}"),
@@ -280,9 +289,15 @@ fn fail_a_raw_gate_under_racing_reads(adopted: bool) {
             // SAFETY: a live user event of this context, set once.
             let rc = unsafe { cl_sys::clSetUserEventStatus(raw as cl_sys::cl_event, CANCELLED) };
             assert_eq!(rc, 0);
-            workers.into_iter().map(|w| w.join().expect("a reader")).sum::<usize>()
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("a reader"))
+                .sum::<usize>()
         });
-        assert!(failed_reads > 0, "round {round}: no read saw the failed fill");
+        assert!(
+            failed_reads > 0,
+            "round {round}: no read saw the failed fill"
+        );
         // Set through its raw handle: its drop finds it set, and logs nothing.
         drop(library_gate);
         for buf in bufs {
