@@ -20,7 +20,11 @@
  *                failed never runs, nor anything behind it on its queue (intel/compute-runtime,
  *                EventBuilder::finalize and Event::addChild). Platform "Intel(R) OpenCL Graphics".
  *   intel-cpu    Intel's CPU runtime (measured): a command that failed because an event of its
- *                wait list did reads CL_COMPLETE (clWaitForEvents still reports the failure).
+ *                wait list did reads CL_COMPLETE (clWaitForEvents still reports the failure),
+ *                and a command behind such a command (in its wait list, or before it on its
+ *                in-order queue) runs, on whatever the skipped command left, and completes
+ *                (issue 48: a kernel reading a buffer whose gated fill failed ran on the
+ *                never-written input). A command behind a failed user event does not run.
  *                Platform "Intel(R) OpenCL".
  *   failed-profiling
  *                profiling of a command that failed returns CL_SUCCESS and zeros
@@ -37,6 +41,11 @@
  * Under intel-gpu, a command with several dependencies (or one that had failed) waits on one
  * user event standing for them, set as the driver would unblock it: at once when the program
  * sets a user event, else by a thread of the emulation within about 20 µs of a command's end.
+ * Under intel-cpu likewise, for every command with a dependency that has not ended: the user
+ * event fails when a user event among them failed, and is set complete once they have all
+ * ended otherwise, failed or not. Its in-order queues are out-of-order queues of PoCL's (PoCL
+ * fails the commands behind a failed one on an in-order queue), each command waiting on the one
+ * before it that way; CL_QUEUE_PROPERTIES reads back as asked.
  * CL_EMULATE_DEBUG=1 prints each such enqueue's wait list and statuses.
  *
  * What it cannot show: the timing of a real driver (a poisoned command fails at its enqueue,
@@ -104,7 +113,7 @@ typedef cl_ptr cl_context;
     X(clEnqueueNativeKernel) X(clEnqueueReadImage) X(clEnqueueReleaseEGLObjectsKHR)           \
     X(clEnqueueReleaseGLObjects) X(clEnqueueSVMMigrateMem) X(clEnqueueWaitForEvents)          \
     X(clEnqueueWriteImage) X(clEnqueueBarrier) X(clEnqueueMarker) X(clFinish) X(clFlush)      \
-    X(clGetCommandQueueInfo) X(clGetContextInfo) X(clGetDeviceAndHostTimer) X(clGetDeviceIDs)                          \
+    X(clGetContextInfo) X(clGetDeviceAndHostTimer) X(clGetDeviceIDs)                          \
     X(clGetExtensionFunctionAddress) X(clGetExtensionFunctionAddressForPlatform)              \
     X(clGetGLContextInfoKHR) X(clGetGLObjectInfo) X(clGetGLTextureInfo) X(clGetHostTimer)     \
     X(clGetImageInfo) X(clGetKernelArgInfo) X(clGetKernelInfo) X(clGetKernelSubGroupInfo)     \
@@ -131,7 +140,8 @@ typedef cl_ptr cl_context;
     X(clEnqueueFillBuffer) X(clEnqueueMapBuffer) X(clEnqueueUnmapMemObject)                   \
     X(clEnqueueMarkerWithWaitList) X(clEnqueueBarrierWithWaitList)                            \
     X(clEnqueueMigrateMemObjects) X(clEnqueueSVMMemcpy) X(clEnqueueSVMMemFill)                \
-    X(clEnqueueSVMMap) X(clEnqueueSVMUnmap) X(clEnqueueSVMFree) X(clSetUserEventStatus)
+    X(clEnqueueSVMMap) X(clEnqueueSVMUnmap) X(clEnqueueSVMFree) X(clSetUserEventStatus)       \
+    X(clGetCommandQueueInfo)
 
 /* The loader's entry points; the forwarded ones are reached by a jump, whatever their type. */
 #define POINTER(name) __attribute__((visibility("hidden"))) void *real_##name;
@@ -217,6 +227,12 @@ static cl_int status_of(cl_event e) {
     return s;
 }
 
+static cl_uint type_of(cl_event e) {
+    cl_uint type = 0;
+    REAL(clGetEventInfo, info_fn)(e, CL_EVENT_COMMAND_TYPE, sizeof type, &type, NULL);
+    return type;
+}
+
 static cl_uint count_of(cl_ptr object, cl_uint param, info_fn get) {
     cl_uint n = 0;
     get(object, param, sizeof n, &n, NULL);
@@ -249,30 +265,45 @@ cl_int clGetDeviceInfo(cl_ptr device, cl_uint param, size_t size, void *value, s
     return REAL(clGetDeviceInfo, info_fn)(device, param, size, value, ret);
 }
 
-/* ---------------------------------------------------------------- queues (amd, mesa) */
+/* ---------------------------------------------------------------- queues (amd, mesa, intel-cpu) */
 
 static void forget_queue(cl_command_queue q);
+static void order_queue(cl_command_queue q, int in_order);
 
 cl_command_queue clCreateCommandQueue(cl_context c, cl_ptr d, cl_bitfield props, cl_int *err) {
     if (profile & AMD) props &= ~(cl_bitfield)CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE;
+    int in_order = !(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
+    if (profile & INTEL_CPU) props |= CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE;
     cl_command_queue q = REAL(clCreateCommandQueue, cl_command_queue (*)(cl_context, cl_ptr,
                                                                          cl_bitfield, cl_int *))(
         c, d, props, err);
     forget_queue(q);
+    order_queue(q, in_order);
     return q;
 }
 
 cl_command_queue clCreateCommandQueueWithProperties(cl_context c, cl_ptr d, const cl_ulong *props,
                                                     cl_int *err) {
     cl_ulong copy[64];
-    if ((profile & AMD) && props) {
+    int in_order = 1;
+    if ((profile & (AMD | INTEL_CPU))) {
         size_t n = 0;
-        while (props[n] && n + 2 < 64) {
+        int has_properties = 0;
+        while (props && props[n] && n + 4 < 64) {
             copy[n] = props[n];
             copy[n + 1] = props[n + 1];
-            if (props[n] == CL_QUEUE_PROPERTIES)
-                copy[n + 1] &= ~(cl_ulong)CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE;
+            if (props[n] == CL_QUEUE_PROPERTIES) {
+                has_properties = 1;
+                if (profile & AMD)
+                    copy[n + 1] &= ~(cl_ulong)CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE;
+                in_order = !(copy[n + 1] & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
+                if (profile & INTEL_CPU) copy[n + 1] |= CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE;
+            }
             n += 2;
+        }
+        if (profile & INTEL_CPU && !has_properties) {
+            copy[n++] = CL_QUEUE_PROPERTIES;
+            copy[n++] = CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE;
         }
         copy[n] = 0;
         props = copy;
@@ -281,6 +312,7 @@ cl_command_queue clCreateCommandQueueWithProperties(cl_context c, cl_ptr d, cons
                               cl_command_queue (*)(cl_context, cl_ptr, const cl_ulong *,
                                                    cl_int *))(c, d, props, err);
     forget_queue(q);
+    order_queue(q, in_order);
     return q;
 }
 
@@ -325,7 +357,16 @@ struct join {
     cl_uint n;
     cl_event *deps; /* retained */
     int held;
+    int runs_behind_failed; /* intel-cpu: complete once they ended, unless a user event failed */
 };
+/* Under `intel-cpu`: the in-order queues the program asked for, made out of order in PoCL,
+ * with the last command enqueued on each (retained), which the next one waits on. */
+struct ordered {
+    cl_command_queue queue;
+    cl_event last;
+};
+static struct ordered *ordered;
+static size_t ordered_len, ordered_cap;
 static struct join *joins;
 static size_t joins_len, joins_cap;
 static pthread_cond_t joins_added = PTHREAD_COND_INITIALIZER;
@@ -385,10 +426,48 @@ static void forget_queue(cl_command_queue q) {
 }
 
 cl_int clReleaseCommandQueue(cl_command_queue q) {
-    if (profile & MESA &&
-        count_of(q, CL_QUEUE_REFERENCE_COUNT, REAL(clGetCommandQueueInfo, info_fn)) == 1)
+    if (profile & (MESA | INTEL_CPU) &&
+        count_of(q, CL_QUEUE_REFERENCE_COUNT, REAL(clGetCommandQueueInfo, info_fn)) == 1) {
         forget_queue(q);
+        order_queue(q, 0);
+    }
     return REAL(clReleaseCommandQueue, release_fn)(q);
+}
+
+/* intel-cpu: the ordering kept for `q`, if the program asked for it in order. Under `lock`. */
+static struct ordered *ordered_of(cl_command_queue q) {
+    for (size_t i = 0; i < ordered_len; i++)
+        if (ordered[i].queue == q) return &ordered[i];
+    return NULL;
+}
+
+/* intel-cpu: drops what was kept for `q` (a released queue's handle may be reused), and keeps
+ * its order from now on if the program asked for an in-order queue. */
+static void order_queue(cl_command_queue q, int in_order) {
+    if (!q || !(profile & INTEL_CPU)) return;
+    pthread_mutex_lock(&lock);
+    struct ordered *o = ordered_of(q);
+    if (o) {
+        if (o->last) REAL(clReleaseEvent, release_fn)(o->last);
+        *o = ordered[--ordered_len];
+    }
+    if (in_order) {
+        GROW(ordered, ordered_len, ordered_cap);
+        ordered[ordered_len++] = (struct ordered){q, NULL};
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+cl_int clGetCommandQueueInfo(cl_command_queue q, cl_uint param, size_t size, void *value,
+                             size_t *ret) {
+    cl_int rc = REAL(clGetCommandQueueInfo, info_fn)(q, param, size, value, ret);
+    if (profile & INTEL_CPU && rc == CL_SUCCESS && param == CL_QUEUE_PROPERTIES && value) {
+        pthread_mutex_lock(&lock);
+        int in_order = ordered_of(q) != NULL;
+        pthread_mutex_unlock(&lock);
+        if (in_order) *(cl_bitfield *)value &= ~(cl_bitfield)CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE;
+    }
+    return rc;
 }
 
 /* ---------------------------------------------------------------- events */
@@ -482,7 +561,10 @@ static size_t settle_joins(void) {
         int ended = 1;
         for (cl_uint k = 0; k < j->n; k++) {
             cl_int st = status_of(j->deps[k]);
-            if (st < 0 && !failure) failure = st;
+            /* intel-cpu: only a failed user event keeps a command from running. */
+            if (st < 0 && !failure &&
+                (!j->runs_behind_failed || type_of(j->deps[k]) == CL_COMMAND_USER))
+                failure = st;
             if (st > CL_COMPLETE) ended = 0;
         }
         if (!failure && !ended) {
@@ -522,7 +604,7 @@ static void *join_loop(void *unused) {
 
 cl_int clSetUserEventStatus(cl_event e, cl_int status) {
     cl_int rc = REAL(clSetUserEventStatus, set_status_fn)(e, status);
-    if (profile & INTEL_GPU) {
+    if (profile & (INTEL_GPU | INTEL_CPU)) {
         pthread_mutex_lock(&lock);
         while (joins_len && settle_joins()) {
         }
@@ -551,6 +633,9 @@ static void add_join(struct join j) {
 typedef cl_event (*user_event_fn)(cl_context, cl_int *);
 
 /* One enqueue as the profiles change it. */
+struct call;
+static void run_behind_failed(struct call *c, cl_command_queue q, cl_uint *n, const cl_event **w,
+                              cl_event **e, int blocking);
 struct call {
     struct queue_state *state; /* mesa: the queue's state, locked from begin to end */
     cl_event local;            /* the event asked for where the caller asked for none */
@@ -559,9 +644,65 @@ struct call {
     cl_int rc;                 /* the result, where the command did not reach the driver */
     struct join join;          /* intel-gpu: given to the joiner once the driver has it */
     cl_event *asked;           /* intel-cpu: where the caller asked for the event, if it did */
+    int ordered;               /* intel-cpu: its queue's order is kept by the emulation */
+    cl_command_queue queue;
     cl_uint n;                 /* intel-cpu: the command's own wait list */
     const cl_event *wait_list;
 };
+
+/* intel-cpu: the command waits, through one user event of the emulation's, on what it depends
+ * on and has not ended: its wait list and the command before it on an in-order queue. Only a
+ * user event among them that fails keeps it from running: behind a command that failed, it
+ * runs, as Intel's CPU runtime runs it (the failed command itself reads CL_COMPLETE). */
+static void run_behind_failed(struct call *c, cl_command_queue q, cl_uint *n, const cl_event **w,
+                              cl_event **e, int blocking) {
+    pthread_mutex_lock(&lock);
+    struct ordered *o = ordered_of(q);
+    cl_event last = o ? o->last : NULL;
+    if (last) REAL(clRetainEvent, release_fn)(last);
+    pthread_mutex_unlock(&lock);
+    if (o) {
+        c->ordered = 1;
+        c->queue = q;
+        if (!*e) *e = &c->local;
+        c->event = *e;
+    }
+    cl_uint total = *n + (last != NULL);
+    if (!total) return;
+    cl_event *deps = malloc(total * sizeof(cl_event));
+    if (!deps) abort();
+    cl_uint kept = 0;
+    for (cl_uint i = 0; i < total; i++) {
+        cl_event dep = i < *n ? (*w)[i] : last;
+        cl_int st = status_of(dep);
+        if (st > CL_COMPLETE || (st < 0 && type_of(dep) == CL_COMMAND_USER)) {
+            REAL(clRetainEvent, release_fn)(dep);
+            deps[kept++] = dep;
+        }
+    }
+    if (last) REAL(clReleaseEvent, release_fn)(last);
+    cl_context ctx = NULL;
+    REAL(clGetCommandQueueInfo, info_fn)(q, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL);
+    cl_event joined = kept ? REAL(clCreateUserEvent, user_event_fn)(ctx, NULL) : NULL;
+    if (!joined) {
+        for (cl_uint i = 0; i < kept; i++) REAL(clReleaseEvent, release_fn)(deps[i]);
+        free(deps);
+        *n = 0;
+        *w = NULL;
+        return;
+    }
+    struct join j = {joined, kept, deps, 0, 1};
+    /* A blocking call returns only once the joiner has set the event: it gets it now. */
+    if (blocking)
+        add_join(j);
+    else
+        c->join = j;
+    c->wait = malloc(sizeof(cl_event));
+    if (!c->wait) abort();
+    c->wait[0] = joined;
+    *w = c->wait;
+    *n = 1;
+}
 
 /* Before an enqueue on `q` of a command of `type`: returns 1 when the command must not reach
  * the driver (its queue is poisoned; `c->rc` says what the call returns), else 0, with the
@@ -572,6 +713,7 @@ static int begin(struct call *c, cl_command_queue q, cl_uint type, cl_uint *n, c
     c->asked = *e;
     c->n = *n;
     c->wait_list = *w;
+    if (profile & INTEL_CPU) run_behind_failed(c, q, n, w, e, blocking);
     if (profile & INTEL_GPU) {
         /* The driver's own counting of a command's dependencies: one that had failed before
          * the command came never signals it; the others unblock it when they end, failing it
@@ -596,7 +738,7 @@ static int begin(struct call *c, cl_command_queue q, cl_uint type, cl_uint *n, c
             cl_event joined = REAL(clCreateUserEvent, user_event_fn)(ctx, NULL);
             if (joined) {
                 struct join j = {joined, 0, malloc((pending ? pending : 1) * sizeof(cl_event)),
-                                 failed > 0};
+                                 failed > 0, 0};
                 if (!j.deps) abort();
                 for (cl_uint i = 0; i < *n; i++) {
                     if (status_of((*w)[i]) < 0) continue;
@@ -685,6 +827,21 @@ static cl_int end(struct call *c, cl_int rc) {
         pthread_mutex_lock(&lock);
         GROW(dependents, dependents_len, dependents_cap);
         dependents[dependents_len++] = d;
+        pthread_mutex_unlock(&lock);
+    }
+    if (c->ordered) {
+        pthread_mutex_lock(&lock);
+        struct ordered *o = ordered_of(c->queue);
+        cl_event mine = rc == CL_SUCCESS ? *c->event : NULL;
+        if (o && mine) {
+            if (o->last) REAL(clReleaseEvent, release_fn)(o->last);
+            /* The caller's event gets a reference of ours; one asked for by the emulation is
+             * ours already. */
+            if (c->event != &c->local) REAL(clRetainEvent, release_fn)(mine);
+            o->last = mine;
+        } else if (mine && c->event == &c->local) {
+            REAL(clReleaseEvent, release_fn)(mine);
+        }
         pthread_mutex_unlock(&lock);
     }
     free(c->wait);

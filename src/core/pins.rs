@@ -5,12 +5,16 @@
 //! rusticl its event holds every one of those buffers, so the release of one of them
 //! frees nothing while another buffer's record still holds the event, although the
 //! command has ended: a resize's old block stays while the new one holds the copy, a
-//! GEMM's inputs while its output holds the GEMM.
+//! GEMM's inputs while its output holds the GEMM, and a buffer whose command failed behind
+//! a command on another buffer while the other buffer's record keeps the failure (issue 48).
 //!
 //! # Rules
 //!
 //! - **Listed.** On such a driver a record that takes the event of a command touching
-//!   more than one buffer is listed here, once, until it holds no such event.
+//!   more than one buffer, or of a command with a wait list (whose events may be of
+//!   commands on other buffers: rusticl's and Intel's CPU runtime's events keep their wait
+//!   lists too), is listed here, once, until it holds no such event. A failed write the
+//!   record keeps for its *failed write* rule is kept as its failure, not its event.
 //! - **Swept at release.** A release, before its `clReleaseMemObject` and again while it
 //!   waits for the memory to be freed, has every listed record let go of the events that
 //!   have ended. A record another thread holds locked is passed over (it is in the middle

@@ -80,7 +80,7 @@ impl From<FailedCommand> for Error {
 pub(crate) fn settle(event: &Event, writers: &Writes) -> Result<()> {
     let ended = event.wait();
     if failures_possible() {
-        if let Some(failed) = writers.iter().find_map(failure_of) {
+        if let Some(failed) = writers.failure() {
             return Err(failed.into());
         }
     }

@@ -10,6 +10,7 @@ use crate::core::gates;
 use crate::core::pins::LetGo;
 use crate::error::{Error, Result};
 use crate::event::Event;
+use crate::ffi::cl_event;
 use crate::status::Status;
 use crate::tracker::{Access, Entry, EventSet, Lane, Span, State};
 
@@ -286,11 +287,11 @@ impl Record {
     /// the *failed write* rule). Returns whether it still holds an event.
     fn let_go_of_ended(&mut self) -> bool {
         self.prune_ended();
-        self.writes.let_go_of_complete();
+        self.writes.let_go_of_ended();
         let holds = !self.events.is_empty()
             || self.events.shadow_len() != 0
             || !self.unasked.is_empty()
-            || self.writes.iter().next().is_some();
+            || self.writes.holds_events();
         self.listed = holds;
         holds
     }
@@ -408,20 +409,22 @@ impl Record {
             // A write of bytes `span` waited on the earlier writes it overlaps, so it fails
             // if they do: those whose bytes it holds all of go, unless one failed already
             // (it may not have waited for that). Those it leaves bytes of stay.
-            let failed = |w: &Event| matches!(w.status(), Ok(Status::Failed(_)));
-            writes.retain(|(old, w)| !span.contains_bytes(*old) || failed(w));
+            writes.retain_mut(|(old, w)| {
+                w.settle();
+                !span.contains_bytes(*old) || matches!(w, Write::Failed(_))
+            });
             if writes.len() >= WRITES_PRUNE_AT {
                 // Only a failed write matters: one that completed goes.
-                writes.retain(|(_, w)| !matches!(w.status(), Ok(Status::Complete)));
+                writes.retain(|(_, w)| !w.completed());
             }
         }
-        writes.push((span, event.clone()));
+        writes.push((span, Write::Event(event.clone())));
     }
 
     /// The *failed write* rule: the failure of a write the contents of bytes `span` come
     /// from, if one failed (asks the driver until each write has ended, then remembers).
     pub(crate) fn failed_write(&self, span: Span) -> Option<FailedCommand> {
-        self.writes.of(span).find_map(failure::failure_of)
+        self.writes.failure_in(span)
     }
 
     /// The writes the buffer's contents come from, for a host read to check once it has
@@ -445,27 +448,81 @@ impl LetGo for Mutex<Record> {
 /// The writes a buffer's contents come from (the *failed write* rule), each with the
 /// bytes it wrote: a write stays until a later one holds all its bytes (and it has not
 /// failed), so writes of disjoint ranges, which do not wait on each other, all stay.
+///
+/// A write seen failed is kept as its failure, not its event (the *failure, not the
+/// event* rule of [`crate::record`]): a failed command's event may hold other buffers
+/// (rusticl's and Intel's CPU runtime's events keep their commands' buffers and wait
+/// lists), and the failure is all the rule needs.
 #[derive(Clone, Default)]
 pub(crate) struct Writes {
     /// Oldest first.
-    list: Vec<(Span, Event)>,
+    list: Vec<(Span, Write)>,
+}
+
+/// One write of [`Writes`].
+#[derive(Clone)]
+enum Write {
+    /// Not seen ended, or seen complete.
+    Event(Event),
+    /// Seen failed: what the *failed write* rule reports.
+    Failed(FailedCommand),
+}
+
+impl Write {
+    /// Its failure, if it failed (asks the driver until the write has ended).
+    fn failure(&self) -> Option<FailedCommand> {
+        match self {
+            Write::Event(event) => failure::failure_of(event),
+            Write::Failed(failed) => Some(*failed),
+        }
+    }
+
+    /// Whether it completed (asks the driver until the write has ended).
+    fn completed(&self) -> bool {
+        match self {
+            Write::Event(event) => matches!(event.status(), Ok(Status::Complete)),
+            Write::Failed(_) => false,
+        }
+    }
+
+    /// Keeps only the failure of a write seen failed, letting go of its event.
+    fn settle(&mut self) {
+        if let Write::Event(event) = self {
+            if let Some(failed) = failure::failure_of(event) {
+                *self = Write::Failed(failed);
+            }
+        }
+    }
 }
 
 /// How many writes a record keeps before it lets go of those that completed.
 const WRITES_PRUNE_AT: usize = 8;
 
 impl Writes {
-    /// Each write, the older first.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &Event> {
-        self.list.iter().map(|(_, w)| w)
+    /// Whether it holds the event of a write (one not seen failed).
+    fn holds_events(&self) -> bool {
+        self.list.iter().any(|(_, w)| matches!(w, Write::Event(_)))
     }
 
-    /// The writes the contents of bytes `span` come from, the older first.
-    pub(crate) fn of(&self, span: Span) -> impl Iterator<Item = &Event> {
+    /// The failure of one of the writes, the older first, if one failed.
+    pub(crate) fn failure(&self) -> Option<FailedCommand> {
+        self.list.iter().find_map(|(_, w)| w.failure())
+    }
+
+    /// The failure of one of the writes the contents of bytes `span` come from, the older
+    /// first, if one failed.
+    pub(crate) fn failure_in(&self, span: Span) -> Option<FailedCommand> {
         self.list
             .iter()
-            .filter(move |(s, _)| s.overlaps_bytes(span))
-            .map(|(_, w)| w)
+            .filter(|(s, _)| s.overlaps_bytes(span))
+            .find_map(|(_, w)| w.failure())
+    }
+
+    /// Whether `raw` is the event of a write the contents of bytes `span` come from.
+    pub(crate) fn holds_in(&self, span: Span, raw: cl_event) -> bool {
+        self.list.iter().any(|(s, w)| {
+            s.overlaps_bytes(span) && matches!(w, Write::Event(e) if e.raw() == raw)
+        })
     }
 
     /// Those of bytes `span`, for a host read to check once it has ended.
@@ -480,9 +537,12 @@ impl Writes {
         }
     }
 
-    /// Lets go of the writes that completed: only a failed one matters.
-    fn let_go_of_complete(&mut self) {
-        self.list
-            .retain(|(_, w)| !matches!(w.status(), Ok(Status::Complete)));
+    /// Lets go of the writes that completed (only a failed one matters), and of the
+    /// events of those that failed, keeping their failures.
+    fn let_go_of_ended(&mut self) {
+        self.list.retain_mut(|(_, w)| {
+            w.settle();
+            !w.completed()
+        });
     }
 }

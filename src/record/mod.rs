@@ -68,6 +68,12 @@
 //!   only for a failed write of bytes it reads: a read of one half of a buffer is not
 //!   refused for a failed write of the other half. On a driver whose failures echo on their queue (NVIDIA), a command that
 //!   followed a failed one on its queue counts as failed ([`crate::core::echo`]).
+//! - **Failure, not the event.** A write kept for the *failed write* rule is kept as its
+//!   failure (its command kind and status) once it is seen failed, not as its event: on
+//!   rusticl and Intel's CPU runtime an event keeps its command's buffers and wait list, so
+//!   a failed copy or kernel kept for the buffer it wrote held the memory of the buffer it
+//!   read, or waited on, past that buffer's release (issue 48;
+//!   `release::a_failure_kept_for_a_live_buffer_does_not_keep_a_released_buffers_memory`).
 //! - **Mapped.** A mapped buffer refuses device commands that conflict with the mapping
 //!   ([`Error::Mapped`](crate::Error::Mapped)): nothing writes memory the host reads, and a
 //!   writable mapping is exclusive.

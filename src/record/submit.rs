@@ -503,7 +503,7 @@ impl Submit<'_> {
         // refused if it failed.
         let refuse_failed_write = |entry: &Entry<Event>| -> Result<()> {
             let raw = entry.event.raw();
-            if record.writes().of(span).any(|w| w.raw() == raw) {
+            if record.writes().holds_in(span, raw) {
                 if let Some(failed) = failure_of(&entry.event) {
                     return Err(failed.into());
                 }
@@ -602,9 +602,10 @@ impl Submit<'_> {
             l.record.apply_map(l.map);
             census::record_reached(l.record.events().len());
         }
-        // The pins' *listed* rule: a command on several buffers, on a driver whose events
-        // keep them all.
-        if let Some(pins) = self.queue.ctx.pins.as_ref().filter(|_| locked.len() > 1) {
+        // The pins' *listed* rule: a command on several buffers, or with a wait list (which
+        // may hold commands on other buffers), on a driver whose events keep them all.
+        let shared = locked.len() > 1 || had_wait_list;
+        if let Some(pins) = self.queue.ctx.pins.as_ref().filter(|_| shared) {
             for l in locked.iter_mut().filter(|l| !l.record.listed) {
                 l.record.listed = true;
                 let record: Arc<dyn LetGo> = l.block.record.clone();

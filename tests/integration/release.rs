@@ -467,3 +467,65 @@ fn a_failed_command_superseded_by_a_write_from_another_queue_is_in_the_release_r
     assert_eq!(report.failed.len(), 1, "{report:?}");
     assert_eq!(report.failed[0].command, CommandKind::Fill, "{report:?}");
 }
+
+/// Issue 48: "a release returns before the memory is freed". A command on a buffer that
+/// lives on (`kept`) fails after waiting on a gated fill of `released`: a copy from it, a
+/// kernel reading it, or a fill of `kept` given the fill as a dependency. `kept` keeps the
+/// failure for its reads and its own report, but not the failed command's event, which
+/// holds `released`'s memory on drivers whose events keep their buffers, or their wait
+/// lists (rusticl, Intel's CPU runtime): the release of `released` frees its memory.
+/// Before, it returned after the whole free grace with `freed: false` (rusticl: copy and
+/// kernel; Intel's CPU runtime: the same). On the fill's queue and on another.
+#[test]
+fn a_failure_kept_for_a_live_buffer_does_not_keep_a_released_buffers_memory() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let (filler, other) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let scale = common::busy(&ctx).kernel("scale").unwrap();
+    let mut wrong = Vec::new();
+    let cases = ["copy", "kernel", "fill after"].into_iter();
+    for (what, queue) in cases.flat_map(|what| [(what, &filler), (what, &other)]) {
+        let on = if std::ptr::eq(queue, &filler) { "its queue" } else { "another queue" };
+        let released = ctx.buffer_from(&[1.0f32; 256]).unwrap();
+        let kept = ctx.buffer_from(&[2.0f32; 256]).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let fill = filler.after(&[gate.event()]).fill(&released, 3.0).unwrap();
+        let failing = match what {
+            "copy" => queue.copy(&released, &kept),
+            "kernel" => queue.launch(
+                &scale,
+                &[256],
+                &[
+                    Arg::read(&released),
+                    Arg::write(&kept),
+                    Arg::scalar(2.0f32),
+                    Arg::scalar(256u32),
+                ],
+            ),
+            _ => queue.after(&[&fill]).fill(&kept, 4.0),
+        }
+        .unwrap();
+        filler.flush().unwrap();
+        queue.flush().unwrap();
+        gate.fail(-9).unwrap();
+        let ended = failing.wait();
+        drop((fill, failing));
+        let watch = common::watch(&released, &[]);
+        let report = released.release().unwrap();
+        let fired = watch.fired();
+        // The failure is still `kept`'s: a read names it, and so does its release.
+        let read = queue.read_owned(&kept).and_then(|r| r.wait());
+        let kept_report = kept.release().unwrap();
+        let named = matches!(read, Err(Error::DependencyFailed { .. }));
+        if ended.is_ok() || !report.freed || !fired || !named || kept_report.failed.is_empty() {
+            wrong.push(format!(
+                "{what} on {on}: failing command {ended:?}; released {report:?} (callback fired: \
+                 {fired}); read of kept {:?}; kept {kept_report:?}",
+                read.map(|d| d[0])
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
