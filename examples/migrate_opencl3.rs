@@ -160,7 +160,8 @@ fn step2(raw: &Raw) -> anyhow::Result<()> {
         .program_from_source("scale", SOURCE, "")?
         .kernel("scale")?;
     queue.write(&buf, &input())?;
-    queue.launch(&scale, &[N], &[Arg::read_write(&buf), Arg::scalar(2.0f32)])?;
+    // SAFETY: scale touches v[i], i < N, buf's length.
+    unsafe { queue.launch(&scale, &[N], &[Arg::read_write(&buf), Arg::scalar(2.0f32)]) }?;
     check(&queue.read_owned(&buf)?.wait()?, 2.0)
 }
 
@@ -172,7 +173,8 @@ fn step3(device: &Device) -> anyhow::Result<()> {
     let scale = ctx
         .program_from_source("scale", SOURCE, "")?
         .kernel("scale")?;
-    queue.launch(&scale, &[N], &[Arg::read_write(&buf), Arg::scalar(3.0f32)])?;
+    // SAFETY: scale touches v[i], i < N, buf's length.
+    unsafe { queue.launch(&scale, &[N], &[Arg::read_write(&buf), Arg::scalar(3.0f32)]) }?;
     check(&queue.read_owned(&buf)?.wait()?, 3.0)?;
     let report = buf.release()?;
     println!(

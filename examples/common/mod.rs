@@ -180,7 +180,8 @@ impl Busy {
         print_device(&ctx);
         let queue = ctx.queue()?;
         let spin = ctx.program("busy.cl", "")?.kernel("spin")?;
-        let iters = calibrate(&ctx, &queue, &spin, items, target)?;
+        // SAFETY: `spin` is busy.cl's spin.
+        let iters = unsafe { calibrate(&ctx, &queue, &spin, items, target) }?;
         Ok(Busy {
             ctx,
             queue,
