@@ -165,11 +165,14 @@ fn lib_loop(device: &Device, iters: u32, deferred: bool) -> anyhow::Result<Row> 
     let spin = ctx.program("busy.cl", "")?.kernel("spin")?;
     let warm = ctx.buffer::<f32>(ITEMS)?;
     queue.fill(&warm, 1.0)?;
-    queue.launch(
-        &spin,
-        &[ITEMS],
-        &[Arg::read_write(&warm), Arg::scalar(1u32)],
-    )?;
+    // SAFETY: spin touches warm[i], i < ITEMS, warm's length.
+    unsafe {
+        queue.launch(
+            &spin,
+            &[ITEMS],
+            &[Arg::read_write(&warm), Arg::scalar(1u32)],
+        )
+    }?;
     warm.release()?;
     let before = ctx.memory_stats().driver_allocations;
 
@@ -180,11 +183,14 @@ fn lib_loop(device: &Device, iters: u32, deferred: bool) -> anyhow::Result<Row> 
         let data = input(step);
         let buffer = ctx.buffer::<f32>(LEN)?;
         queue.write_owned(&buffer, data)?;
-        queue.launch(
-            &spin,
-            &[ITEMS],
-            &[Arg::read_write(&buffer), Arg::scalar(iters)],
-        )?;
+        // SAFETY: spin touches buffer[i], i < ITEMS, below buffer's LEN.
+        unsafe {
+            queue.launch(
+                &spin,
+                &[ITEMS],
+                &[Arg::read_write(&buffer), Arg::scalar(iters)],
+            )
+        }?;
         pending.push_back(queue.read_owned_range(&buffer, 0..RESULTS)?);
         if deferred {
             buffer.release_deferred();

@@ -108,7 +108,9 @@ fn main() -> anyhow::Result<()> {
     let buffer = ctx.buffer::<f32>(LEN)?;
     queue.fill(&buffer, 1.0)?.wait()?;
     let freed = FreedAt::watch(&buffer)?;
-    let kernel = queue.launch(&spin, &[N], &[Arg::read_write(&buffer), Arg::scalar(iters)])?;
+    let kernel =
+        // SAFETY: spin touches buffer[i], i < N, below buffer's LEN.
+        unsafe { queue.launch(&spin, &[N], &[Arg::read_write(&buffer), Arg::scalar(iters)]) }?;
     queue.flush()?;
     let called = Instant::now();
     let report = buffer.release()?;

@@ -7,7 +7,9 @@
 //!    buffer from then on. The kernel is still launched through opencl3, told to the
 //!    library with `enqueue_raw`, which hands it the wait list; a read through the
 //!    library waits for it, and so does the buffer's release.
-//! 2. Launch the kernel through the library: no more events by hand.
+//! 2. Launch the kernel through the library: no more events by hand. The launch stays
+//!    `unsafe`, as opencl3's was: no library can see what a kernel touches, so the
+//!    kernel's bounds are still the caller's to vouch for.
 //! 3. Make the buffers through the library too: the opencl3 objects are gone, and each
 //!    release waits for exactly its buffer's commands.
 //!
@@ -160,7 +162,8 @@ fn step2(raw: &Raw) -> anyhow::Result<()> {
         .program_from_source("scale", SOURCE, "")?
         .kernel("scale")?;
     queue.write(&buf, &input())?;
-    queue.launch(&scale, &[N], &[Arg::read_write(&buf), Arg::scalar(2.0f32)])?;
+    // SAFETY: scale touches v[i], i < N, buf's length.
+    unsafe { queue.launch(&scale, &[N], &[Arg::read_write(&buf), Arg::scalar(2.0f32)]) }?;
     check(&queue.read_owned(&buf)?.wait()?, 2.0)
 }
 
@@ -172,7 +175,8 @@ fn step3(device: &Device) -> anyhow::Result<()> {
     let scale = ctx
         .program_from_source("scale", SOURCE, "")?
         .kernel("scale")?;
-    queue.launch(&scale, &[N], &[Arg::read_write(&buf), Arg::scalar(3.0f32)])?;
+    // SAFETY: scale touches v[i], i < N, buf's length.
+    unsafe { queue.launch(&scale, &[N], &[Arg::read_write(&buf), Arg::scalar(3.0f32)]) }?;
     check(&queue.read_owned(&buf)?.wait()?, 3.0)?;
     let report = buf.release()?;
     println!(

@@ -154,8 +154,11 @@ fn lib_release(ctx: &Context, queue: &Queue, spin: &Kernel, iters: u32) -> anyho
     let (a, b) = (ctx.buffer::<f32>(N)?, ctx.buffer::<f32>(N)?);
     queue.fill(&a, 1.0)?;
     queue.fill(&b, 1.0)?;
-    queue.launch(spin, &[N], &[Arg::read_write(&b), Arg::scalar(1u32)])?;
-    let long = queue.launch(spin, &[N], &[Arg::read_write(&a), Arg::scalar(iters)])?;
+    // SAFETY: `spin` is busy.cl's spin (this program's only caller passes it): it touches
+    // b[i], i < N, b's length.
+    unsafe { queue.launch(spin, &[N], &[Arg::read_write(&b), Arg::scalar(1u32)]) }?;
+    // SAFETY: as above, a[i], i < N, a's length.
+    let long = unsafe { queue.launch(spin, &[N], &[Arg::read_write(&a), Arg::scalar(iters)]) }?;
     queue.flush()?;
     let start = Instant::now();
     let report = b.release()?;

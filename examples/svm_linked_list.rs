@@ -130,7 +130,8 @@ fn main() -> anyhow::Result<()> {
     }
     let queue = ctx.queue()?;
     let spin = ctx.program("busy.cl", "")?.kernel("spin")?;
-    let iters = calibrate(&ctx, &queue, &spin, SPIN_ITEMS, SPIN)?;
+    // SAFETY: `spin` is busy.cl's spin.
+    let iters = unsafe { calibrate(&ctx, &queue, &spin, SPIN_ITEMS, SPIN) }?;
     println!(
         "{STEPS} steps; list: {NODES} nodes ({} MiB of coarse-grained SVM), linked in a \
          shuffled order; walk: {ITEMS} work items x up to {HOPS} nodes; unrelated work: spin \
@@ -627,16 +628,23 @@ fn lib_loop(device: &Device, iters: u32, deferred: bool) -> anyhow::Result<Row> 
     // Warm-up, as in the raw loop.
     let warm = ctx.svm::<u64>(2 * ITEMS, SvmKind::Coarse)?;
     maps.fill_svm(&warm, 0)?;
-    walks.launch(
-        &walk,
-        &[ITEMS],
-        &[Arg::read(&warm), Arg::read_write(&out), Arg::scalar(HOPS)],
-    )?;
-    others.launch(
-        &spin,
-        &[SPIN_ITEMS],
-        &[Arg::read_write(&other), Arg::scalar(1u32)],
-    )?;
+    // SAFETY: walk i starts at node i < ITEMS of warm's 2 * ITEMS elements, all of whose next
+    // addresses are 0, and touches out[i] of ITEMS; it writes only out.
+    unsafe {
+        walks.launch(
+            &walk,
+            &[ITEMS],
+            &[Arg::read(&warm), Arg::read_write(&out), Arg::scalar(HOPS)],
+        )
+    }?;
+    // SAFETY: spin touches other[i], i < SPIN_ITEMS, other's length.
+    unsafe {
+        others.launch(
+            &spin,
+            &[SPIN_ITEMS],
+            &[Arg::read_write(&other), Arg::scalar(1u32)],
+        )
+    }?;
     warm.release()?;
     others.finish()?;
 
@@ -649,16 +657,24 @@ fn lib_loop(device: &Device, iters: u32, deferred: bool) -> anyhow::Result<Row> 
         let mut nodes = maps.map_svm_mut(&list, 0..2 * NODES)?;
         lists.build(&mut nodes, base, step);
         drop(nodes); // unmapped: the walk waits for it
-        walks.launch(
-            &walk,
-            &[ITEMS],
-            &[Arg::read(&list), Arg::read_write(&out), Arg::scalar(HOPS)],
-        )?;
-        others.launch(
-            &spin,
-            &[SPIN_ITEMS],
-            &[Arg::read_write(&other), Arg::scalar(iters)],
-        )?;
+        // SAFETY: walk i starts at node i < ITEMS of the list's NODES and follows next addresses
+        // that are nodes of the same list (Lists::build) or 0; it touches out[i] of ITEMS and
+        // writes only out.
+        unsafe {
+            walks.launch(
+                &walk,
+                &[ITEMS],
+                &[Arg::read(&list), Arg::read_write(&out), Arg::scalar(HOPS)],
+            )
+        }?;
+        // SAFETY: spin touches other[i], i < SPIN_ITEMS, other's length.
+        unsafe {
+            others.launch(
+                &spin,
+                &[SPIN_ITEMS],
+                &[Arg::read_write(&other), Arg::scalar(iters)],
+            )
+        }?;
         maps.flush()?;
         walks.flush()?;
         others.flush()?;

@@ -217,7 +217,9 @@ fn release_in_use(ctx: &Context, queue: &Queue, spin: &Kernel, iters: u32) -> an
     let freed = watch_mem(&buf)?;
 
     let launched = Instant::now();
-    let kernel = queue.launch(spin, &[N], &[Arg::read_write(&buf), Arg::scalar(iters)])?;
+    // SAFETY: `spin` is busy.cl's spin (main passes it): it touches buf[i], i < N, buf's
+    // length.
+    let kernel = unsafe { queue.launch(spin, &[N], &[Arg::read_write(&buf), Arg::scalar(iters)]) }?;
     queue.flush()?;
     let kernel_done = watch_event(kernel.as_raw())?;
     thread::sleep(HEAD_START);
@@ -258,7 +260,10 @@ fn release_unrelated(
     let freed = watch_mem(&other)?;
 
     let launched = Instant::now();
-    let kernel = queue.launch(spin, &[N], &[Arg::read_write(&busy), Arg::scalar(iters)])?;
+    let kernel =
+        // SAFETY: `spin` is busy.cl's spin (main passes it): it touches busy[i], i < N, busy's
+        // length.
+        unsafe { queue.launch(spin, &[N], &[Arg::read_write(&busy), Arg::scalar(iters)]) }?;
     queue.flush()?;
     let kernel_done = watch_event(kernel.as_raw())?;
     thread::sleep(HEAD_START);

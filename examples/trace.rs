@@ -59,8 +59,10 @@ fn halves() -> anyhow::Result<String> {
     let iters = std::env::var("SPIN_ITERS").map_or(Ok(20_000), |v| v.parse())?;
     let mut host = vec![0f32; N];
     for _ in 0..4 {
-        first.launch(&spin, &[N], &[Arg::write(a), Arg::scalar(iters)])?;
-        second.launch(&spin, &[N], &[Arg::write(b), Arg::scalar(iters)])?;
+        // SAFETY: spin touches a[i], i < N, a's length.
+        unsafe { first.launch(&spin, &[N], &[Arg::write(a), Arg::scalar(iters)]) }?;
+        // SAFETY: spin touches b[i], i < N, b's length.
+        unsafe { second.launch(&spin, &[N], &[Arg::write(b), Arg::scalar(iters)]) }?;
         second.flush()?;
         host = first.read_into(a, host)?.wait()?;
         second.finish()?;
@@ -86,23 +88,30 @@ fn pipeline() -> anyhow::Result<String> {
         let x = pool.acquire::<i32>(N)?;
         let y = ctx.buffer::<i32>(N)?;
         producer.fill(&x, step)?;
-        producer.launch(
-            &add,
-            &[N],
-            &[Arg::read_write(&x), Arg::scalar(1), Arg::scalar(n)],
-        )?;
+        // SAFETY: add_const touches x[i] only where i < n = N, x's length.
+        unsafe {
+            producer.launch(
+                &add,
+                &[N],
+                &[Arg::read_write(&x), Arg::scalar(1), Arg::scalar(n)],
+            )
+        }?;
         consumer.fill(&y, 100)?;
         // y = 2 * x + y, after the producer's commands on x: a wait across the queues.
-        consumer.launch(
-            &axpy,
-            &[N],
-            &[
-                Arg::read(&x),
-                Arg::read_write(&y),
-                Arg::scalar(2),
-                Arg::scalar(n),
-            ],
-        )?;
+        // SAFETY: axpy_int touches x[i] and y[i] only where i < n = N, their length, and writes
+        // only y.
+        unsafe {
+            consumer.launch(
+                &axpy,
+                &[N],
+                &[
+                    Arg::read(&x),
+                    Arg::read_write(&y),
+                    Arg::scalar(2),
+                    Arg::scalar(n),
+                ],
+            )
+        }?;
         let read = consumer.read_owned(&y)?;
         drop(x);
         y.release_deferred();

@@ -32,11 +32,10 @@
 //!     let b = ctx.buffer::<f32>(n)?;
 //!     let sum = ctx.buffer::<f32>(n)?;
 //!     queue.write_owned(&b, vec![2.0f32; n])?; // no unsafe, no borrowed host memory
-//!     queue.launch(
-//!         &add,
-//!         &[n],
-//!         &[Arg::read(&a), Arg::read(&b), Arg::write(&sum), Arg::scalar(n as u32)],
-//!     )?;
+//!     let args = [Arg::read(&a), Arg::read(&b), Arg::write(&sum), Arg::scalar(n as u32)];
+//!     // SAFETY: `add` touches element i of each buffer only where i < n, their length,
+//!     // and writes only `sum` (a launch is `unsafe`: see "What is safe" below).
+//!     unsafe { queue.launch(&add, &[n], &args)? };
 //!     let result = queue.read_owned(&sum)?.wait()?;
 //!     assert!(result.iter().all(|&x| x == 3.0));
 //!
@@ -46,6 +45,26 @@
 //!     Ok(())
 //! }
 //! ```
+//!
+//! # What is safe
+//!
+//! Allocations, transfers, copies, fills, maps, views, host buffers, pools, arenas, events
+//! and releases are safe calls: the library checks their ranges, orders them, and hands
+//! out host slices only while the device cannot touch them, so no safe call reaches
+//! undefined behaviour. Three kinds of call are `unsafe`, each with its contract in a
+//! `# Safety` section:
+//!
+//! - **Kernel launches** ([`Queue::launch`], [`Queue::launch_local`] and their [`After`]
+//!   forms). The library checks every argument's kind, context and the work sizes, but no
+//!   library can see what a kernel's body touches (cudarc's launches, opencl3's
+//!   `enqueue_nd_range` and ocl's `enq` are `unsafe` for the same reason): the caller
+//!   vouches that the kernel stays inside the elements of the buffers, views and shared
+//!   virtual memory it is given and writes only the arguments passed as written. A
+//!   kernel that indexes past a buffer's end writes memory the buffer does not own, on a
+//!   CPU device the host's.
+//! - **Raw commands** ([`After::enqueue_raw`], [`After::enqueue_raw_after_barrier`]): the
+//!   caller says what its command touches.
+//! - **Raw handles in** (the `from_raw` constructors): the caller vouches for the handle.
 //!
 //! # Async
 //!

@@ -121,7 +121,8 @@ fn main() -> anyhow::Result<()> {
 
     // Part 2.
     let spin = program.kernel("spin")?;
-    let iters = calibrate(&ctx, &queue, &spin, SPIN_ITEMS, options.spin_target())?;
+    // SAFETY: `spin` is busy.cl's spin.
+    let iters = unsafe { calibrate(&ctx, &queue, &spin, SPIN_ITEMS, options.spin_target()) }?;
     let release = ReleaseBench {
         ctx: &ctx,
         queue: &queue,
@@ -505,11 +506,15 @@ impl ReleaseBench<'_> {
         let buf = self.ctx.buffer::<f32>(SPIN_ITEMS)?;
         self.queue.fill(&buf, 1.0)?;
         let launched = Instant::now();
-        let kernel = self.queue.launch(
-            self.spin,
-            &[SPIN_ITEMS],
-            &[Arg::read_write(&buf), Arg::scalar(self.iters)],
-        )?;
+        // SAFETY: `self.spin` is busy.cl's spin (main builds it): it touches buf[i], i <
+        // SPIN_ITEMS, buf's length.
+        let kernel = unsafe {
+            self.queue.launch(
+                self.spin,
+                &[SPIN_ITEMS],
+                &[Arg::read_write(&buf), Arg::scalar(self.iters)],
+            )
+        }?;
         self.queue.flush()?;
         thread::sleep(HEAD_START);
 

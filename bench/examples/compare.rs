@@ -852,15 +852,22 @@ fn tracking_lib(lib: &Lib, buf: &ClBuffer<i32>, nq: usize, n: usize) -> anyhow::
         let batch = left.min(BATCH);
         left -= batch;
         let gate = lib.ctx.user_event()?;
-        lib.queues[nq - 1].after(&[gate.event()]).launch(
-            &lib.tiny,
-            &[TINY_ITEMS],
-            &[Arg::read_write(buf)],
-        )?;
+        // SAFETY: tiny touches buf[i], i < TINY_ITEMS, the length of the buffer every caller
+        // passes.
+        unsafe {
+            lib.queues[nq - 1].after(&[gate.event()]).launch(
+                &lib.tiny,
+                &[TINY_ITEMS],
+                &[Arg::read_write(buf)],
+            )
+        }?;
         let start = Instant::now();
         for i in 0..batch {
             // The returned event is dropped: the buffer's record keeps what it needs.
-            lib.queues[i % nq].launch(&lib.tiny, &[TINY_ITEMS], &[Arg::read_write(buf)])?;
+            // SAFETY: as above.
+            unsafe {
+                lib.queues[i % nq].launch(&lib.tiny, &[TINY_ITEMS], &[Arg::read_write(buf)])
+            }?;
         }
         total += start.elapsed();
         gate.complete()?;
@@ -941,14 +948,16 @@ enum RawRelease {
 /// µs to release a buffer whose `tiny` launch has ended while queue 1 runs `spin`.
 fn release_lib(lib: &Lib, other: &ClBuffer<f32>, iters: u32) -> anyhow::Result<f64> {
     let buf = lib.ctx.buffer_from(&[0i32; TINY_ITEMS])?;
-    lib.queues[0]
-        .launch(&lib.tiny, &[TINY_ITEMS], &[Arg::read_write(&buf)])?
-        .wait()?;
-    let spin = lib.queues[1].launch(
-        &lib.spin,
-        &[SPIN_ITEMS],
-        &[Arg::read_write(other), Arg::scalar(iters)],
-    )?;
+    // SAFETY: tiny touches buf[i], i < TINY_ITEMS, buf's length.
+    unsafe { lib.queues[0].launch(&lib.tiny, &[TINY_ITEMS], &[Arg::read_write(&buf)]) }?.wait()?;
+    // SAFETY: spin touches other[i], i < SPIN_ITEMS, the length of the buffer the caller passes.
+    let spin = unsafe {
+        lib.queues[1].launch(
+            &lib.spin,
+            &[SPIN_ITEMS],
+            &[Arg::read_write(other), Arg::scalar(iters)],
+        )
+    }?;
     lib.queues[1].flush()?;
     thread::sleep(HEAD_START);
     let start = Instant::now();
@@ -988,7 +997,8 @@ fn release_raw(raw: &Raw, other: cl_mem, iters: u32, how: RawRelease) -> anyhow:
 }
 
 fn precise_release(plan: &Plan, raw: &Raw, lib: &Lib, report: &mut Report) -> anyhow::Result<()> {
-    let iters = calibrate(&lib.ctx, &lib.queues[1], &lib.spin, SPIN_ITEMS, plan.spin)?;
+    // SAFETY: `lib.spin` is busy.cl's spin.
+    let iters = unsafe { calibrate(&lib.ctx, &lib.queues[1], &lib.spin, SPIN_ITEMS, plan.spin) }?;
     println!(
         "   spin on the other queue: {SPIN_ITEMS} items x {iters} iterations (about {} ms)",
         plan.spin.as_millis()
@@ -1275,11 +1285,14 @@ fn pipe_lib(p: &PipeCtx, variant: LibPipe, nq: usize, n: usize) -> anyhow::Resul
         };
         let value = i as i32;
         queue.write_owned(&buf, vec![value; PIPE_ITEMS])?;
-        queue.launch(
-            &p.increment,
-            &[PIPE_ITEMS],
-            &[Arg::read_write(&buf), Arg::scalar(PIPE_ITEMS as u32)],
-        )?;
+        // SAFETY: increment touches buf[i] only where i < PIPE_ITEMS, buf's length.
+        unsafe {
+            queue.launch(
+                &p.increment,
+                &[PIPE_ITEMS],
+                &[Arg::read_write(&buf), Arg::scalar(PIPE_ITEMS as u32)],
+            )
+        }?;
         let read = queue.read_owned(&buf)?;
         let buf = match variant {
             LibPipe::Blocking => Some(buf),
@@ -1718,7 +1731,8 @@ fn scale_lib(lib: &Lib, commands: usize) -> anyhow::Result<ScaleSample> {
     let unused = lib.ctx.buffer_from(&[0i32; TINY_ITEMS])?;
     let buf = lib.ctx.buffer_from(&[0i32; TINY_ITEMS])?;
     for i in 0..commands {
-        lib.queues[0].launch(&lib.tiny, &[TINY_ITEMS], &[Arg::read_write(&buf)])?;
+        // SAFETY: tiny touches buf[i], i < TINY_ITEMS, buf's length.
+        unsafe { lib.queues[0].launch(&lib.tiny, &[TINY_ITEMS], &[Arg::read_write(&buf)]) }?;
         if i % BATCH == BATCH - 1 {
             lib_finish(&lib.queues[0])?;
         }
@@ -2063,7 +2077,8 @@ fn blocking_lib(lib: &Lib, buf: &ClBuffer<i32>, call: HostCall, n: usize) -> any
     let mut host = vec![0i32; HOST_ITEMS];
     let start = Instant::now();
     for _ in 0..n {
-        queue.launch(&lib.tiny, &[HOST_ITEMS], &[Arg::read_write(buf)])?;
+        // SAFETY: tiny touches buf[i], i < HOST_ITEMS, the length of the buffer the caller passes.
+        unsafe { queue.launch(&lib.tiny, &[HOST_ITEMS], &[Arg::read_write(buf)]) }?;
         match call {
             HostCall::Read => queue.read(buf, &mut host)?,
             HostCall::Write => queue.write(buf, &host)?,
@@ -2384,22 +2399,29 @@ fn stream_lib(
         ];
         for (k, args) in streams.into_iter().enumerate() {
             timed(k, &mut || {
-                Ok(queue.launch(&kernels[k], &n, args)?.wait()?)
+                // SAFETY: `kernels` are BABELSTREAM's (the one caller builds them): kernel k < 4
+                // touches element i < s.n of a, b and c, each s.n long, and writes only the one
+                // given as written.
+                Ok(unsafe { queue.launch(&kernels[k], &n, args) }?.wait()?)
             })?;
         }
         timed(4, &mut || {
-            queue.launch_local(
-                &kernels[4],
-                &[s.groups * DOT_WG],
-                Some(&[DOT_WG]),
-                &[
-                    Arg::read(&a),
-                    Arg::read(&b),
-                    Arg::write(&sums),
-                    Arg::local::<f64>(DOT_WG),
-                    Arg::scalar(s.n as i64),
-                ],
-            )?;
+            // SAFETY: stream_dot reads a[i] and b[i] only where i < s.n, their length, writes
+            // sums[g], g < s.groups, its length, and wg_sum[l], l < DOT_WG, the DOT_WG given.
+            unsafe {
+                queue.launch_local(
+                    &kernels[4],
+                    &[s.groups * DOT_WG],
+                    Some(&[DOT_WG]),
+                    &[
+                        Arg::read(&a),
+                        Arg::read(&b),
+                        Arg::write(&sums),
+                        Arg::local::<f64>(DOT_WG),
+                        Arg::scalar(s.n as i64),
+                    ],
+                )
+            }?;
             queue.read(&sums, &mut partial)?;
             sum = partial.iter().sum();
             Ok(())

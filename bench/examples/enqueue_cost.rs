@@ -675,22 +675,28 @@ impl Lib {
         let deps: Vec<&Event> = gate.iter().map(|g| g.event()).collect();
         // The lead launch, untimed, as on the raw side.
         let lead_queue = &self.queues[scenario.queues() - 1];
-        lead_queue.after(&deps).launch(
-            &self.kernel,
-            &[WORK_ITEMS],
-            &[Arg::read_write(&self.buffer)],
-        )?;
+        // SAFETY: tiny touches buffer[i], i < WORK_ITEMS, the buffer's length.
+        unsafe {
+            lead_queue.after(&deps).launch(
+                &self.kernel,
+                &[WORK_ITEMS],
+                &[Arg::read_write(&self.buffer)],
+            )
+        }?;
         let before = self.ctx.hazard_stats();
 
         let start = Instant::now();
         for i in 0..n {
             let queue = &self.queues[i % scenario.queues()];
             // The returned event is dropped: the buffer's record keeps what it needs.
-            queue.launch(
-                &self.kernel,
-                &[WORK_ITEMS],
-                &[Arg::read_write(&self.buffer)],
-            )?;
+            // SAFETY: as above.
+            unsafe {
+                queue.launch(
+                    &self.kernel,
+                    &[WORK_ITEMS],
+                    &[Arg::read_write(&self.buffer)],
+                )
+            }?;
         }
         let enqueue = start.elapsed();
 

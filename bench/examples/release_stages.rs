@@ -90,7 +90,8 @@ fn main() -> anyhow::Result<()> {
             let unused = ctx.buffer_from(&[0i32; ITEMS])?;
             let used = ctx.buffer_from(&[0i32; ITEMS])?;
             for i in 0..n {
-                queue.launch(&tiny, &[ITEMS], &[Arg::read_write(&used)])?;
+                // SAFETY: tiny touches used[i], i < ITEMS, used's length.
+                unsafe { queue.launch(&tiny, &[ITEMS], &[Arg::read_write(&used)]) }?;
                 if i % BATCH == BATCH - 1 {
                     queue.finish()?;
                 }

@@ -250,7 +250,12 @@ impl Drop for RawGate {
 /// Finds how many iterations make one `spin` launch over `items` work items take about
 /// `target`. The first launch also builds the kernel for the device (PoCL compiles at the
 /// first enqueue).
-pub fn calibrate(
+///
+/// # Safety
+///
+/// `spin` is the `spin` kernel of `busy.cl` (or one that touches only element
+/// `get_global_id(0)` of its one buffer argument), which it is launched as.
+pub unsafe fn calibrate(
     ctx: &Context,
     queue: &Queue,
     spin: &Kernel,
@@ -261,9 +266,10 @@ pub fn calibrate(
     queue.fill(&buf, 1.0)?;
     let time = |iters: u32| -> anyhow::Result<Duration> {
         let start = Instant::now();
-        queue
-            .launch(spin, &[items], &[Arg::read_write(&buf), Arg::scalar(iters)])?
-            .wait()?;
+        let args = [Arg::read_write(&buf), Arg::scalar(iters)];
+        // SAFETY: `spin` touches element i < items of buf, which has items (the caller's
+        // contract).
+        unsafe { queue.launch(spin, &[items], &args)? }.wait()?;
         Ok(start.elapsed())
     };
     let scale = |iters: u32, took: Duration| -> u32 {

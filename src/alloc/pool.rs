@@ -373,7 +373,15 @@ impl PoolInner {
             Arg::scalar(words),
         ];
         let queue = queue.unwrap_or(&self.queue);
-        if let Err(e) = queue.launch(kernel, &[POISON_ITEMS], &args) {
+        // SAFETY: `poison` (kernels/poison.cl) writes `data[i]` only for `i < n`, and `n`
+        // is the block's length in whole words, so it stays inside the block, the one
+        // buffer it is given, which it is given as written; it takes no local memory.
+        let launched = unsafe {
+            queue
+                .after(&[])
+                .launch_kernel(kernel, &[POISON_ITEMS], None, &args)
+        };
+        if let Err(e) = launched {
             log::warn!(target: "cl_lifetime::pool", "poisoning a recycled block: {e}");
         }
     }

@@ -1,6 +1,6 @@
 //! Kernel launches, and the buffer arguments that name their access.
 
-use super::queue::After;
+use super::queue::{After, Queue};
 use super::svm::{IntoSvm, SvmBuffer, SvmView};
 use super::view::{IntoView, View};
 use crate::error::Result;
@@ -82,7 +82,7 @@ impl After<'_> {
     /// Launches `kernel` over `global` work items, letting the device pick the
     /// work-group size. Every buffer argument records the launch with its access.
     ///
-    /// # What is checked, and what the kernel must respect
+    /// # What is checked
     ///
     /// Before the driver sees anything, the library checks (the launch checks):
     /// - the kernel, every buffer and every event come from this queue's context;
@@ -105,13 +105,31 @@ impl After<'_> {
     /// fill is enqueued. A refused launch keeps no sub-buffer of its views either, however
     /// it was refused (the driver's refusal included).
     ///
-    /// What no check can see is the kernel's body. The caller vouches that the kernel
-    /// touches only the elements of its buffer arguments that exist (usually by bounds
-    /// checks against a length passed as a scalar), writes only buffers passed with
-    /// [`Arg::write`] or [`Arg::read_write`], and stays within the local memory it is
-    /// given. A kernel that indexes past a buffer's end writes memory the buffer does not
-    /// own; on a CPU device that is host memory, which no OpenCL implementation guards.
-    /// Within that, no launch built from safe code reaches undefined behaviour.
+    /// # Safety
+    ///
+    /// No check can see the kernel's body, and the kernel runs on memory the library
+    /// hands it: on a CPU device that is host memory, which no OpenCL implementation
+    /// guards. So a launch is `unsafe`, as in cudarc, opencl3 and ocl. The caller
+    /// guarantees that every work item of the launch:
+    ///
+    /// - reads and writes a buffer or [`View`](crate::View) argument only at elements it
+    ///   has: indices from 0 to below the argument's length, where a view's element 0 is
+    ///   the view's first element. A launch of more work items than an argument has
+    ///   elements needs a kernel that guards its index (`if (i < n)`, with `n` passed as a
+    ///   scalar);
+    /// - reads and writes shared virtual memory only inside the allocations passed as
+    ///   arguments ([`SvmBuffer`] or [`SvmView`], each recorded as its whole allocation),
+    ///   whether by index or through pointers stored in the memory;
+    /// - writes only arguments passed with [`Arg::write`] or [`Arg::read_write`]: the
+    ///   library orders other commands, maps and host reads by the access each argument
+    ///   declares, so a write through an [`Arg::read`] argument races with them (and with
+    ///   the host slices of a map);
+    /// - uses local memory only within the bytes each [`Arg::local`] gives;
+    /// - reaches no other memory: not through a pointer passed as a scalar, nor one stored
+    ///   in a buffer that points outside the arguments above.
+    ///
+    /// Everything else is the library's to check, and is checked: a launch that keeps
+    /// this contract reaches no undefined behaviour, whatever its arguments and sizes.
     ///
     /// # Errors
     ///
@@ -131,21 +149,53 @@ impl After<'_> {
     ///     size_t i = get_global_id(0); y[i] += a * x[i]; }";
     /// let axpy = ctx.program_from_source("axpy", source, "")?.kernel("axpy")?;
     /// let (x, y) = (ctx.buffer_from(&[1.0f32; 64])?, ctx.buffer_from(&[2.0f32; 64])?);
-    /// queue.launch(&axpy, &[64], &[Arg::read(&x), Arg::read_write(&y), Arg::scalar(3.0f32)])?;
+    /// let args = [Arg::read(&x), Arg::read_write(&y), Arg::scalar(3.0f32)];
+    /// // SAFETY: axpy touches element i < 64 of x and y, both 64 long, and writes only y.
+    /// unsafe { queue.after(&[]).launch(&axpy, &[64], &args)? };
     /// assert_eq!(queue.read_owned(&y)?.wait()?, vec![5.0; 64]);
     /// # Ok(())
     /// # }
     /// ```
-    pub fn launch(&self, kernel: &Kernel, global: &[usize], args: &[Arg<'_>]) -> Result<Event> {
-        self.launch_local(kernel, global, None, args)
+    pub unsafe fn launch(
+        &self,
+        kernel: &Kernel,
+        global: &[usize],
+        args: &[Arg<'_>],
+    ) -> Result<Event> {
+        // SAFETY: the caller keeps this launch's contract, which is `launch_kernel`'s.
+        unsafe { self.launch_kernel(kernel, global, None, args) }
     }
 
     /// Launches `kernel` over `global` work items in work groups of `local`.
     ///
+    /// # Safety
+    ///
+    /// As [`After::launch`]: the kernel touches only the elements of its arguments, and
+    /// writes only those passed as written.
+    ///
     /// # Errors
     ///
     /// As [`After::launch`].
-    pub fn launch_local(
+    pub unsafe fn launch_local(
+        &self,
+        kernel: &Kernel,
+        global: &[usize],
+        local: Option<&[usize]>,
+        args: &[Arg<'_>],
+    ) -> Result<Event> {
+        // SAFETY: the caller keeps this launch's contract, which is `launch_kernel`'s.
+        unsafe { self.launch_kernel(kernel, global, local, args) }
+    }
+
+    /// The launch behind [`After::launch`] and [`After::launch_local`], and the path of the
+    /// library's own kernels (the pool's poison fill).
+    ///
+    /// # Safety
+    ///
+    /// As [`After::launch`]: the kernel, on every work item, touches only the elements of
+    /// its arguments that exist, writes only those passed as written, and uses local
+    /// memory only within what it is given.
+    pub(crate) unsafe fn launch_kernel(
         &self,
         kernel: &Kernel,
         global: &[usize],
@@ -186,6 +236,91 @@ impl After<'_> {
             turn.launched(&core.ctx, &event);
         }
         Ok(event)
+    }
+}
+
+impl Queue {
+    /// Launches `kernel` over `global` work items, letting the device pick the
+    /// work-group size: [`After::launch`] with no dependencies of the caller's. Every
+    /// buffer argument records the launch with its access.
+    ///
+    /// # Safety
+    ///
+    /// As [`After::launch`], which says what the library checks. In short: every work item
+    /// reads and writes only elements of its buffer and view arguments that exist (a launch
+    /// wider than a buffer needs a kernel that guards its index), only inside the shared
+    /// virtual memory allocations it is given, writes only the arguments passed with
+    /// [`Arg::write`] or [`Arg::read_write`], and uses local memory only within each
+    /// [`Arg::local`].
+    ///
+    /// # Errors
+    ///
+    /// As [`After::launch`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::Arg;
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let source = "__kernel void scale(__global float *v, float k, uint n) {
+    ///     size_t i = get_global_id(0); if (i < n) v[i] *= k; }";
+    /// let scale = ctx.program_from_source("scale", source, "")?.kernel("scale")?;
+    /// let v = ctx.buffer_from(&[1.0f32; 100])?;
+    /// // 128 work items over 100 elements: the kernel guards its index.
+    /// let args = [Arg::read_write(&v), Arg::scalar(2.0f32), Arg::scalar(100u32)];
+    /// // SAFETY: scale touches element i of v only where i < n = 100, v's length.
+    /// unsafe { queue.launch(&scale, &[128], &args)? };
+    /// assert_eq!(queue.read_owned(&v)?.wait()?, vec![2.0; 100]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// A launch is `unsafe` to call: no library can see what a kernel touches. This one
+    /// writes 1024 elements past the end of `x`, and does not compile:
+    ///
+    /// ```compile_fail,E0133
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::Arg;
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let source = "__kernel void one(__global uint *x) { x[get_global_id(0)] = 1; }";
+    /// let one = ctx.program_from_source("one", source, "")?.kernel("one")?;
+    /// let x = ctx.buffer::<u32>(1024)?;
+    /// queue.launch(&one, &[2048], &[Arg::write(&x)])?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub unsafe fn launch(
+        &self,
+        kernel: &Kernel,
+        global: &[usize],
+        args: &[Arg<'_>],
+    ) -> Result<Event> {
+        // SAFETY: the caller keeps this launch's contract, which is `After::launch`'s.
+        unsafe { self.after(&[]).launch(kernel, global, args) }
+    }
+
+    /// Launches `kernel` over `global` work items in work groups of `local`:
+    /// [`After::launch_local`] with no dependencies of the caller's.
+    ///
+    /// # Safety
+    ///
+    /// As [`After::launch`].
+    ///
+    /// # Errors
+    ///
+    /// As [`After::launch`].
+    pub unsafe fn launch_local(
+        &self,
+        kernel: &Kernel,
+        global: &[usize],
+        local: Option<&[usize]>,
+        args: &[Arg<'_>],
+    ) -> Result<Event> {
+        // SAFETY: the caller keeps this launch's contract, which is `After::launch`'s.
+        unsafe { self.after(&[]).launch_local(kernel, global, local, args) }
     }
 }
 

@@ -23,7 +23,6 @@ use crate::core::queue::QueueCore;
 use crate::error::Result;
 use crate::event::Event;
 use crate::ffi::cl_command_queue;
-use crate::kernel::{Arg, Kernel};
 use crate::pod::Pod;
 use crate::record::submit::Submit;
 
@@ -283,10 +282,6 @@ impl Queue {
         fn fill<'v, T>(&self, buffer: impl IntoView<'v, T>, value: T) -> Result<Event>;
         /// Sets the elements `range` of `buffer` to `value`.
         fn fill_range<'v, T>(&self, buffer: impl IntoView<'v, T>, value: T, range: Range<usize>) -> Result<Event>;
-        /// Launches `kernel` over `global` work items.
-        fn launch(&self, kernel: &Kernel, global: &[usize], args: &[Arg<'_>]) -> Result<Event>;
-        /// Launches `kernel` over `global` work items in work groups of `local`.
-        fn launch_local(&self, kernel: &Kernel, global: &[usize], local: Option<&[usize]>, args: &[Arg<'_>]) -> Result<Event>;
 
         /// Copies `data` into the start of shared virtual memory; blocks until done.
         fn write_svm<'v, T>(&self, svm: impl IntoSvm<'v, T>, data: &[T]) -> Result<()>;

@@ -104,7 +104,9 @@ use crate::tracker::{Access, Span};
 ///     *sum = s; }";
 /// let walk = ctx.program_from_source("walk", source, "")?.kernel("walk")?;
 /// let head = list.view(6..8)?; // node 3
-/// queue.launch(&walk, &[1], &[Arg::read(head), Arg::write(&sum)])?;
+/// // SAFETY: walk reads only the nodes of `list`, its argument, through addresses inside
+/// // it, and writes element 0 of `sum`, which has 1.
+/// unsafe { queue.launch(&walk, &[1], &[Arg::read(head), Arg::write(&sum)])? };
 /// assert_eq!(queue.read_owned(&sum)?.wait()?, [60]);
 /// let report = list.release()?; // after the walk, then clSVMFree
 /// assert!(report.freed);

@@ -48,11 +48,14 @@ pub(crate) enum ArgKind<'a> {
 /// let axpy = ctx.program_from_source("axpy", source, "")?.kernel("axpy")?;
 /// let x = ctx.buffer_from(&[1.0f32; 4])?;
 /// let y = ctx.buffer_from(&[1.0f32, 2.0, 3.0, 4.0])?;
-/// queue.launch(&axpy, &[4], &[Arg::read(&x), Arg::read_write(&y), Arg::scalar(10.0f32)])?;
+/// let args = [Arg::read(&x), Arg::read_write(&y), Arg::scalar(10.0f32)];
+/// // SAFETY: axpy touches element i < 4 of x and y, both 4 long, and writes only y.
+/// unsafe { queue.launch(&axpy, &[4], &args)? };
 /// assert_eq!(queue.read_owned(&y)?.wait()?, [11.0, 12.0, 13.0, 14.0]);
 /// // An argument that does not match the kernel is refused before the driver sees it.
 /// let wrong = [Arg::read(&x), Arg::read_write(&y), Arg::scalar(10u64)]; // `a` is a float
-/// let refused = queue.launch(&axpy, &[4], &wrong);
+/// // SAFETY: as above (the launch is refused before the driver sees it).
+/// let refused = unsafe { queue.launch(&axpy, &[4], &wrong) };
 /// assert!(matches!(refused, Err(Error::KernelArg { index: 2, .. })));
 /// # Ok(())
 /// # }

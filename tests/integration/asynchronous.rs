@@ -117,15 +117,17 @@ fn an_awaited_read_hands_back_what_the_kernel_wrote() {
     let n = 4096;
     let buf = ctx.buffer_from(&vec![41i32; n]).unwrap();
     let data = runtime().block_on(async {
-        queue
-            .launch(
+        // SAFETY: increment touches buf[i] only where i < n, its length.
+        unsafe {
+            queue.launch(
                 &increment,
                 &[n],
                 &[Arg::read_write(&buf), Arg::scalar(n as u32)],
             )
-            .unwrap()
-            .await
-            .unwrap();
+        }
+        .unwrap()
+        .await
+        .unwrap();
         queue.read_owned(&buf).unwrap().await
     });
     assert_eq!(data.unwrap(), vec![42i32; n]);
@@ -298,13 +300,15 @@ fn a_pool_allocation_at_its_maximum_waits_for_bytes_leaving_without_blocking() {
     let spin = common::busy(&ctx).kernel("spin").unwrap();
     // One 8 KiB block, busy on the device, back in the pool.
     let big = pool.acquire::<f32>(2048).unwrap();
-    let spun = queue
-        .launch(
+    // SAFETY: spin touches big[i], i < 2048, its length.
+    let spun = unsafe {
+        queue.launch(
             &spin,
             &[2048],
             &[Arg::read_write(&big), Arg::scalar(50_000u32)],
         )
-        .unwrap();
+    }
+    .unwrap();
     big.release_deferred();
     // A 4 KiB block: the pool lets the 8 KiB one go to make room, and its bytes leave only
     // once the kernel has ended.
@@ -559,13 +563,15 @@ isolated_test! {
         let mut iterations = 50_000u32;
         while !pending && iterations < 50_000 << 8 {
             let big = pool.acquire::<f32>(2048).unwrap();
-            queue
-                .launch(
+            // SAFETY: spin touches big[i], i < 2048, its length.
+            unsafe {
+                queue.launch(
                     &spin,
                     &[2048],
                     &[Arg::read_write(&big), Arg::scalar(iterations)],
                 )
-                .unwrap();
+            }
+            .unwrap();
             big.release_deferred();
             // A block 8 times smaller: the pool does not hand out the big one for it,
             // and must let the big one go to make room.

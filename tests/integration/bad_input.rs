@@ -49,8 +49,8 @@ fn assert_refused(err: &Error, index: usize, declared: &str, given: &str) {
 fn assert_increment_works(ctx: &Context, kernel: &Kernel) {
     let queue = ctx.queue().expect("a queue");
     let buf = ctx.buffer_from(&[0i32; 4]).expect("a buffer");
-    queue
-        .launch(kernel, &[4], &[Arg::read_write(&buf), Arg::scalar(4u32)])
+    // SAFETY: increment touches buf[i] only where i < n = 4, buf's length.
+    unsafe { queue.launch(kernel, &[4], &[Arg::read_write(&buf), Arg::scalar(4u32)]) }
         .expect("a correct launch after a refused one");
     assert_eq!(
         queue
@@ -69,7 +69,8 @@ isolated_test! {
         let queue = ctx.queue().unwrap();
         let k = increment(&ctx);
         let args = [Arg::scalar(0xdead_beef_u64), Arg::scalar(4u32)];
-        let err = queue.launch(&k, &[4], &args).unwrap_err();
+        // SAFETY: refused by the argument check (a scalar for `data`): nothing runs.
+        let err = unsafe { queue.launch(&k, &[4], &args) }.unwrap_err();
         assert_refused(&err, 0, "__global int* data", "a 8-byte scalar (u64)");
         assert_increment_works(&ctx, &k);
     }
@@ -80,9 +81,9 @@ fn a_null_scalar_given_for_a_buffer_parameter_is_refused_instead_of_launching() 
     let ctx = device!();
     let queue = ctx.queue().unwrap();
     let k = increment(&ctx);
-    let err = queue
-        .launch(&k, &[4], &[Arg::scalar(0u64), Arg::scalar(4u32)])
-        .unwrap_err();
+    let err =
+        // SAFETY: refused by the argument check (a scalar for `data`): nothing runs.
+        unsafe { queue.launch(&k, &[4], &[Arg::scalar(0u64), Arg::scalar(4u32)]) }.unwrap_err();
     assert_refused(&err, 0, "__global int* data", "a 8-byte scalar (u64)");
     assert_increment_works(&ctx, &k);
 }
@@ -93,7 +94,8 @@ isolated_test! {
         let queue = ctx.queue().unwrap();
         let k = increment(&ctx);
         let args = [Arg::local::<u64>(1), Arg::scalar(4u32)];
-        let err = queue.launch(&k, &[4], &args).unwrap_err();
+        // SAFETY: refused by the argument check (local memory for `data`): nothing runs.
+        let err = unsafe { queue.launch(&k, &[4], &args) }.unwrap_err();
         assert_refused(&err, 0, "__global int* data", "local memory of 8 bytes");
         assert_increment_works(&ctx, &k);
     }
@@ -107,9 +109,9 @@ isolated_test! {
         let buf = ctx.buffer_from(&[0i32; 4]).unwrap();
         let handle = buf.as_raw() as u64;
         buf.release().unwrap();
-        let err = queue
-            .launch(&k, &[4], &[Arg::scalar(handle), Arg::scalar(4u32)])
-            .unwrap_err();
+        let args = [Arg::scalar(handle), Arg::scalar(4u32)];
+        // SAFETY: refused by the argument check (a scalar for `data`): nothing runs.
+        let err = unsafe { queue.launch(&k, &[4], &args) }.unwrap_err();
         assert_refused(&err, 0, "__global int* data", "a 8-byte scalar (u64)");
         assert_increment_works(&ctx, &k);
     }
@@ -121,9 +123,9 @@ fn a_buffer_given_for_a_value_parameter_is_refused() {
     let queue = ctx.queue().unwrap();
     let k = increment(&ctx);
     let buf = ctx.buffer_from(&[0i32; 4]).unwrap();
-    let err = queue
-        .launch(&k, &[4], &[Arg::read_write(&buf), Arg::read(&buf)])
-        .unwrap_err();
+    let err =
+        // SAFETY: refused by the argument check (a buffer for `n`): nothing runs.
+        unsafe { queue.launch(&k, &[4], &[Arg::read_write(&buf), Arg::read(&buf)]) }.unwrap_err();
     assert_refused(&err, 1, "uint n", "a buffer of i32 read (Arg::read)");
     assert_eq!(buf.record_len(), 0, "a refused launch was recorded");
     assert_increment_works(&ctx, &k);
@@ -138,9 +140,8 @@ fn local_memory_past_the_device_is_refused() {
     let out = ctx.buffer::<i32>(4).unwrap();
     for local in [Arg::local::<u8>(usize::MAX), Arg::local::<u8>(0)] {
         let args = [Arg::read(&input), Arg::write(&out), local];
-        let err = queue
-            .launch_local(&sum, &[64], Some(&[16]), &args)
-            .unwrap_err();
+        // SAFETY: refused by the local memory check: nothing runs.
+        let err = unsafe { queue.launch_local(&sum, &[64], Some(&[16]), &args) }.unwrap_err();
         assert!(
             matches!(
                 err,
@@ -155,7 +156,9 @@ fn local_memory_past_the_device_is_refused() {
     }
     // Within the device it runs.
     let args = [Arg::read(&input), Arg::write(&out), Arg::local::<i32>(16)];
-    queue.launch_local(&sum, &[64], Some(&[16]), &args).unwrap();
+    // SAFETY: group_sum reads input[i], i < 64 of 64, writes out[g], g < 4 of 4, and
+    // scratch[l], l < 16 of the 16 ints given.
+    unsafe { queue.launch_local(&sum, &[64], Some(&[16]), &args) }.unwrap();
     assert_eq!(queue.read_owned(&out).unwrap().wait().unwrap(), [16; 4]);
 }
 
@@ -166,7 +169,8 @@ isolated_test! {
         let k = increment(&ctx);
         let buf = ctx.buffer_from(&[0i32; 4]).unwrap();
         let args = [Arg::read_write(&buf), Arg::scalar(4u32)];
-        let err = queue.launch(&k, &[usize::MAX], &args).unwrap_err();
+        // SAFETY: increment touches buf[i] only where i < n = 4, buf's length.
+        let err = unsafe { queue.launch(&k, &[usize::MAX], &args) }.unwrap_err();
         let Error::WorkSize { global, reason, .. } = &err else {
             panic!("expected WorkSize, got {err:?}");
         };
@@ -184,9 +188,8 @@ fn a_work_group_past_the_device_is_refused_naming_the_sizes() {
     let buf = ctx.buffer_from(&[0i32; 4]).unwrap();
     let args = [Arg::read_write(&buf), Arg::scalar(4u32)];
     let too_big = 1 << 20;
-    let err = queue
-        .launch_local(&k, &[too_big], Some(&[too_big]), &args)
-        .unwrap_err();
+    // SAFETY: increment touches buf[i] only where i < n = 4, buf's length.
+    let err = unsafe { queue.launch_local(&k, &[too_big], Some(&[too_big]), &args) }.unwrap_err();
     let Error::WorkSize { global, local, .. } = &err else {
         panic!("expected WorkSize, got {err:?}");
     };
@@ -214,7 +217,8 @@ fn two_sources_under_one_name_are_two_programs() {
             .program_from_source("generated", &source(value), "")
             .unwrap();
         let set = program.kernel("set").unwrap();
-        queue.launch(&set, &[4], &[Arg::write(&buf)]).unwrap();
+        // SAFETY: set writes x[i], i < 4, buf's length.
+        unsafe { queue.launch(&set, &[4], &[Arg::write(&buf)]) }.unwrap();
         assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), [value; 4]);
     }
     assert_eq!(ctx.programs_built(), 2);
@@ -241,7 +245,8 @@ fn a_user_program_named_like_the_pools_own_does_not_replace_it() {
     // And the user's program is the user's.
     let user = ctx.buffer::<i32>(4).unwrap();
     let k = program.kernel("poison").unwrap();
-    queue.launch(&k, &[4], &[Arg::write(&user)]).unwrap();
+    // SAFETY: the user's poison writes x[i], i < 4, user's length.
+    unsafe { queue.launch(&k, &[4], &[Arg::write(&user)]) }.unwrap();
     assert_eq!(queue.read_owned(&user).unwrap().wait().unwrap(), [7; 4]);
 }
 
@@ -514,9 +519,9 @@ fn a_buffer_or_scalar_of_another_element_type_is_refused_naming_both_types() {
     let k = increment(&ctx);
     let floats = ctx.buffer_from(&[0f32; 4]).unwrap();
     let ints = ctx.buffer_from(&[0i32; 4]).unwrap();
-    let err = queue
-        .launch(&k, &[4], &[Arg::write(&floats), Arg::scalar(4u32)])
-        .unwrap_err();
+    let err =
+        // SAFETY: refused by the argument check (f32 for `int*`): nothing runs.
+        unsafe { queue.launch(&k, &[4], &[Arg::write(&floats), Arg::scalar(4u32)]) }.unwrap_err();
     assert_refused(
         &err,
         0,
@@ -527,9 +532,9 @@ fn a_buffer_or_scalar_of_another_element_type_is_refused_naming_both_types() {
         err.to_string().contains("declares int and f32 is given"),
         "{err}"
     );
-    let err = queue
-        .launch(&k, &[4], &[Arg::write(&ints), Arg::scalar(4f32)])
-        .unwrap_err();
+    let err =
+        // SAFETY: refused by the argument check (f32 for `uint`): nothing runs.
+        unsafe { queue.launch(&k, &[4], &[Arg::write(&ints), Arg::scalar(4f32)]) }.unwrap_err();
     assert_refused(&err, 1, "uint n", "a 4-byte scalar (f32)");
     assert_eq!(
         floats.record_len() + ints.record_len(),
@@ -559,7 +564,8 @@ fn arg_write_for_a_const_parameter_is_refused_and_arg_read_for_a_writable_one_is
         Arg::write(&sum),
         Arg::scalar(16u32),
     ];
-    let err = queue.launch(&add, &[16], &args).unwrap_err();
+    // SAFETY: refused by the argument check (a write for `const`): nothing runs.
+    let err = unsafe { queue.launch(&add, &[16], &args) }.unwrap_err();
     assert_refused(
         &err,
         0,
@@ -569,14 +575,23 @@ fn arg_write_for_a_const_parameter_is_refused_and_arg_read_for_a_writable_one_is
     assert!(err.to_string().contains("const"), "{err}");
 
     let me = std::thread::current().id();
+    // n = 0: the launch is checked (and logged) as any, and the kernel writes nothing.
     let reads = [
         Arg::read(&a),
         Arg::read(&b),
         Arg::read(&sum),
-        Arg::scalar(16u32),
+        Arg::scalar(0u32),
     ];
-    queue.launch(&add, &[16], &reads).unwrap().wait().unwrap();
-    queue.launch(&add, &[16], &reads).unwrap().wait().unwrap();
+    // SAFETY: with n = 0, add touches nothing (and so writes no argument given as read).
+    unsafe { queue.launch(&add, &[16], &reads) }
+        .unwrap()
+        .wait()
+        .unwrap();
+    // SAFETY: with n = 0, add touches nothing (and so writes no argument given as read).
+    unsafe { queue.launch(&add, &[16], &reads) }
+        .unwrap()
+        .wait()
+        .unwrap();
     let said: Vec<String> = common::logs::messages(me, "cl_lifetime::kernel")
         .into_iter()
         .filter(|m| m.contains("kernel add argument"))

@@ -70,8 +70,10 @@ fn assert_add_works(
     sum: &ClBuffer<f32>,
 ) {
     let n = sum.len();
-    queue
-        .launch(
+    // SAFETY: add touches a[i], b[i], sum[i] only where i < n = sum's length; every caller
+    // passes add_operands' three buffers of 64 elements. It writes only sum.
+    unsafe {
+        queue.launch(
             add,
             &[n],
             &[
@@ -81,9 +83,10 @@ fn assert_add_works(
                 Arg::scalar(n as u32),
             ],
         )
-        .expect("launch with the right arguments")
-        .wait()
-        .expect("kernel completes");
+    }
+    .expect("launch with the right arguments")
+    .wait()
+    .expect("kernel completes");
     let out = queue
         .read_owned(sum)
         .and_then(|r| r.wait())
@@ -705,9 +708,8 @@ fn wrong_argument_count_is_a_typed_error_and_records_nothing() {
     let add = vector_add(&ctx);
     let (a, b, sum) = add_operands(&ctx);
     let before = [a.record_len(), b.record_len(), sum.record_len()];
-    let err = queue
-        .launch(&add, &[64], &[Arg::read(&a), Arg::read(&b)])
-        .unwrap_err();
+    // SAFETY: refused by the argument count check: nothing runs.
+    let err = unsafe { queue.launch(&add, &[64], &[Arg::read(&a), Arg::read(&b)]) }.unwrap_err();
     assert!(
         matches!(&err, Error::ArgCount { kernel, expected: 4, given: 2 } if kernel == "add"),
         "{err:?}"
@@ -730,8 +732,9 @@ fn too_many_arguments_is_an_arg_count_error() {
     let queue = ctx.queue().unwrap();
     let add = vector_add(&ctx);
     let (a, b, sum) = add_operands(&ctx);
-    let err = queue
-        .launch(
+    // SAFETY: refused by the argument count check: nothing runs.
+    let err = unsafe {
+        queue.launch(
             &add,
             &[64],
             &[
@@ -742,7 +745,8 @@ fn too_many_arguments_is_an_arg_count_error() {
                 Arg::scalar(0u32),
             ],
         )
-        .unwrap_err();
+    }
+    .unwrap_err();
     assert!(
         matches!(
             err,
@@ -770,7 +774,9 @@ fn empty_global_work_size_is_a_typed_error_and_records_nothing() {
         Arg::write(&sum),
         Arg::scalar(64u32),
     ];
-    let err = queue.launch(&add, &[], &args).unwrap_err();
+    // SAFETY: refused by the work size check. add touches a[i], b[i], sum[i] only where i < n = 64,
+    // their length; it writes only sum.
+    let err = unsafe { queue.launch(&add, &[], &args) }.unwrap_err();
     assert!(matches!(err, Error::WorkSize { .. }), "{err:?}");
     assert!(err.to_string().contains("work size refused"), "{err}");
     assert_eq!([a.record_len(), b.record_len(), sum.record_len()], before);
@@ -789,7 +795,9 @@ fn four_dimensional_work_size_is_a_typed_error() {
         Arg::write(&sum),
         Arg::scalar(64u32),
     ];
-    let err = queue.launch(&add, &[4, 4, 2, 2], &args).unwrap_err();
+    // SAFETY: refused by the work size check. add touches a[i], b[i], sum[i] only where i < n = 64,
+    // their length; it writes only sum.
+    let err = unsafe { queue.launch(&add, &[4, 4, 2, 2], &args) }.unwrap_err();
     assert!(matches!(err, Error::WorkSize { .. }), "{err:?}");
     assert_eq!(sum.record_len(), 0);
     assert_add_works(&queue, &add, &a, &b, &sum);
@@ -807,7 +815,9 @@ fn zero_global_dimension_is_a_typed_error() {
         Arg::write(&sum),
         Arg::scalar(64u32),
     ];
-    let err = queue.launch(&add, &[64, 0], &args).unwrap_err();
+    // SAFETY: refused by the work size check. add touches a[i], b[i], sum[i] only where i < n = 64,
+    // their length; it writes only sum.
+    let err = unsafe { queue.launch(&add, &[64, 0], &args) }.unwrap_err();
     assert!(matches!(err, Error::WorkSize { .. }), "{err:?}");
     assert_eq!(sum.record_len(), 0);
     assert_add_works(&queue, &add, &a, &b, &sum);
@@ -825,13 +835,13 @@ fn local_size_of_other_dimensions_than_global_is_a_typed_error() {
         Arg::write(&sum),
         Arg::scalar(64u32),
     ];
-    let err = queue
-        .launch_local(&add, &[64], Some(&[8, 8]), &args)
-        .unwrap_err();
+    // SAFETY: refused by the work size check. add touches a[i], b[i], sum[i] only where i < n = 64,
+    // their length; it writes only sum.
+    let err = unsafe { queue.launch_local(&add, &[64], Some(&[8, 8]), &args) }.unwrap_err();
     assert!(matches!(err, Error::WorkSize { .. }), "{err:?}");
-    let err = queue
-        .launch_local(&add, &[64], Some(&[0]), &args)
-        .unwrap_err();
+    // SAFETY: refused by the work size check. add touches a[i], b[i], sum[i] only where i < n = 64,
+    // their length; it writes only sum.
+    let err = unsafe { queue.launch_local(&add, &[64], Some(&[0]), &args) }.unwrap_err();
     assert!(matches!(err, Error::WorkSize { .. }), "{err:?}");
     assert_eq!(sum.record_len(), 0);
     assert_add_works(&queue, &add, &a, &b, &sum);
@@ -845,8 +855,9 @@ fn scalar_of_the_wrong_size_is_a_kernel_arg_error_and_the_kernel_still_works() {
     let (a, b, sum) = add_operands(&ctx);
     let before = [a.record_len(), b.record_len(), sum.record_len()];
     // `n` is a `uint`: eight bytes are refused.
-    let err = queue
-        .launch(
+    // SAFETY: refused by the argument check (a u64 for `uint n`): nothing runs.
+    let err = unsafe {
+        queue.launch(
             &add,
             &[64],
             &[
@@ -856,7 +867,8 @@ fn scalar_of_the_wrong_size_is_a_kernel_arg_error_and_the_kernel_still_works() {
                 Arg::scalar(1u64),
             ],
         )
-        .unwrap_err();
+    }
+    .unwrap_err();
     let Error::KernelArg {
         kernel,
         index,
@@ -902,9 +914,9 @@ fn a_launch_refused_for_its_work_size_leaves_every_record_untouched() {
         Arg::write(&sum),
         Arg::scalar(64u32),
     ];
-    let err = queue
-        .launch_local(&add, &[64], Some(&[7]), &args)
-        .unwrap_err();
+    // SAFETY: refused by the work size check. add touches a[i], b[i], sum[i] only where i < n = 64,
+    // their length; it writes only sum.
+    let err = unsafe { queue.launch_local(&add, &[64], Some(&[7]), &args) }.unwrap_err();
     assert!(matches!(err, Error::WorkSize { .. }), "{err:?}");
     assert_eq!(
         [a.record_len(), b.record_len(), sum.record_len()],
@@ -932,7 +944,9 @@ fn a_launch_refused_for_a_mapped_argument_leaves_every_record_untouched() {
         Arg::write(&sum),
         Arg::scalar(64u32),
     ];
-    let err = queue.launch(&add, &[64], &args).unwrap_err();
+    // SAFETY: refused for the mapped argument. add touches a[i], b[i], sum[i] only where i < n =
+    // 64, their length; it writes only sum.
+    let err = unsafe { queue.launch(&add, &[64], &args) }.unwrap_err();
     assert!(matches!(err, Error::Mapped), "{err:?}");
     assert_eq!(
         [a.record_len(), b.record_len(), sum.record_len()],
@@ -996,8 +1010,10 @@ fn kernel_of_another_context_is_refused_by_a_queue() {
     for (mine, theirs) in [(0, 1), (1, 0)] {
         let queue = contexts[mine].queue().unwrap();
         let (a, b, sum) = add_operands(contexts[mine]);
-        let err = queue
-            .launch(
+        // SAFETY: refused (a kernel of another context): nothing runs. add touches a[i], b[i],
+        // sum[i] only where i < n = 64, their length; it writes only sum.
+        let err = unsafe {
+            queue.launch(
                 &adds[theirs],
                 &[64],
                 &[
@@ -1007,7 +1023,8 @@ fn kernel_of_another_context_is_refused_by_a_queue() {
                     Arg::scalar(64u32),
                 ],
             )
-            .unwrap_err();
+        }
+        .unwrap_err();
         assert!(matches!(err, Error::ContextMismatch { .. }), "{err:?}");
         assert_eq!(sum.record_len(), 0, "a refused launch was recorded");
         // The right kernel for that context works on the same buffers.
@@ -1024,8 +1041,10 @@ fn launch_with_a_buffer_of_another_context_is_refused_and_records_nothing() {
     let (a, b, sum) = add_operands(&ctx);
     let foreign = other.buffer::<f32>(64).unwrap();
     let before = [a.record_len(), b.record_len(), sum.record_len()];
-    let err = queue
-        .launch(
+    // SAFETY: refused (a buffer of another context): nothing runs. add touches a[i], b[i], sum[i]
+    // only where i < n = 64, their length; it writes only sum.
+    let err = unsafe {
+        queue.launch(
             &add,
             &[64],
             &[
@@ -1035,7 +1054,8 @@ fn launch_with_a_buffer_of_another_context_is_refused_and_records_nothing() {
                 Arg::scalar(64u32),
             ],
         )
-        .unwrap_err();
+    }
+    .unwrap_err();
     assert!(matches!(err, Error::ContextMismatch { .. }), "{err:?}");
     assert_eq!([a.record_len(), b.record_len(), sum.record_len()], before);
     assert_eq!(foreign.record_len(), 0);
@@ -1204,6 +1224,8 @@ fn a_context_mismatch_names_the_object_and_both_contexts() {
         Arg::write(&theirs_buf),
         Arg::scalar(16u32),
     ];
-    let err = other_queue.launch(&kernel, &[16], &args).unwrap_err();
+    // SAFETY: refused (a kernel of another context): nothing runs; add would touch element
+    // i < 16 of the 16-element buffer.
+    let err = unsafe { other_queue.launch(&kernel, &[16], &args) }.unwrap_err();
     named(err, "kernel add");
 }

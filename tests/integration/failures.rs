@@ -1217,7 +1217,9 @@ fn work_after_a_drained_failure_is_never_reported_failed() {
                             let value = (t * rounds + i) as f32;
                             let result = queue
                                 .write(&input, &vec![value; 256])
-                                .and_then(|_| {
+                                // SAFETY: scale touches element i of input and output only where i
+                                // < 256, their length, and writes only output.
+                                .and_then(|_| unsafe {
                                     queue.launch(
                                         scale,
                                         &[256],
@@ -1279,16 +1281,20 @@ isolated_test! {
             let gate = ctx.user_event().unwrap();
             let written = writer.after(&[gate.event()]).fill(&input, 3.0f32);
             let launched = written.and_then(|_| {
-                runner.launch(
-                    &scale,
-                    &[256],
-                    &[
-                        Arg::read(&input),
-                        Arg::write(&output),
-                        Arg::scalar(2.0f32),
-                        Arg::scalar(256u32),
-                    ],
-                )
+                // SAFETY: scale touches element i of input and output only where i < 256, their
+                // length, and writes only output.
+                unsafe {
+                    runner.launch(
+                        &scale,
+                        &[256],
+                        &[
+                            Arg::read(&input),
+                            Arg::write(&output),
+                            Arg::scalar(2.0f32),
+                            Arg::scalar(256u32),
+                        ],
+                    )
+                }
             });
             let kernel = launched.unwrap();
             gate.fail(-9).unwrap();
@@ -1327,7 +1333,8 @@ isolated_test! {
             drop(queue.after(&[gate.event()]).fill(&buf, 1).unwrap());
             // Fails with the fill, by its queue's order: no wait list of its own.
             let args = [Arg::read_write(&buf), Arg::scalar(1024u32)];
-            drop(queue.launch(&increment, &[1024], &args).unwrap());
+            // SAFETY: increment touches buf[i] only where i < 1024, its length.
+            drop(unsafe { queue.launch(&increment, &[1024], &args) }.unwrap());
             // A whole write: the kernel leaves the buffer's record.
             drop(queue.fill(&buf, 2).unwrap());
             queue.flush().unwrap();

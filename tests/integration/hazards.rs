@@ -113,8 +113,10 @@ fn read_after_write_on_another_queue_waits() {
     let fill = a.after(&[gate.event()]).fill(&buf, 7.0f32).unwrap();
     // A transfer and a kernel that read `buf`, each on a queue of its own.
     read = b.read_owned(&buf).unwrap();
-    let launch = c
-        .launch(
+    // SAFETY: scale touches element i of buf and out only where i < N, their length, and
+    // writes only out.
+    let launch = unsafe {
+        c.launch(
             &scale,
             &[N],
             &[
@@ -124,7 +126,8 @@ fn read_after_write_on_another_queue_waits() {
                 Arg::scalar(N as u32),
             ],
         )
-        .unwrap();
+    }
+    .unwrap();
     assert_blocked("a read after a gated write", &[read.event(), &launch]);
     assert!(!fill.is_terminal());
 
@@ -226,8 +229,10 @@ fn read_after_read_on_two_queues_runs_without_waiting() {
     assert_eq!(seen, data);
     // Nor do a copy and a kernel that read it.
     let copied = b.copy(&buf, &copy).unwrap();
-    let launched = b
-        .launch(
+    // SAFETY: scale touches element i of buf and scaled only where i < N, their length, and
+    // writes only scaled.
+    let launched = unsafe {
+        b.launch(
             &scale,
             &[N],
             &[
@@ -237,7 +242,8 @@ fn read_after_read_on_two_queues_runs_without_waiting() {
                 Arg::scalar(N as u32),
             ],
         )
-        .unwrap();
+    }
+    .unwrap();
     returns(
         "a copy and a kernel reading a buffer with a gated read",
         move || {
@@ -438,8 +444,10 @@ fn wait_works_across_two_devices() {
         .write_owned(&buf, data.clone())
         .unwrap();
     read = on1.read_owned(&buf).unwrap();
-    let launch = kernel_on1
-        .launch(
+    // SAFETY: scale touches element i of buf and out only where i < N, their length, and
+    // writes only out.
+    let launch = unsafe {
+        kernel_on1.launch(
             &scale,
             &[N],
             &[
@@ -449,7 +457,8 @@ fn wait_works_across_two_devices() {
                 Arg::scalar(N as u32),
             ],
         )
-        .unwrap();
+    }
+    .unwrap();
     assert_blocked(
         "commands on device 1 after a gated write on device 0",
         &[read.event(), &launch],
@@ -489,13 +498,15 @@ fn producing_queue_is_flushed_before_another_queue_waits() {
     let c = ctx.queue().unwrap();
     let increment = common::busy(&ctx).kernel("increment").unwrap();
     let counters = ctx.buffer_from(&[0i32; N]).unwrap();
-    let launch = a
-        .launch(
+    // SAFETY: increment touches counters[i] only where i < N, its length.
+    let launch = unsafe {
+        a.launch(
             &increment,
             &[N],
             &[Arg::read_write(&counters), Arg::scalar(N as u32)],
         )
-        .unwrap();
+    }
+    .unwrap();
     let unrelated = ctx.buffer::<u8>(16).unwrap();
     let marker = c.after(&[&launch]).fill(&unrelated, 1).unwrap();
     returns("a command on C after an unflushed kernel on A", move || {
@@ -685,11 +696,14 @@ fn map_mut_writes_are_seen_by_later_commands() {
         assert_eq!(mapped.len(), 16);
         mapped.fill(-1);
     }
-    c.launch(
-        &increment,
-        &[N],
-        &[Arg::read_write(&buf), Arg::scalar(N as u32)],
-    )
+    // SAFETY: increment touches buf[i] only where i < N, its length.
+    unsafe {
+        c.launch(
+            &increment,
+            &[N],
+            &[Arg::read_write(&buf), Arg::scalar(N as u32)],
+        )
+    }
     .unwrap();
     let expected: Vec<i32> = (0..N as i32)
         .map(|i| if (16..32).contains(&i) { 0 } else { i * 3 + 1 })
@@ -743,7 +757,8 @@ fn commands_that_conflict_with_a_mapping_are_refused() {
     let increment = common::busy(&ctx).kernel("increment").unwrap();
     let buf = ctx.buffer_from(&[1i32; N]).unwrap();
     let other = ctx.buffer_from(&[0i32; N]).unwrap();
-    let launch_on = |queue: &Queue| {
+    // SAFETY: increment touches buf[i] only where i < N, its length.
+    let launch_on = |queue: &Queue| unsafe {
         queue.launch(
             &increment,
             &[N],

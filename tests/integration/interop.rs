@@ -713,16 +713,19 @@ fn opencl3_objects_convert_and_their_program_and_kernel_launch_through_the_libra
     let adopted = unsafe { Kernel::from_raw(&ctx, raw_kernel.get()) }.unwrap();
     assert_eq!(adopted.name(), "add");
     queue.fill(&buf, 1).unwrap();
-    queue
-        .launch(
+    // SAFETY: add touches v[i], i < 64, buf's length.
+    unsafe {
+        queue.launch(
             &from_program,
             &[64],
             &[Arg::read_write(&buf), Arg::scalar(2u32)],
         )
-        .unwrap();
-    let last = queue
-        .launch(&adopted, &[64], &[Arg::read_write(&buf), Arg::scalar(3u32)])
-        .unwrap();
+    }
+    .unwrap();
+    let last =
+        // SAFETY: add touches v[i], i < 64, buf's length.
+        unsafe { queue.launch(&adopted, &[64], &[Arg::read_write(&buf), Arg::scalar(3u32)]) }
+            .unwrap();
     let event = Event::try_from(&opencl3::event::Event::new({
         // SAFETY: `last` is live; opencl3's Event takes over this extra reference.
         assert_eq!(unsafe { cl_sys::clRetainEvent(last.as_raw() as _) }, 0);

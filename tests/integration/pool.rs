@@ -192,8 +192,9 @@ fn a_buffer_that_takes_over_a_deferred_release_starts_with_no_sub_buffers_of_the
         let mut taken = None;
         for _round in 0..50 {
             let old = ctx.buffer::<i32>(len).unwrap();
-            queue
-                .launch(
+            // SAFETY: increment touches element i of the view only where i < 2 * unit, its length.
+            unsafe {
+                queue.launch(
                     &increment,
                     &[2 * unit],
                     &[
@@ -201,9 +202,10 @@ fn a_buffer_that_takes_over_a_deferred_release_starts_with_no_sub_buffers_of_the
                         Arg::scalar(2 * unit as u32),
                     ],
                 )
-                .unwrap()
-                .wait()
-                .unwrap();
+            }
+            .unwrap()
+            .wait()
+            .unwrap();
             assert_eq!(old.kept_sub_buffers(), 1);
             let reclaimed = ctx.memory_stats().reclaimed;
             old.release_deferred();
@@ -227,8 +229,9 @@ fn a_buffer_that_takes_over_a_deferred_release_starts_with_no_sub_buffers_of_the
         });
         queue.fill(&new, 0).unwrap();
         // Across the old buffer's view: a valid view of the new buffer.
-        queue
-            .launch(
+        // SAFETY: increment touches element i of the view only where i < 2 * unit, its length.
+        unsafe {
+            queue.launch(
                 &increment,
                 &[2 * unit],
                 &[
@@ -236,7 +239,8 @@ fn a_buffer_that_takes_over_a_deferred_release_starts_with_no_sub_buffers_of_the
                     Arg::scalar(2 * unit as u32),
                 ],
             )
-            .unwrap_or_else(|e| panic!("resize {resize}: {e}"));
+        }
+        .unwrap_or_else(|e| panic!("resize {resize}: {e}"));
         assert_eq!(new.kept_sub_buffers(), 1, "resize {resize}");
         let mut expected = vec![0i32; len];
         expected[unit..3 * unit].fill(1);
@@ -289,13 +293,15 @@ fn dropping_the_context_finishes_deferred_releases() {
     // goes: a drop that did not wait for it would find the memory not yet freed.
     let spins: Vec<Event> = (0..4)
         .map(|_| {
-            queue
-                .launch(
+            // SAFETY: spin touches buf[i], i < n, buf's length.
+            unsafe {
+                queue.launch(
                     &spin,
                     &[n],
                     &[Arg::read_write(&buf), Arg::scalar(20_000u32)],
                 )
-                .unwrap()
+            }
+            .unwrap()
         })
         .collect();
     queue.flush().unwrap();
@@ -590,13 +596,15 @@ fn three_queue_pipeline(options: PoolOptions, chunks: usize) -> Option<u64> {
         }
         let buf = pool.acquire_on::<i32>(&upload, n).expect("acquire_on");
         upload.write_owned(&buf, chunk(c)).expect("upload");
-        compute
-            .launch(
+        // SAFETY: increment touches buf[i] only where i < n, buf's length.
+        unsafe {
+            compute.launch(
                 &increment,
                 &[n],
                 &[Arg::read_write(&buf), Arg::scalar(n as u32)],
             )
-            .expect("compute");
+        }
+        .expect("compute");
         let read = download.read_owned(&buf).expect("download");
         download.flush().expect("flush");
         buf.release_deferred();
@@ -1762,13 +1770,15 @@ fn long_random_run_ends_with_nothing_live_or_pending() {
                     4 => {
                         let h = &mut held[i];
                         let len = h.buf.len() as u32;
-                        let event = after
-                            .launch(
+                        // SAFETY: increment touches h.buf[i] only where i < len, h.buf's length.
+                        let event = unsafe {
+                            after.launch(
                                 &increment,
                                 &[h.buf.len()],
                                 &[Arg::read_write(&h.buf), Arg::scalar(len)],
                             )
-                            .unwrap();
+                        }
+                        .unwrap();
                         h.events.push(event);
                         h.value = h.value.wrapping_add(1);
                         h.gated |= gated;
@@ -2001,13 +2011,15 @@ fn a_pooled_block_whose_views_went_to_kernels_returns_to_its_pool_with_no_sub_bu
             )
         };
         for view in [low, high] {
-            queue
-                .launch(
+            // SAFETY: increment touches element i of the view only where i < its length.
+            unsafe {
+                queue.launch(
                     &increment,
                     &[view.len()],
                     &[Arg::read_write(view), Arg::scalar(view.len() as u32)],
                 )
-                .unwrap_or_else(|e| panic!("iteration {i}: {e}"));
+            }
+            .unwrap_or_else(|e| panic!("iteration {i}: {e}"));
         }
         assert_eq!(buf.kept_sub_buffers(), 2);
         let mut expected = vec![i; len];
@@ -2045,9 +2057,9 @@ fn a_pooled_block_whose_views_went_to_kernels_returns_to_its_pool_with_no_sub_bu
     let gate = ctx.user_event().unwrap();
     let old = pool.acquire::<i32>(len).unwrap();
     queue.fill(&old, 7).unwrap();
-    let gated = queue
-        .after(&[gate.event()])
-        .launch(
+    // SAFETY: increment touches element i of the view only where i < half, its length.
+    let gated = unsafe {
+        queue.after(&[gate.event()]).launch(
             &increment,
             &[half],
             &[
@@ -2055,18 +2067,21 @@ fn a_pooled_block_whose_views_went_to_kernels_returns_to_its_pool_with_no_sub_bu
                 Arg::scalar(half as u32),
             ],
         )
-        .unwrap();
+    }
+    .unwrap();
     assert!(old.release().unwrap().recycled);
     let new = pool.acquire::<i32>(len).unwrap();
     assert_eq!(new.kept_sub_buffers(), 0);
     let view = new.view(unit..unit + half).unwrap();
-    queue
-        .launch(
+    // SAFETY: increment touches element i of the view only where i < half, its length.
+    unsafe {
+        queue.launch(
             &increment,
             &[half],
             &[Arg::read_write(view), Arg::scalar(half as u32)],
         )
-        .unwrap();
+    }
+    .unwrap();
     assert!(
         !gated.is_terminal(),
         "the gated launch ran before its gate opened"

@@ -109,9 +109,8 @@ fn kernels_var_folders_are_searched_before_the_crates_own() {
             let triple = program.kernel("triple").unwrap();
             let queue = ctx.queue().unwrap();
             let buf = ctx.buffer_from(&[1i32, 2, 3, 4]).unwrap();
-            queue
-                .launch(&triple, &[4], &[Arg::read_write(&buf)])
-                .unwrap();
+            // SAFETY: triple touches data[i], i < 4, buf's length.
+            unsafe { queue.launch(&triple, &[4], &[Arg::read_write(&buf)]) }.unwrap();
             assert_eq!(
                 queue.read_owned(&buf).unwrap().wait().unwrap(),
                 [3, 6, 9, 12]
@@ -185,8 +184,10 @@ fn local_memory_arguments_give_each_work_group_its_scratch() {
     let input = ctx.buffer_from(&values).unwrap();
     let sums = ctx.buffer_from(&[0i32; GROUPS]).unwrap();
 
-    let launch = queue
-        .launch_local(
+    // SAFETY: group_sum reads input[i], i < GROUP * GROUPS, input's length, writes sums[g],
+    // g < GROUPS, its length, and scratch[l], l < GROUP, the GROUP ints given.
+    let launch = unsafe {
+        queue.launch_local(
             &group_sum,
             &[GROUP * GROUPS],
             Some(&[GROUP]),
@@ -196,7 +197,8 @@ fn local_memory_arguments_give_each_work_group_its_scratch() {
                 Arg::local::<i32>(GROUP),
             ],
         )
-        .unwrap();
+    }
+    .unwrap();
     let got = queue.read_owned(&sums).unwrap().wait().unwrap();
     let expected: Vec<i32> = values.chunks(GROUP).map(|c| c.iter().sum()).collect();
     assert_eq!(got, expected);
@@ -221,14 +223,17 @@ fn two_dimensional_launches_cover_every_item() {
 
     for local in [None, Some(&[4usize, 2][..])] {
         let grid = ctx.buffer_from(&[-1i32; WIDTH * HEIGHT]).unwrap();
-        queue
-            .launch_local(
+        // SAFETY: fill2d writes out[y * WIDTH + x], x < WIDTH, y < HEIGHT: inside grid's
+        // WIDTH * HEIGHT.
+        unsafe {
+            queue.launch_local(
                 &fill2d,
                 &[WIDTH, HEIGHT],
                 local,
                 &[Arg::write(&grid), Arg::scalar(WIDTH as u32)],
             )
-            .unwrap();
+        }
+        .unwrap();
         let got = queue.read_owned(&grid).unwrap().wait().unwrap();
         assert_eq!(got, expected, "local size {local:?}");
         let report = grid.release().unwrap();
@@ -243,8 +248,10 @@ fn a_buffer_passed_as_two_arguments_works_in_place() {
     let scale = common::busy(&ctx).kernel("scale").unwrap();
     let buf = ctx.buffer_from(&[2.0f32; 32]).unwrap();
     // In place: read and written through two arguments. Its record is locked once.
-    let launch = queue
-        .launch(
+    // SAFETY: scale touches element i of buf only where i < 32, its length, and writes it only
+    // through `out`, given as written.
+    let launch = unsafe {
+        queue.launch(
             &scale,
             &[32],
             &[
@@ -254,7 +261,8 @@ fn a_buffer_passed_as_two_arguments_works_in_place() {
                 Arg::scalar(32u32),
             ],
         )
-        .unwrap();
+    }
+    .unwrap();
     launch.wait().unwrap();
     assert_eq!(buf.record_len(), 1);
     assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), [3.0; 32]);
@@ -281,9 +289,9 @@ isolated_test! {
                 let global = groups * LOCAL;
                 let data = ctx.buffer_from(&vec![1.0f32; global]).unwrap();
                 let args = [Arg::write(&data), Arg::scalar(500u32)];
-                let event = queue
-                    .launch_local(&spin, &[global], Some(&[LOCAL]), &args)
-                    .unwrap();
+                // SAFETY: spin touches data[i], i < global, data's length.
+                let event =
+                    unsafe { queue.launch_local(&spin, &[global], Some(&[LOCAL]), &args) }.unwrap();
                 launched.push((event, data));
             }
             for (event, data) in launched {
@@ -318,12 +326,12 @@ isolated_test! {
         let spin = ctx.program("busy", "-DWIDEST_FIRST").unwrap().kernel("spin").unwrap();
         let narrow = ctx.buffer_from(&[1.0f32; 64]).unwrap();
         let wide = ctx.buffer_from(&[1.0f32; 256]).unwrap();
-        let first = one
-            .launch(&spin, &[64], &[Arg::write(&narrow), Arg::scalar(200_000u32)])
-            .unwrap();
-        let wider = two
-            .launch(&spin, &[256], &[Arg::write(&wide), Arg::scalar(10u32)])
-            .unwrap();
+        let args = [Arg::write(&narrow), Arg::scalar(200_000u32)];
+        // SAFETY: spin touches element i < 64 of narrow, which has 64.
+        let first = unsafe { one.launch(&spin, &[64], &args) }.unwrap();
+        let args = [Arg::write(&wide), Arg::scalar(10u32)];
+        // SAFETY: spin touches element i < 256 of wide, which has 256.
+        let wider = unsafe { two.launch(&spin, &[256], &args) }.unwrap();
         wider.wait().unwrap();
         first.wait().unwrap();
         let (first, wider) = (first.profile().unwrap(), wider.profile().unwrap());
@@ -357,11 +365,11 @@ isolated_test! {
         let bufs: Vec<_> = (0..2).map(|_| ctx.buffer_from(&[0i32; 128]).unwrap()).collect();
         let args = |b, c: i32| [Arg::write(b), Arg::scalar(c), Arg::scalar(128u32)];
         let gate = ctx.user_event().unwrap();
-        let first = gated
-            .after(&[gate.event()])
-            .launch(&add, &[64], &args(&bufs[0], 1))
+        // SAFETY: add_const touches b[i] only where i < 128, each buffer's length.
+        let first = unsafe { gated.after(&[gate.event()]).launch(&add, &[64], &args(&bufs[0], 1)) }
             .unwrap();
-        let wider = other.launch(&add, &[128], &args(&bufs[1], 2)).unwrap();
+        // SAFETY: add_const touches b[i] only where i < 128, each buffer's length.
+        let wider = unsafe { other.launch(&add, &[128], &args(&bufs[1], 2)) }.unwrap();
         wider.wait().unwrap();
         assert!(!first.is_terminal(), "the gated launch ran before its gate opened");
         gate.complete().unwrap();

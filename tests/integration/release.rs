@@ -24,11 +24,14 @@ fn release_waits_for_a_gated_command_on_its_buffer() {
         let deps = [gate.event()];
         let gated = queue.after(&deps);
         let command = match what {
-            "kernel" => gated.launch(
-                &increment,
-                &[n],
-                &[Arg::read_write(&buf), Arg::scalar(n as u32)],
-            ),
+            // SAFETY: increment touches buf[i] only where i < n, its length.
+            "kernel" => unsafe {
+                gated.launch(
+                    &increment,
+                    &[n],
+                    &[Arg::read_write(&buf), Arg::scalar(n as u32)],
+                )
+            },
             _ => gated.write_owned(&buf, pattern(n, 4).into_iter().map(|x| x as i32).collect()),
         }
         .unwrap();
@@ -304,13 +307,15 @@ fn kernel_arguments_do_not_keep_released_buffers_alive() {
     let queue = ctx.queue().unwrap();
     let increment = common::busy(&ctx).kernel("increment").unwrap();
     let buf = ctx.buffer_from(&[1i32; 32]).unwrap();
-    let launch = queue
-        .launch(
+    // SAFETY: increment touches buf[i] only where i < 32, its length.
+    let launch = unsafe {
+        queue.launch(
             &increment,
             &[32],
             &[Arg::read_write(&buf), Arg::scalar(32u32)],
         )
-        .unwrap();
+    }
+    .unwrap();
     let watch = common::watch(&buf, &[&launch]);
     buf.release().unwrap();
     // `increment` is still alive here, and was last launched with `buf`.
@@ -333,14 +338,15 @@ fn release_after_write_and_kernel_reports_what_it_waited_on() {
         .after(&[gate.event()])
         .write_owned(&buf, vec![1; 32])
         .unwrap();
-    let k = other
-        .after(&[gate.event(), &w])
-        .launch(
+    // SAFETY: increment touches buf[i] only where i < 32, its length.
+    let k = unsafe {
+        other.after(&[gate.event(), &w]).launch(
             &increment,
             &[32],
             &[Arg::read_write(&buf), Arg::scalar(32u32)],
         )
-        .unwrap();
+    }
+    .unwrap();
     let watch = common::watch(&buf, &[&w, &k]);
     // Its handle would keep the memory on rusticl (design trap "rusticl's events keep
     // their buffers").
@@ -373,8 +379,10 @@ fn a_buffer_read_into_another_that_lives_on_is_freed_at_its_release() {
             queue.copy(&src, &dst).unwrap();
         } else {
             // dst = 1 * src + dst
-            queue
-                .launch(
+            // SAFETY: axpy_int touches src[i] and dst[i] only where i < 256, their length, and
+            // writes only dst.
+            unsafe {
+                queue.launch(
                     &axpy,
                     &[256],
                     &[
@@ -384,7 +392,8 @@ fn a_buffer_read_into_another_that_lives_on_is_freed_at_its_release() {
                         Arg::scalar(256u32),
                     ],
                 )
-                .unwrap();
+            }
+            .unwrap();
         }
         let watch = common::watch(&src, &[]);
         let report = src.release().unwrap();

@@ -1099,7 +1099,8 @@ fn launch(
                 Arg::scalar(*c),
                 Arg::scalar(view.len() as u32),
             ];
-            after.launch(&env.add_const, &[items(*c)], &args)
+            // SAFETY: add_const touches the view's element i only where i < its length.
+            unsafe { after.launch(&env.add_const, &[items(*c)], &args) }
         }
         Kind::Axpy { x, y, a, view } => {
             let args = [
@@ -1108,7 +1109,9 @@ fn launch(
                 Arg::scalar(*a),
                 Arg::scalar(view.len() as u32),
             ];
-            after.launch(&env.axpy, &[items(*a)], &args)
+            // SAFETY: axpy_int touches both views' element i only where i < their (equal) length,
+            // and writes only y's.
+            unsafe { after.launch(&env.axpy, &[items(*a)], &args) }
         }
         _ => unreachable!("not a launch: {kind}"),
     }

@@ -359,8 +359,9 @@ impl<'s> Worker<'s> {
             };
             let slot = &mut self.slots[y];
             let n = slot.model.len();
-            queue
-                .launch(
+            // SAFETY: add_const touches the buffer's element i only where i < n, its length.
+            unsafe {
+                queue.launch(
                     kernel,
                     &[ITEMS],
                     &[
@@ -369,7 +370,8 @@ impl<'s> Worker<'s> {
                         Arg::scalar(n as u32),
                     ],
                 )
-                .expect("add_const");
+            }
+            .expect("add_const");
             for v in &mut slot.model {
                 *v = v.wrapping_add(c);
             }
@@ -380,8 +382,10 @@ impl<'s> Worker<'s> {
         let x = self.source(y);
         let (x_buf, x_model) = operand(&self.slots, self.shared, x, input);
         let n = x_model.len().min(self.slots[y].model.len());
-        queue
-            .launch(
+        // SAFETY: axpy_int touches x[i] and y[i] only where i < n, the shorter of their lengths,
+        // and writes only y.
+        unsafe {
+            queue.launch(
                 &self.axpy,
                 &[ITEMS],
                 &[
@@ -391,7 +395,8 @@ impl<'s> Worker<'s> {
                     Arg::scalar(n as u32),
                 ],
             )
-            .expect("axpy_int");
+        }
+        .expect("axpy_int");
         for (yv, xv) in self.slots[y].model[..n].iter_mut().zip(&x_model) {
             *yv = a.wrapping_mul(*xv).wrapping_add(*yv);
         }

@@ -127,23 +127,31 @@ fn svm_release_waits_for_its_gated_commands_then_frees() {
             let gated = queue.after(&deps);
             let (command, want) = match what {
                 "kernel" => (
-                    gated.launch(
-                        &sum,
-                        &[1],
-                        &[Arg::read(&svm), Arg::write(&out), Arg::scalar(n as u32)],
-                    ),
+                    // SAFETY: one work item of sum reads src[i], i < n, svm's length, and writes
+                    // out[0] of 1.
+                    unsafe {
+                        gated.launch(
+                            &sum,
+                            &[1],
+                            &[Arg::read(&svm), Arg::write(&out), Arg::scalar(n as u32)],
+                        )
+                    },
                     expected,
                 ),
                 "kernel on a view" => (
-                    gated.launch(
-                        &sum,
-                        &[1],
-                        &[
-                            Arg::read(svm.view(n / 2..).unwrap()),
-                            Arg::write(&out),
-                            Arg::scalar((n / 2) as u32),
-                        ],
-                    ),
+                    // SAFETY: one work item of sum reads src[i], i < n / 2, the view's length, and
+                    // writes out[0] of 1.
+                    unsafe {
+                        gated.launch(
+                            &sum,
+                            &[1],
+                            &[
+                                Arg::read(svm.view(n / 2..).unwrap()),
+                                Arg::write(&out),
+                                Arg::scalar((n / 2) as u32),
+                            ],
+                        )
+                    },
                     (n as i32 / 2..n as i32).sum(),
                 ),
                 _ => (gated.copy_svm(&svm, &copy), expected),
@@ -204,14 +212,15 @@ fn svm_release_ignores_gated_commands_on_another_allocation() {
         let busy = ramp(&queue, &ctx, n, kind);
         let idle = ramp(&other_queue, &ctx, n, kind);
         let gate = ctx.user_event().unwrap();
-        queue
-            .after(&[gate.event()])
-            .launch(
+        // SAFETY: add_one touches busy[i] only where i < n, busy's length.
+        unsafe {
+            queue.after(&[gate.event()]).launch(
                 &add_one,
                 &[n],
                 &[Arg::read_write(&busy), Arg::scalar(n as u32)],
             )
-            .unwrap();
+        }
+        .unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || tx.send(idle.release()));
         let released = rx.recv_timeout(common::HANG);
@@ -248,14 +257,16 @@ fn svm_drop_or_deferred_release_behind_a_gate_frees_after_the_command() {
             let svm = ramp(&queue, &ctx, n, kind);
             let out = ctx.buffer::<i32>(1).unwrap();
             let gate = ctx.user_event().unwrap();
-            let kernel = queue
-                .after(&[gate.event()])
-                .launch(
+            // SAFETY: one work item of sum reads src[i], i < n, svm's length, and writes out[0] of
+            // 1.
+            let kernel = unsafe {
+                queue.after(&[gate.event()]).launch(
                     &sum,
                     &[1],
                     &[Arg::read(&svm), Arg::write(&out), Arg::scalar(n as u32)],
                 )
-                .unwrap();
+            }
+            .unwrap();
             let raw = retained(&kernel);
             drop(kernel);
             match how {
@@ -298,14 +309,15 @@ fn svm_release_async_is_ready_only_after_the_gated_command() {
     for kind in kinds(&ctx) {
         let svm = ramp(&queue, &ctx, 256, kind);
         let gate = ctx.user_event().unwrap();
-        let kernel = queue
-            .after(&[gate.event()])
-            .launch(
+        // SAFETY: add_one touches svm[i] only where i < 256, svm's length.
+        let kernel = unsafe {
+            queue.after(&[gate.event()]).launch(
                 &add_one,
                 &[256],
                 &[Arg::read_write(&svm), Arg::scalar(256u32)],
             )
-            .unwrap();
+        }
+        .unwrap();
         let raw = retained(&kernel);
         drop(kernel);
         let (report, status) = common::returns_only_after(
@@ -362,21 +374,24 @@ fn svm_across_two_devices_is_ordered_and_released_after_both() {
             .unwrap();
         let out = ctx.buffer::<i32>(1).unwrap();
         let gate = ctx.user_event().unwrap();
-        let write = on0
-            .after(&[gate.event()])
-            .launch(
+        // SAFETY: add_one touches svm[i] only where i < n, svm's length.
+        let write = unsafe {
+            on0.after(&[gate.event()]).launch(
                 &add_one,
                 &[n],
                 &[Arg::read_write(&svm), Arg::scalar(n as u32)],
             )
-            .unwrap();
-        let read = on1
-            .launch(
+        }
+        .unwrap();
+        // SAFETY: one work item of sum reads src[i], i < n, svm's length, and writes out[0] of 1.
+        let read = unsafe {
+            on1.launch(
                 &sum,
                 &[1],
                 &[Arg::read(&svm), Arg::write(&out), Arg::scalar(n as u32)],
             )
-            .unwrap();
+        }
+        .unwrap();
         let raws = [retained(&write), retained(&read)];
         drop((write, read));
         let report = common::returns_only_after(
@@ -481,13 +496,15 @@ fn svm_commands_keep_the_buffer_rules_maps_hazards_and_disjoint_views() {
             "{kind:?}"
         );
         drop(mapped);
-        other
-            .launch(
+        // SAFETY: add_one touches svm[i] only where i < n, svm's length.
+        unsafe {
+            other.launch(
                 &add_one,
                 &[n],
                 &[Arg::read_write(&svm), Arg::scalar(n as u32)],
             )
-            .unwrap();
+        }
+        .unwrap();
         let after = queue.map_svm(&svm, 0..n).unwrap();
         assert_eq!(*after, (1..=n as i32).collect::<Vec<_>>(), "{kind:?}");
         drop(after);
@@ -503,13 +520,15 @@ fn svm_commands_keep_the_buffer_rules_maps_hazards_and_disjoint_views() {
         let ended = filled.wait();
         gate.complete().unwrap();
         ended.unwrap();
-        other
-            .launch(
+        // SAFETY: add_one touches low[i] only where i < n / 2, low's length.
+        unsafe {
+            other.launch(
                 &add_one,
                 &[n / 2],
                 &[Arg::read_write(low), Arg::scalar((n / 2) as u32)],
             )
-            .unwrap();
+        }
+        .unwrap();
         let mut out = vec![0; n];
         queue.read_svm(&svm, &mut out).unwrap();
         let want: Vec<i32> = (0..n as i32)
@@ -610,7 +629,11 @@ fn a_kernel_given_an_svm_view_is_ordered_with_writes_anywhere_in_its_allocation(
         // that a kernel the library does not hold back runs before the gate opens.
         let warm = ctx.svm::<i32>(1, kind).unwrap();
         let args = [Arg::read(&warm), Arg::scalar(0u32), Arg::write(&*out)];
-        b.launch(&pick, &[1], &args).unwrap().wait().unwrap();
+        // SAFETY: pick reads src[0] of warm (1 element) and writes out[0] of 1.
+        unsafe { b.launch(&pick, &[1], &args) }
+            .unwrap()
+            .wait()
+            .unwrap();
         warm.release().unwrap();
 
         // A read after a write elsewhere in the allocation.
@@ -625,7 +648,9 @@ fn a_kernel_given_an_svm_view_is_ordered_with_writes_anywhere_in_its_allocation(
             Arg::scalar(900u32),
             Arg::write(&*out),
         ];
-        b.launch(&pick, &[1], &args).unwrap();
+        // SAFETY: pick reads element 900 of svm's 1024, the allocation it is given through the
+        // view, and writes out[0] of 1.
+        unsafe { b.launch(&pick, &[1], &args) }.unwrap();
         let (reader, picked) = (b.clone(), out.clone());
         let got = common::returns_only_after(
             &format!("{kind:?}: the read of what a kernel given elements 0..512 picked"),
@@ -641,7 +666,9 @@ fn a_kernel_given_an_svm_view_is_ordered_with_writes_anywhere_in_its_allocation(
         // A write elsewhere in the allocation after a read.
         b.write_svm(&*svm, &vec![1000; n]).unwrap();
         let gate = ctx.user_event().unwrap();
-        b.after(&[gate.event()]).launch(&pick, &[1], &args).unwrap();
+        // SAFETY: pick reads element 900 of svm's 1024, the allocation it is given through the
+        // view, and writes out[0] of 1.
+        unsafe { b.after(&[gate.event()]).launch(&pick, &[1], &args) }.unwrap();
         b.flush().unwrap();
         let (writer, on) = (svm.clone(), a.clone());
         common::returns_only_after(
@@ -718,11 +745,14 @@ fn svm_bad_input_is_a_typed_error_naming_what_is_missing() {
     );
     let floats = ctx.svm::<f32>(8, kind).unwrap();
     let add_one = program(&ctx).kernel("add_one").unwrap();
-    let wrong = queue.launch(
-        &add_one,
-        &[8],
-        &[Arg::read_write(&floats), Arg::scalar(8u32)],
-    );
+    // SAFETY: refused by the argument check (f32 for `int*`); add_one would touch i < 8 of 8.
+    let wrong = unsafe {
+        queue.launch(
+            &add_one,
+            &[8],
+            &[Arg::read_write(&floats), Arg::scalar(8u32)],
+        )
+    };
     assert!(
         matches!(wrong, Err(Error::KernelArg { index: 0, .. })),
         "{wrong:?}"
@@ -754,14 +784,15 @@ fn svm_pool_hands_an_allocation_back_out_ordered_after_its_old_commands() {
         let at = first.as_ptr() as usize;
         queue.write_svm(&first, &vec![0; n]).unwrap();
         let gate = ctx.user_event().unwrap();
-        queue
-            .after(&[gate.event()])
-            .launch(
+        // SAFETY: add_one touches first[i] only where i < n, first's length.
+        unsafe {
+            queue.after(&[gate.event()]).launch(
                 &add_one,
                 &[n],
                 &[Arg::read_write(&first), Arg::scalar(n as u32)],
             )
-            .unwrap();
+        }
+        .unwrap();
         assert!(first.release().unwrap().recycled, "{kind:?}");
         // A buffer of the same size class does not get the SVM block.
         let buffer = pool.acquire::<i32>(n).unwrap();
@@ -1287,11 +1318,14 @@ fn run_program(env: &SvmEnv, plan: &SvmPlan) -> Result<(), String> {
             Do::Copy => Some(after.copy_svm(src()?, dst()?)),
             Do::AddOne => {
                 let args = [Arg::read_write(src()?), Arg::scalar(n as u32)];
-                Some(after.launch(&env.add_one, &global, &args))
+                // SAFETY: add_one touches its view's element i only where i < n, the view's length.
+                Some(unsafe { after.launch(&env.add_one, &global, &args) })
             }
             Do::Twice => {
                 let args = [Arg::read(src()?), Arg::write(dst()?), Arg::scalar(n as u32)];
-                Some(after.launch(&env.twice, &global, &args))
+                // SAFETY: twice touches src[i] and dst[i] only where i < n, both views' length
+                // (step.r and step.at..step.at + n).
+                Some(unsafe { after.launch(&env.twice, &global, &args) })
             }
             Do::Write => {
                 queue

@@ -87,8 +87,10 @@ fn scale_from_threads(ctx: &Context, sharing: Sharing, input: Input) {
                         // Distinct for every (thread, launch); products stay exact in f32.
                         let factor = (1 + t + THREADS * i) as f32;
                         let run = || -> Result<(), String> {
-                            queue
-                                .launch(
+                            // SAFETY: scale touches element i of input and output only where i <
+                            // LEN, their length, and writes only output.
+                            unsafe {
+                                queue.launch(
                                     kernel,
                                     &[LEN],
                                     &[
@@ -98,7 +100,8 @@ fn scale_from_threads(ctx: &Context, sharing: Sharing, input: Input) {
                                         Arg::scalar(LEN as u32),
                                     ],
                                 )
-                                .map_err(|e| e.to_string())?;
+                            }
+                            .map_err(|e| e.to_string())?;
                             queue.read(output, &mut out).map_err(|e| e.to_string())?;
                             match (0..LEN).find(|&j| out[j] != values[j] * factor) {
                                 None => Ok(()),
@@ -203,13 +206,15 @@ fn increments_from_threads_through_one_in_order_queue_all_land() {
             let (increment, counts) = (&increment, &counts);
             s.spawn(move || {
                 for _ in 0..PER_THREAD {
-                    queue
-                        .launch(
+                    // SAFETY: increment touches counts[i] only where i < N, its length.
+                    unsafe {
+                        queue.launch(
                             increment,
                             &[N],
                             &[Arg::read_write(counts), Arg::scalar(N as u32)],
                         )
-                        .unwrap();
+                    }
+                    .unwrap();
                 }
             });
         }
@@ -258,13 +263,15 @@ fn releasing_a_buffer_while_other_threads_use_the_same_queue_completes() {
                 let value = round as i32;
                 let buf = ctx.buffer::<i32>(LEN).unwrap();
                 let fill = releaser_queue.fill(&buf, value).unwrap();
-                let launch = releaser_queue
-                    .launch(
+                // SAFETY: increment touches buf[i] only where i < LEN, its length.
+                let launch = unsafe {
+                    releaser_queue.launch(
                         kernel,
                         &[LEN],
                         &[Arg::read_write(&buf), Arg::scalar(LEN as u32)],
                     )
-                    .unwrap();
+                }
+                .unwrap();
                 let pending = releaser_queue.read_owned(&buf).unwrap();
                 let read = pending.event().clone();
                 let watch = common::watch(&buf, &[&fill, &launch, &read]);
@@ -301,13 +308,15 @@ fn releasing_a_buffer_while_other_threads_use_the_same_queue_completes() {
             s.spawn(move || {
                 let mut out = vec![0i32; LEN];
                 for round in 1..=ROUNDS {
-                    queue
-                        .launch(
+                    // SAFETY: increment touches buf[i] only where i < LEN, its length.
+                    unsafe {
+                        queue.launch(
                             kernel,
                             &[LEN],
                             &[Arg::read_write(buf), Arg::scalar(LEN as u32)],
                         )
-                        .unwrap();
+                    }
+                    .unwrap();
                     queue.read(buf, &mut out).unwrap();
                     assert!(
                         out.iter().all(|&x| x == round as i32),

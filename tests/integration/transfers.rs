@@ -383,13 +383,15 @@ fn enqueue_events_report_their_command_kind_and_complete() {
     let write = queue.write_owned(&a, vec![10; 64]).unwrap();
     let fill = queue.fill(&b, 0).unwrap();
     let copy = queue.copy_range(&a, 0, &b, 0, 32).unwrap();
-    let kernel = queue
-        .launch(
+    // SAFETY: increment touches b[i] only where i < 64, its length.
+    let kernel = unsafe {
+        queue.launch(
             &increment,
             &[64],
             &[Arg::read_write(&b), Arg::scalar(64u32)],
         )
-        .unwrap();
+    }
+    .unwrap();
     let read = queue.read_owned(&b).unwrap();
     let read_event = read.event().clone();
 
@@ -716,13 +718,15 @@ fn a_new_buffer_is_zero_wherever_its_first_command_may_read_it() {
     let n = 64usize;
     let increment = common::busy(&ctx).kernel("increment").unwrap();
     let counted = ctx.buffer::<i32>(n).unwrap();
-    queue
-        .launch(
+    // SAFETY: increment touches counted[i] only where i < n, its length.
+    unsafe {
+        queue.launch(
             &increment,
             &[n],
             &[Arg::read_write(&counted), Arg::scalar(n as u32)],
         )
-        .unwrap();
+    }
+    .unwrap();
     assert_eq!(
         queue.read_owned(&counted).unwrap().wait().unwrap(),
         vec![1; n]

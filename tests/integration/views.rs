@@ -24,23 +24,26 @@ fn kernels_on_disjoint_views_do_not_wait_on_each_other() {
     let buf = ctx.buffer_from(&vec![10i32; 2 * half]).unwrap();
     let (low, high) = buf.split_at(half).unwrap();
     let gate = ctx.user_event().unwrap();
-    let gated = first
-        .after(&[gate.event()])
-        .launch(
+    // SAFETY: increment touches low[i] only where i < half, low's length.
+    let gated = unsafe {
+        first.after(&[gate.event()]).launch(
             &increment,
             &[half],
             &[Arg::read_write(low), Arg::scalar(half as u32)],
         )
-        .unwrap();
+    }
+    .unwrap();
     // Ends while the gate is closed: it waits for nothing on the other half (polled, so
     // that a wrong wait fails the test instead of hanging it).
-    let other = second
-        .launch(
+    // SAFETY: increment touches high[i] only where i < half, high's length.
+    let other = unsafe {
+        second.launch(
             &increment,
             &[half],
             &[Arg::read_write(high), Arg::scalar(half as u32)],
         )
-        .unwrap();
+    }
+    .unwrap();
     let read_other = second.read_owned(high).unwrap();
     second.flush().unwrap();
     assert!(
@@ -120,24 +123,27 @@ fn a_command_through_the_buffer_waits_for_a_kernel_writing_a_view_whatever_the_b
     let buf = ctx.buffer_from(&vec![0i32; 4 * u]).unwrap();
     let (low, high) = buf.split_at(2 * u).unwrap();
     // The high view gets its sub-buffer (a kernel argument), which its transfers then use.
-    second
-        .launch(
+    // SAFETY: with n = 0, increment touches nothing.
+    unsafe {
+        second.launch(
             &increment,
             &[2 * u],
             &[Arg::read_write(high), Arg::scalar(0u32)],
         )
-        .unwrap()
-        .wait()
-        .unwrap();
+    }
+    .unwrap()
+    .wait()
+    .unwrap();
     let gate = ctx.user_event().unwrap();
-    first
-        .after(&[gate.event()])
-        .launch(
+    // SAFETY: increment touches low[i] only where i < 2 * u, low's length.
+    unsafe {
+        first.after(&[gate.event()]).launch(
             &increment,
             &[2 * u],
             &[Arg::read_write(low), Arg::scalar(2 * u as u32)],
         )
-        .unwrap();
+    }
+    .unwrap();
     // Through the high view's sub-buffer: no wait.
     let on_view = second.read_owned(high).unwrap();
     second.flush().unwrap();
@@ -210,9 +216,9 @@ fn release_waits_for_the_commands_of_every_view() {
     let u = unit(&ctx);
     let buf = ctx.buffer_from(&vec![0i32; 4 * u]).unwrap();
     let gate = ctx.user_event().unwrap();
-    let launched = queue
-        .after(&[gate.event()])
-        .launch(
+    // SAFETY: increment touches the view's element i only where i < u, its length.
+    let launched = unsafe {
+        queue.after(&[gate.event()]).launch(
             &increment,
             &[u],
             &[
@@ -220,7 +226,8 @@ fn release_waits_for_the_commands_of_every_view() {
                 Arg::scalar(u as u32),
             ],
         )
-        .unwrap();
+    }
+    .unwrap();
     let filled = queue.fill(buf.view(3 * u..).unwrap(), 3).unwrap();
     queue.flush().unwrap();
     let watch = common::watch(&buf, &[&launched, &filled]);
@@ -252,15 +259,17 @@ fn a_kernel_on_a_view_sees_the_view_s_first_element_at_index_zero_and_writes_onl
     let view = buf.view(2 * u..5 * u).unwrap();
     // More work items than the view's elements; the kernel's bound keeps it inside.
     let n = u;
-    queue
-        .launch(
+    // SAFETY: increment touches view[i] only where i < n = u, below its length 3 * u.
+    unsafe {
+        queue.launch(
             &increment,
             &[3 * u],
             &[Arg::read_write(view), Arg::scalar(n as u32)],
         )
-        .unwrap()
-        .wait()
-        .unwrap();
+    }
+    .unwrap()
+    .wait()
+    .unwrap();
     let mut expected: Vec<i32> = (0..6 * u as i32).collect();
     for x in &mut expected[2 * u..3 * u] {
         *x += 1;
@@ -269,13 +278,15 @@ fn a_kernel_on_a_view_sees_the_view_s_first_element_at_index_zero_and_writes_onl
     assert_eq!(buf.kept_sub_buffers(), 1);
     // The same view again, by reference: the kept sub-buffer.
     #[allow(clippy::needless_borrows_for_generic_args)]
-    queue
-        .launch(
+    // SAFETY: increment touches view[i] only where i < n = u, below its length 3 * u.
+    unsafe {
+        queue.launch(
             &increment,
             &[n],
             &[Arg::read_write(&view), Arg::scalar(n as u32)],
         )
-        .unwrap();
+    }
+    .unwrap();
     assert_eq!(buf.kept_sub_buffers(), 1);
     for x in &mut expected[2 * u..3 * u] {
         *x += 1;
@@ -294,8 +305,9 @@ fn a_view_launched_at_an_origin_off_the_device_alignment_is_a_typed_error_naming
     let queue = ctx.queue().unwrap();
     let increment = common::busy(&ctx).kernel("increment").unwrap();
     let buf = ctx.buffer_from(&vec![0i32; 4 * u]).unwrap();
-    let err = queue
-        .launch(
+    // SAFETY: refused for the view's alignment; increment would touch i < u of its u elements.
+    let err = unsafe {
+        queue.launch(
             &increment,
             &[u],
             &[
@@ -303,7 +315,8 @@ fn a_view_launched_at_an_origin_off_the_device_alignment_is_a_typed_error_naming
                 Arg::scalar(u as u32),
             ],
         )
-        .unwrap_err();
+    }
+    .unwrap_err();
     let align = u * size_of::<i32>();
     assert!(
         matches!(err, Error::ViewMisaligned { byte_offset: 4, align: a } if a == align),
@@ -428,8 +441,9 @@ fn a_view_of_an_arena_carved_buffer_launches_on_the_arena_s_memory() {
     let _first = arena.carve::<i32>(3).unwrap();
     let buf = arena.carve::<i32>(4 * u).unwrap();
     queue.fill(&buf, 1).unwrap();
-    queue
-        .launch(
+    // SAFETY: increment touches the view's element i only where i < u, its length.
+    unsafe {
+        queue.launch(
             &increment,
             &[u],
             &[
@@ -437,7 +451,8 @@ fn a_view_of_an_arena_carved_buffer_launches_on_the_arena_s_memory() {
                 Arg::scalar(u as u32),
             ],
         )
-        .unwrap();
+    }
+    .unwrap();
     let mut expected = vec![1i32; 4 * u];
     expected[u..2 * u].fill(2);
     assert_eq!(common::contents(&queue, &buf), expected);
@@ -461,13 +476,15 @@ fn a_buffer_keeps_one_sub_buffer_per_view_passed_to_kernels_and_transfers_make_n
     for round in 0..2 {
         for k in 0..views {
             let view = buf.view(k * u..(k + 1) * u).unwrap();
-            queue
-                .launch(
+            // SAFETY: increment touches view[i] only where i < u, its length.
+            unsafe {
+                queue.launch(
                     &increment,
                     &[u],
                     &[Arg::read_write(view), Arg::scalar(u as u32)],
                 )
-                .unwrap();
+            }
+            .unwrap();
         }
         assert_eq!(buf.kept_sub_buffers(), views, "round {round}");
     }
@@ -507,8 +524,10 @@ fn one_view_may_be_two_arguments_of_a_launch() {
         let deps = [gate.event()];
         let after = queue.after(if gated { &deps[..] } else { &[] });
         // y = 2 * y + y on the view: 9 where it runs.
-        after
-            .launch(
+        // SAFETY: axpy_int touches view[i] only where i < its length, and writes it through the
+        // argument given as written.
+        unsafe {
+            after.launch(
                 &axpy,
                 &[64],
                 &[
@@ -518,15 +537,17 @@ fn one_view_may_be_two_arguments_of_a_launch() {
                     Arg::scalar(view.len() as u32),
                 ],
             )
-            .unwrap();
+        }
+        .unwrap();
         gate.complete().unwrap();
         let mut expected = vec![3i32; 4 * u];
         expected[..n - 5].fill(9);
         assert_eq!(common::contents(&queue, &buf), expected, "gated: {gated}");
         // x and y two views of one buffer: y = 1 * x + y.
         let (x, y) = (buf.view(..u).unwrap(), buf.view(2 * u..3 * u).unwrap());
-        queue
-            .launch(
+        // SAFETY: axpy_int touches x[i] and y[i] only where i < u, their length, and writes only y.
+        unsafe {
+            queue.launch(
                 &axpy,
                 &[64],
                 &[
@@ -536,7 +557,8 @@ fn one_view_may_be_two_arguments_of_a_launch() {
                     Arg::scalar(u as u32),
                 ],
             )
-            .unwrap();
+        }
+        .unwrap();
         for (k, e) in expected[2 * u..3 * u].iter_mut().enumerate() {
             *e += if k < n - 5 { 9 } else { 3 };
         }
@@ -559,14 +581,13 @@ isolated_test! {
             let buf = ctx.buffer_from(&vec![1i32; 4 * u]).unwrap();
             let gate = ctx.user_event().unwrap();
             let view = buf.view(u..2 * u).unwrap();
-            let launched = queue
-                .after(&[gate.event()])
-                .launch(&kernel, &[u], &[Arg::read_write(view), Arg::scalar(u as u32)])
+            let args = [Arg::read_write(view), Arg::scalar(u as u32)];
+            // SAFETY: increment touches view[i] only where i < u, its length.
+            let launched = unsafe { queue.after(&[gate.event()]).launch(&kernel, &[u], &args) }
                 .unwrap();
             // Another launch on the same view behind the first.
-            let second = queue
-                .launch(&kernel, &[u], &[Arg::read_write(view), Arg::scalar(u as u32)])
-                .unwrap();
+            // SAFETY: increment touches view[i] only where i < u, its length.
+            let second = unsafe { queue.launch(&kernel, &[u], &args) }.unwrap();
             queue.flush().unwrap();
             gate.fail(-1234).unwrap();
             assert!(launched.wait().is_err(), "{step}: the cancelled launch succeeded");
@@ -613,13 +634,16 @@ isolated_test! {
             for (k, range) in ranges.iter().enumerate() {
                 let view = buf.view(range.clone()).unwrap();
                 let x = other.view(range.clone()).unwrap();
-                queues[k % 2]
-                    .launch(
+                // SAFETY: axpy_int touches x[i] and view[i] only where i < view.len(), both views'
+                // length, and writes only view.
+                unsafe {
+                    queues[k % 2].launch(
                         &axpy,
                         &[64],
                         &[Arg::read(x), Arg::read_write(view), Arg::scalar(1i32), Arg::scalar(view.len() as u32)],
                     )
-                    .unwrap();
+                }
+                .unwrap();
             }
             assert_eq!(buf.kept_sub_buffers(), 3, "round {round}");
             // Transfers of many lengths inside and across them.
@@ -645,21 +669,25 @@ fn a_kernel_on_a_view_across_another_one_passed_to_kernels_is_refused_and_loses_
     let u = unit(&ctx);
     let buf = ctx.buffer_from(&vec![0i32; 4 * u]).unwrap();
     let (a, b) = (buf.view(0..2 * u).unwrap(), buf.view(u..3 * u).unwrap());
-    queue
-        .launch(
+    // SAFETY: increment touches a[i] only where i < 2 * u, a's length.
+    unsafe {
+        queue.launch(
             &increment,
             &[2 * u],
             &[Arg::read_write(a), Arg::scalar(2 * u as u32)],
         )
-        .unwrap();
+    }
+    .unwrap();
     let recorded = buf.record_len();
-    let err = queue
-        .launch(
+    // SAFETY: refused for the overlap; increment would touch i < 2 * u of b's 2 * u.
+    let err = unsafe {
+        queue.launch(
             &increment,
             &[2 * u],
             &[Arg::read_write(b), Arg::scalar(2 * u as u32)],
         )
-        .unwrap_err();
+    }
+    .unwrap_err();
     let (start, len) = (u * size_of::<i32>(), 2 * u * size_of::<i32>());
     assert!(
         matches!(
@@ -677,18 +705,22 @@ fn a_kernel_on_a_view_across_another_one_passed_to_kernels_is_refused_and_loses_
     );
     // Longer from the same start: refused too. Shorter: given the kept one.
     assert!(matches!(
-        queue.launch(
-            &increment,
-            &[u],
-            &[
-                Arg::read_write(buf.view(0..3 * u).unwrap()),
-                Arg::scalar(u as u32)
-            ]
-        ),
+        // SAFETY: refused for the overlap; increment would touch i < u of the view's 3 * u.
+        unsafe {
+            queue.launch(
+                &increment,
+                &[u],
+                &[
+                    Arg::read_write(buf.view(0..3 * u).unwrap()),
+                    Arg::scalar(u as u32),
+                ],
+            )
+        },
         Err(Error::ViewOverlap { .. })
     ));
-    queue
-        .launch(
+    // SAFETY: increment touches the view's element i only where i < u, its length.
+    unsafe {
+        queue.launch(
             &increment,
             &[u],
             &[
@@ -696,7 +728,8 @@ fn a_kernel_on_a_view_across_another_one_passed_to_kernels_is_refused_and_loses_
                 Arg::scalar(u as u32),
             ],
         )
-        .unwrap();
+    }
+    .unwrap();
     assert_eq!(buf.kept_sub_buffers(), 1);
     // Transfers take any view.
     queue.fill(b, 5).unwrap();
@@ -748,9 +781,8 @@ fn overlapping_copies_are_refused(ctx: &Context) {
             for half in [0..2 * q, 2 * q..4 * q] {
                 let view = buf.view(half.clone()).expect("a half");
                 let args = [Arg::read_write(view), Arg::scalar((2 * q) as u32)];
-                queue
-                    .launch(&increment, &[2 * q], &args)
-                    .expect("the launch");
+                // SAFETY: increment touches view[i] only where i < 2 * q, its length.
+                unsafe { queue.launch(&increment, &[2 * q], &args) }.expect("the launch");
                 expected[half].iter_mut().for_each(|x| *x += 1);
             }
             assert_eq!(buf.kept_sub_buffers(), 2, "{on}");
@@ -834,7 +866,8 @@ fn a_refused_launch_keeps_no_sub_buffer() {
         .kernel("axpy_int")
         .unwrap();
     let u = unit(&ctx);
-    let launch_low = |view| {
+    // SAFETY: increment touches view[i] only where i < 2 * u, the length of every view given.
+    let launch_low = |view| unsafe {
         queue.launch(
             &increment,
             &[2 * u],
@@ -847,8 +880,9 @@ fn a_refused_launch_keeps_no_sub_buffer() {
     let low = buf.view(..2 * u).unwrap();
     let err = launch_low(low).unwrap_err();
     assert!(matches!(err, Error::Mapped), "{err:?}");
-    let err = queue
-        .launch(
+    // SAFETY: refused for the mapping; axpy_int would touch i < 2 * u of low's 2 * u.
+    let err = unsafe {
+        queue.launch(
             &axpy,
             &[2 * u],
             &[
@@ -858,7 +892,8 @@ fn a_refused_launch_keeps_no_sub_buffer() {
                 Arg::scalar(2 * u as u32),
             ],
         )
-        .unwrap_err();
+    }
+    .unwrap_err();
     assert!(matches!(err, Error::Mapped), "{err:?}");
     assert_eq!(buf.kept_sub_buffers(), 0, "after Mapped");
     drop(mapped);
@@ -866,8 +901,9 @@ fn a_refused_launch_keeps_no_sub_buffer() {
     let foreign = other.buffer::<i32>(4 * u).unwrap();
     let err = launch_low(foreign.view(..2 * u).unwrap()).unwrap_err();
     assert!(matches!(err, Error::ContextMismatch { .. }), "{err:?}");
-    let err = queue
-        .launch(
+    // SAFETY: refused for the foreign buffer; axpy_int would touch i < 2 * u of both views.
+    let err = unsafe {
+        queue.launch(
             &axpy,
             &[2 * u],
             &[
@@ -877,18 +913,20 @@ fn a_refused_launch_keeps_no_sub_buffer() {
                 Arg::scalar(2 * u as u32),
             ],
         )
-        .unwrap_err();
+    }
+    .unwrap_err();
     assert!(matches!(err, Error::ContextMismatch { .. }), "{err:?}");
     // A dependency of another context.
     let gate = other.user_event().unwrap();
-    let err = queue
-        .after(&[gate.event()])
-        .launch(
+    // SAFETY: refused for the foreign gate; increment would touch i < 2 * u of low's 2 * u.
+    let err = unsafe {
+        queue.after(&[gate.event()]).launch(
             &increment,
             &[2 * u],
             &[Arg::read_write(low), Arg::scalar(2 * u as u32)],
         )
-        .unwrap_err();
+    }
+    .unwrap_err();
     assert!(matches!(err, Error::ContextMismatch { .. }), "{err:?}");
     gate.complete().unwrap();
     assert_eq!(

@@ -183,17 +183,26 @@ impl LibTwo {
                 *peak = (*peak).max(stats.in_use_bytes + stats.pooled_bytes);
             }
             q0.write_owned(&a, input(i))?;
-            q0.launch(
-                stage_a,
-                &[PIPE_ITEMS],
-                &[Arg::read_write(&a), Arg::scalar(i as u32)],
-            )?;
-            q1.launch(stage_b, &[PIPE_ITEMS], &[Arg::read(&a), Arg::write(&b)])?;
-            q0.launch(
-                stage_c,
-                &[PIPE_ITEMS],
-                &[Arg::read_write(&a), Arg::read(&b)],
-            )?;
+            // SAFETY: stage_a touches a[k], k < PIPE_ITEMS, a's length.
+            unsafe {
+                q0.launch(
+                    stage_a,
+                    &[PIPE_ITEMS],
+                    &[Arg::read_write(&a), Arg::scalar(i as u32)],
+                )
+            }?;
+            // SAFETY: stage_b touches a[k] and b[k], k < PIPE_ITEMS, their length, and writes only
+            // b.
+            unsafe { q1.launch(stage_b, &[PIPE_ITEMS], &[Arg::read(&a), Arg::write(&b)]) }?;
+            // SAFETY: stage_c touches a[k] and b[k], k < PIPE_ITEMS, their length, and writes only
+            // a.
+            unsafe {
+                q0.launch(
+                    stage_c,
+                    &[PIPE_ITEMS],
+                    &[Arg::read_write(&a), Arg::read(&b)],
+                )
+            }?;
             let read = q0.read_owned(&a)?;
             q0.flush()?;
             a.release_deferred();

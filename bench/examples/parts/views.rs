@@ -36,16 +36,22 @@ fn views_lib(
         let start = Instant::now();
         match halves {
             Halves::Views => {
-                q0.launch(&lib.spin, &[HALF], &[Arg::write(a), Arg::scalar(iters)])?;
-                q1.launch(&lib.spin, &[HALF], &[Arg::write(b), Arg::scalar(iters)])?;
+                // SAFETY: spin touches a[i], i < HALF, a's length.
+                unsafe { q0.launch(&lib.spin, &[HALF], &[Arg::write(a), Arg::scalar(iters)]) }?;
+                // SAFETY: spin touches b[i], i < HALF, b's length.
+                unsafe { q1.launch(&lib.spin, &[HALF], &[Arg::write(b), Arg::scalar(iters)]) }?;
             }
             Halves::Whole => {
                 for (q, first) in [(q0, 0u32), (q1, HALF as u32)] {
-                    q.launch(
-                        spin_from,
-                        &[HALF],
-                        &[Arg::write(buf), Arg::scalar(first), Arg::scalar(iters)],
-                    )?;
+                    // SAFETY: spin_from touches buf[first + i], i < HALF, first at most HALF:
+                    // inside the 2 * HALF elements of the buffer the one caller passes.
+                    unsafe {
+                        q.launch(
+                            spin_from,
+                            &[HALF],
+                            &[Arg::write(buf), Arg::scalar(first), Arg::scalar(iters)],
+                        )
+                    }?;
                 }
             }
         }
@@ -129,7 +135,8 @@ pub(super) fn views(
 ) -> anyhow::Result<()> {
     let spin_from = busy.kernel("spin_from")?;
     let target = plan.spin / 4;
-    let iters = calibrate(&lib.ctx, &lib.queues[0], &lib.spin, HALF, target)?;
+    // SAFETY: `lib.spin` is busy.cl's spin.
+    let iters = unsafe { calibrate(&lib.ctx, &lib.queues[0], &lib.spin, HALF, target) }?;
     println!("   spin: {iters} iterations for about {target:?} per half");
     let buf = lib.ctx.buffer_from(&vec![1f32; 2 * HALF])?;
     let mem = raw.create_from(&vec![1f32; 2 * HALF])?;
@@ -262,11 +269,14 @@ fn stream_lib(p: &PipeCtx, n: usize) -> anyhow::Result<f64> {
         let mut input = std::mem::take(&mut spare_in[s]);
         produce(&mut input, i);
         slot.input = Some(queue.write_lent(&slot.buf, input)?);
-        queue.launch(
-            &p.increment,
-            &[PIPE_ITEMS],
-            &[Arg::read_write(&slot.buf), Arg::scalar(PIPE_ITEMS as u32)],
-        )?;
+        // SAFETY: increment touches slot.buf[i] only where i < PIPE_ITEMS, its length.
+        unsafe {
+            queue.launch(
+                &p.increment,
+                &[PIPE_ITEMS],
+                &[Arg::read_write(&slot.buf), Arg::scalar(PIPE_ITEMS as u32)],
+            )
+        }?;
         slot.output = Some(queue.read_into(&slot.buf, std::mem::take(&mut spare_out[s]))?);
         queue.flush()?;
         slot.frame = i;
