@@ -520,9 +520,9 @@ impl Writes {
 
     /// Whether `raw` is the event of a write the contents of bytes `span` come from.
     pub(crate) fn holds_in(&self, span: Span, raw: cl_event) -> bool {
-        self.list.iter().any(|(s, w)| {
-            s.overlaps_bytes(span) && matches!(w, Write::Event(e) if e.raw() == raw)
-        })
+        self.list
+            .iter()
+            .any(|(s, w)| s.overlaps_bytes(span) && matches!(w, Write::Event(e) if e.raw() == raw))
     }
 
     /// Those of bytes `span`, for a host read to check once it has ended.

@@ -496,23 +496,31 @@ fn a_failure_kept_for_a_live_buffer_does_not_keep_a_released_buffers_memory() {
     let mut wrong = Vec::new();
     let cases = ["copy", "kernel", "fill after"].into_iter();
     for (what, queue) in cases.flat_map(|what| [(what, &filler), (what, &other)]) {
-        let on = if std::ptr::eq(queue, &filler) { "its queue" } else { "another queue" };
+        let on = if std::ptr::eq(queue, &filler) {
+            "its queue"
+        } else {
+            "another queue"
+        };
         let released = ctx.buffer_from(&[1.0f32; 256]).unwrap();
         let kept = ctx.buffer_from(&[2.0f32; 256]).unwrap();
         let gate = ctx.user_event().unwrap();
         let fill = filler.after(&[gate.event()]).fill(&released, 3.0).unwrap();
         let failing = match what {
             "copy" => queue.copy(&released, &kept),
-            "kernel" => queue.launch(
-                &scale,
-                &[256],
-                &[
-                    Arg::read(&released),
-                    Arg::write(&kept),
-                    Arg::scalar(2.0f32),
-                    Arg::scalar(256u32),
-                ],
-            ),
+            // SAFETY: scale touches element i of both buffers only where i < 256, their
+            // length, and writes only `kept`.
+            "kernel" => unsafe {
+                queue.launch(
+                    &scale,
+                    &[256],
+                    &[
+                        Arg::read(&released),
+                        Arg::write(&kept),
+                        Arg::scalar(2.0f32),
+                        Arg::scalar(256u32),
+                    ],
+                )
+            },
             _ => queue.after(&[&fill]).fill(&kept, 4.0),
         }
         .unwrap();
