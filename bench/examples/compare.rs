@@ -68,7 +68,7 @@
 //!     iteration and peak device bytes per device; without two devices on one platform it
 //!     says so and records nothing.
 //! 12. **View chunks**: host time per `tiny` launch on a view, in gated batches as in 1, on
-//!     the first 16 chunks of a buffer split into 16,384 chunks (each launched once before:
+//!     16 chunks spread over a buffer split into 16,384 (each launched once before:
 //!     16,384 views passed to kernels) against the same launches on a buffer split into 16
 //!     (goal: within 1.2x).
 //! 13. **Pooled views**: a service's loop, 200 iterations: acquire 4 MiB from a `Pool`, run

@@ -28,8 +28,8 @@
 //!    either ordered before it by its in-order queue or has ended already, and is
 //!    dropped (unless it may end late, rule 8).
 //! 6. **Pruning.** Ended events are dropped as new ones arrive, when the set has doubled
-//!    since the last prune, or when as many commands as it held then have been recorded
-//!    since: constant cost per record on average, the set stays within twice its live
+//!    since the last prune, or when as many commands as it held then (at least 256) have
+//!    been recorded since: constant cost per record on average, the set stays within twice its live
 //!    size, and entries that ended are not scanned for ever by each new command (a buffer
 //!    whose 16,384 chunks were each written once, then used through a few: rule 9 leaves
 //!    the others' entries live, and the set never doubles). Asking a driver about an event costs (microseconds on some), so
@@ -241,6 +241,10 @@ impl State {
 /// The smallest size at which a record is pruned.
 const MIN_PRUNE_AT: usize = 16;
 
+/// The fewest records between two prunes that the count of records triggers (rule 6): a
+/// small set that its own commands keep small is not asked about every few commands.
+const PRUNE_EVERY_AT_LEAST: usize = 256;
+
 /// The superseded entries of one lane, oldest first.
 #[derive(Debug)]
 struct LaneShadow<E> {
@@ -293,7 +297,7 @@ impl<E> Default for EventSet<E> {
             shadow: Vec::new(),
             prune_at: MIN_PRUNE_AT,
             pushed: 0,
-            prune_every: MIN_PRUNE_AT,
+            prune_every: PRUNE_EVERY_AT_LEAST,
             by_lane: true,
             until_pending: false,
             next_seq: 0,
@@ -624,7 +628,7 @@ impl<E> EventSet<E> {
         let kept = self.entries.len() + self.shadow_len();
         self.prune_at = (kept * 2).max(MIN_PRUNE_AT);
         self.pushed = 0;
-        self.prune_every = kept.max(MIN_PRUNE_AT);
+        self.prune_every = kept.max(PRUNE_EVERY_AT_LEAST);
     }
 }
 

@@ -418,8 +418,15 @@ pub(super) fn view_chunks(plan: &Plan, lib: &Lib, report: &mut Report) -> anyhow
         few.kept_sub_buffers(),
         many.kept_sub_buffers()
     );
-    // Measured: launches on the first 16 chunks of each, the same work.
-    let timed = [&few_views[..], &many_views[..FEW_CHUNKS]];
+    // Measured: launches on 16 chunks of each, the same work: all of the first buffer's,
+    // and every 1,024th of the second's (spread over it: the last one made among them).
+    let spread: Vec<View<'_, i32>> = many_views
+        .iter()
+        .step_by(MANY_CHUNKS / FEW_CHUNKS)
+        .rev()
+        .copied()
+        .collect();
+    let timed = [&few_views[..], &spread[..]];
     let n = plan.launches;
     for views in timed {
         chunk_launches(lib, views, n)?;
@@ -438,7 +445,7 @@ pub(super) fn view_chunks(plan: &Plan, lib: &Lib, report: &mut Report) -> anyhow
         &samples[1],
         &samples[0],
     );
-    drop((few_views, many_views));
+    drop((few_views, many_views, spread));
     few.release()?;
     many.release()?;
     Ok(())
