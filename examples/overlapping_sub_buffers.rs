@@ -1,6 +1,6 @@
 //! Reproduces, with raw OpenCL calls only, what NVIDIA's driver does with overlapping
 //! sub-buffers, so that it can be told apart from anything this library does: the reason
-//! the library keeps no two overlapping sub-buffers of one buffer (`Error::ViewOverlap`).
+//! the library releases a buffer's sub-buffers newest first.
 //! The library only picks the device and finds the kernel file.
 //!
 //! ```text

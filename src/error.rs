@@ -345,26 +345,15 @@ pub enum Error {
     },
     /// A view passed as a kernel argument starts where the device cannot place a
     /// sub-buffer: its offset in the memory object is not a multiple of the device's
-    /// `CL_DEVICE_MEM_BASE_ADDR_ALIGN`.
+    /// `CL_DEVICE_MEM_BASE_ADDR_ALIGN`. Pass the whole buffer instead, declaring the
+    /// elements the kernel touches ([`Arg::read_range`](crate::Arg::read_range),
+    /// [`Arg::write_range`](crate::Arg::write_range)): any element offset, with the same
+    /// byte-range hazards.
     ViewMisaligned {
         /// The view's start in the memory object, in bytes.
         byte_offset: usize,
         /// The device's alignment, in bytes.
         align: usize,
-    },
-    /// A view passed as a kernel argument overlaps another view of its buffer passed to a
-    /// kernel before, without being the same view or starting where it does and ending
-    /// within it: the views of one buffer passed to kernels must be disjoint (NVIDIA's
-    /// driver does not survive overlapping sub-buffers).
-    ViewOverlap {
-        /// The view's start in its buffer, in bytes.
-        byte_offset: usize,
-        /// The view's length, in bytes.
-        bytes: usize,
-        /// The other view's start, in bytes.
-        other_offset: usize,
-        /// The other view's length, in bytes.
-        other_bytes: usize,
     },
     /// An arena has no room left for a sub-buffer.
     ArenaFull {
@@ -644,21 +633,8 @@ impl fmt::Display for Error {
                 "a view starting at byte {byte_offset} cannot be a kernel argument: the \
                  device places sub-buffers at multiples of CL_DEVICE_MEM_BASE_ADDR_ALIGN, \
                  {align} bytes here (start the view at such a multiple, or pass the whole \
-                 buffer with an offset argument)"
-            ),
-            Error::ViewOverlap {
-                byte_offset,
-                bytes,
-                other_offset,
-                other_bytes,
-            } => write!(
-                f,
-                "a view of bytes {byte_offset}..{} cannot be a kernel argument: it overlaps the \
-                 view of bytes {other_offset}..{} passed to a kernel before (the views of one \
-                 buffer passed to kernels must be disjoint, or the same view, or start where \
-                 an earlier one does and end within it)",
-                byte_offset + bytes,
-                other_offset + other_bytes
+                 buffer with Arg::read_range / Arg::write_range / Arg::read_write_range and \
+                 the range's first element as an argument: any offset, the same hazards)"
             ),
             Error::ArenaFull {
                 requested,

@@ -67,6 +67,15 @@
 //!     flushed first, and each buffer's events waited for before its release. µs per
 //!     iteration and peak device bytes per device; without two devices on one platform it
 //!     says so and records nothing.
+//! 12. **View chunks**: host time per `tiny` launch on a view, in gated batches as in 1, on
+//!     16 chunks spread over a buffer split into 16,384 (each launched once before:
+//!     16,384 views passed to kernels) against the same launches on a buffer split into 16
+//!     (goal: within 1.2x).
+//! 13. **Pooled views**: a service's loop, 200 iterations: acquire 4 MiB from a `Pool`, run
+//!     `spin_from` on each half on its own queue, release; each half a view (`split_at`)
+//!     against the whole buffer with the half's first element as an argument. µs per
+//!     iteration (goal: within 1.05x), memory objects allocated from the driver and peak
+//!     device MiB (goal: equal), each run on a context of its own.
 //!
 //! `CL_LIFETIME_COMPARE_ONLY=7,8` runs only the comparisons it lists (4 also runs 6).
 //!
@@ -88,7 +97,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
-use cl_lifetime::{Arg, ClBuffer, Context, Kernel, PendingRead, Pool, PoolOptions, Queue};
+use cl_lifetime::{Arg, ClBuffer, Context, Kernel, PendingRead, Pool, PoolOptions, Queue, View};
 use opencl3::command_queue::{self as clq, CL_QUEUE_PROPERTIES, CommandQueue};
 use opencl3::event as cle;
 use opencl3::kernel::Kernel as RawKernel;
@@ -195,6 +204,12 @@ fn main() -> anyhow::Result<()> {
     })?;
     section("11. two devices", || {
         two_devices::two_devices(&plan, &mut report)
+    })?;
+    section("12. view chunks", || {
+        views::view_chunks(&plan, &lib, &mut report)
+    })?;
+    section("13. pooled views", || {
+        views::pooled_views(&plan, &lib, &mut report)
     })?;
     ctx.wait_deferred();
 

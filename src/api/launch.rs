@@ -2,6 +2,8 @@
 
 use super::queue::{After, Queue};
 use super::svm::{IntoSvm, SvmBuffer, SvmView};
+use std::ops::RangeBounds;
+
 use super::view::{IntoView, View};
 use crate::error::Result;
 use crate::event::Event;
@@ -22,6 +24,24 @@ fn buffer_arg<'a, T: Pod>(view: View<'a, T>, access: Access) -> Arg<'a> {
         view.region(),
         view.arg_span(),
     )
+}
+
+/// The whole buffer of `buffer`, of which the kernel touches only the elements `range` of
+/// `buffer` with `access`: the record has only their bytes, through the buffer's own
+/// memory object (the *range arguments* rule of [`Arg::read_range`]).
+fn range_arg<'a, T: Pod>(
+    buffer: impl IntoView<'a, T>,
+    range: impl RangeBounds<usize>,
+    access: Access,
+) -> Result<Arg<'a>> {
+    let declared = buffer.into_view().view(range)?;
+    Ok(Arg::block(
+        declared.block(),
+        access,
+        Ty::of::<T>(),
+        None,
+        declared.own_span(),
+    ))
 }
 
 /// What a kernel takes as a pointer argument: a buffer or a [`View`] of one
@@ -62,9 +82,10 @@ impl<'a> Arg<'a> {
     /// element, and its start must be a multiple of the device's
     /// `CL_DEVICE_MEM_BASE_ADDR_ALIGN` (the launch returns
     /// [`Error::ViewMisaligned`](crate::Error::ViewMisaligned) otherwise). The kernel must
-    /// touch only the view's elements (tell it the view's length). The views of one buffer
-    /// passed to kernels must not overlap but as [`View`](crate::View) says
-    /// ([`Error::ViewOverlap`](crate::Error::ViewOverlap) otherwise). A view of shared
+    /// touch only the view's elements (tell it the view's length). Views of one buffer
+    /// passed to kernels may overlap: reads of overlapping views run at once, and a write
+    /// is ordered after every pending command on bytes it overlaps. For a part at any
+    /// element, pass the whole buffer with [`Arg::write_range`]. A view of shared
     /// virtual memory is the address of its first element, with none of these limits: the
     /// kernel may reach anywhere in the allocation from it, and the launch is recorded as
     /// using the whole allocation with the access declared (see [`SvmBuffer`]).
@@ -75,6 +96,99 @@ impl<'a> Arg<'a> {
     /// A buffer (or a view, or shared virtual memory) the kernel reads and writes.
     pub fn read_write<T: Pod>(buffer: impl IntoArg<'a, T>) -> Arg<'a> {
         Arg::write(buffer)
+    }
+
+    /// The whole buffer, of which the kernel only reads the elements `range`: a halo, or a
+    /// part that starts at any element.
+    ///
+    /// # Range arguments
+    ///
+    /// - **The whole buffer, the range's bytes.** The kernel is given the whole buffer
+    ///   (its element 0 is the buffer's first element, also when `buffer` is a
+    ///   [`View`](crate::View)), and the launch is recorded as touching only the elements
+    ///   `range` (counted from the start of `buffer`, as every command's offsets on a view
+    ///   are), with the tracker's byte-range hazards: commands on disjoint ranges do not
+    ///   wait on each other, reads of overlapping ranges run at once, and a write is
+    ///   ordered after every pending command on bytes it overlaps and before later ones.
+    /// - **No sub-buffer.** Nothing is made for it, so it starts at any element (a view
+    ///   passed to a kernel needs an origin at a multiple of the device's
+    ///   `CL_DEVICE_MEM_BASE_ADDR_ALIGN`, [`Error::ViewMisaligned`](crate::Error::ViewMisaligned)),
+    ///   and its commands go through the buffer's own memory object: they are ordered with
+    ///   every command through a view's sub-buffer where one writes, whatever the bytes
+    ///   (OpenCL leaves a buffer and its sub-buffers used at once undefined). A program
+    ///   splitting a buffer between kernels uses ranges for all of them.
+    /// - **The kernel's contract.** The kernel must touch only the elements `range`, and
+    ///   write none of them when passed with `read_range`: this is part of what the
+    ///   caller of the launch vouches for ([`After::launch`]). Pass the range's first
+    ///   element (and its length) as scalar arguments.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClBuffer::view`](crate::ClBuffer::view) for `range`: [`Error::OutOfRange`](crate::Error::OutOfRange),
+    /// [`Error::ReversedRange`](crate::Error::ReversedRange), [`Error::ZeroLength`](crate::Error::ZeroLength).
+    ///
+    /// # Examples
+    ///
+    /// Two kernels on two queues, each reading a halo that overlaps the other's, at an
+    /// offset no device aligns sub-buffers to:
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::Arg;
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let (q0, q1) = (ctx.queue()?, ctx.queue()?);
+    /// let source = "__kernel void sum3(__global const int *x, __global int *y, uint first) {
+    ///     size_t i = first + get_global_id(0); y[i] = x[i - 1] + x[i] + x[i + 1]; }";
+    /// let sum3 = ctx.program_from_source("sum3", source, "")?.kernel("sum3")?;
+    /// let x = ctx.buffer_from(&[1i32; 10])?;
+    /// let y = ctx.buffer_from(&[0i32; 10])?;
+    /// // Elements 1..5 and 5..9 of y, from 0..6 and 4..10 of x.
+    /// for (queue, first) in [(&q0, 1usize), (&q1, 5)] {
+    ///     let args = [
+    ///         Arg::read_range(&x, first - 1..first + 5)?,
+    ///         Arg::write_range(&y, first..first + 4)?,
+    ///         Arg::scalar(first as u32),
+    ///     ];
+    ///     // SAFETY: sum3 reads x[first - 1 + k] for k < 6 and writes y[first + k] for
+    ///     // k < 4: the declared ranges.
+    ///     unsafe { queue.launch(&sum3, &[4], &args) }?;
+    /// }
+    /// assert_eq!(q0.read_owned(&y)?.wait()?, [0, 3, 3, 3, 3, 3, 3, 3, 3, 0]);
+    /// assert!(Arg::read_range(&x, 8..11).is_err()); // past the end
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn read_range<T: Pod>(
+        buffer: impl IntoView<'a, T>,
+        range: impl RangeBounds<usize>,
+    ) -> Result<Arg<'a>> {
+        range_arg(buffer, range, Access::Read)
+    }
+
+    /// The whole buffer, of which the kernel writes (and may read) the elements `range`
+    /// only: as [`Arg::read_range`] says.
+    ///
+    /// # Errors
+    ///
+    /// As [`Arg::read_range`].
+    pub fn write_range<T: Pod>(
+        buffer: impl IntoView<'a, T>,
+        range: impl RangeBounds<usize>,
+    ) -> Result<Arg<'a>> {
+        range_arg(buffer, range, Access::Write)
+    }
+
+    /// The whole buffer, of which the kernel reads and writes the elements `range` only:
+    /// as [`Arg::read_range`] says.
+    ///
+    /// # Errors
+    ///
+    /// As [`Arg::read_range`].
+    pub fn read_write_range<T: Pod>(
+        buffer: impl IntoView<'a, T>,
+        range: impl RangeBounds<usize>,
+    ) -> Result<Arg<'a>> {
+        Arg::write_range(buffer, range)
     }
 }
 
@@ -116,11 +230,14 @@ impl After<'_> {
     ///   has: indices from 0 to below the argument's length, where a view's element 0 is
     ///   the view's first element. A launch of more work items than an argument has
     ///   elements needs a kernel that guards its index (`if (i < n)`, with `n` passed as a
-    ///   scalar);
+    ///   scalar). A buffer passed with a range ([`Arg::read_range`], [`Arg::write_range`],
+    ///   [`Arg::read_write_range`]) arrives whole (element 0 is the buffer's), and the
+    ///   kernel touches only the elements of that range;
     /// - reads and writes shared virtual memory only inside the allocations passed as
     ///   arguments ([`SvmBuffer`] or [`SvmView`], each recorded as its whole allocation),
     ///   whether by index or through pointers stored in the memory;
-    /// - writes only arguments passed with [`Arg::write`] or [`Arg::read_write`]: the
+    /// - writes only arguments passed with [`Arg::write`] or [`Arg::read_write`] (or their
+    ///   `_range` forms, only inside the range): the
     ///   library orders other commands, maps and host reads by the access each argument
     ///   declares, so a write through an [`Arg::read`] argument races with them (and with
     ///   the host slices of a map);

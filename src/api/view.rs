@@ -12,12 +12,14 @@
 //! - **A kernel argument is a sub-buffer.** A view passed to a kernel is a sub-buffer
 //!   starting at its first byte, made once and kept with the buffer
 //!   ([`crate::record::sub`]), whose origin must be a multiple of the device's
-//!   `CL_DEVICE_MEM_BASE_ADDR_ALIGN` ([`Error::ViewMisaligned`] otherwise). The views of
-//!   one buffer passed to kernels must be disjoint, or the same view, or start where an
-//!   earlier one does and end within it (the kernel is then given the earlier, longer
-//!   one, and must touch only the view's elements); any other is refused with
-//!   [`Error::ViewOverlap`], because NVIDIA's driver does not survive overlapping
-//!   sub-buffers. Transfers, maps and commands from other code take any view.
+//!   `CL_DEVICE_MEM_BASE_ADDR_ALIGN` ([`Error::ViewMisaligned`] otherwise). Views of one
+//!   buffer passed to kernels may overlap, as halos do: reads of overlapping views run at
+//!   once, and a command that writes is ordered after every pending command on bytes it
+//!   overlaps (the tracker's *sub-buffers* rule), never refused. A view that starts where
+//!   an earlier one does and ends within it is given the earlier, longer sub-buffer (the
+//!   kernel must touch only the view's elements). A part of a buffer at any element, with
+//!   no sub-buffer, is a range argument ([`Arg::read_range`](crate::Arg::read_range)): the
+//!   whole buffer, with the range's bytes in the record.
 //! - **Through the view's sub-buffer.** OpenCL leaves concurrent use of a buffer and a
 //!   sub-buffer of it undefined where one writes, whatever bytes each touches (the
 //!   tracker's *sub-buffers* rule orders them). So that a transfer on one view need not

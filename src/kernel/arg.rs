@@ -66,10 +66,15 @@ impl fmt::Debug for Arg<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             ArgKind::Buffer(b) => match b.region {
-                None => write!(
+                None if b.span == Span::ALL => write!(
                     f,
                     "Arg::{:?}(buffer {} of {})",
                     b.access, b.block.id, b.ty.rust
+                ),
+                None => write!(
+                    f,
+                    "Arg::{:?}(buffer {} of {}, touching bytes {}..{})",
+                    b.access, b.block.id, b.ty.rust, b.span.start, b.span.end
                 ),
                 Some((origin, bytes)) => write!(
                     f,

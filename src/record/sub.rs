@@ -7,17 +7,18 @@
 //!   part of (an arena's, or the one an adopted sub-buffer came from: OpenCL makes no
 //!   sub-buffer of a sub-buffer), at the view's origin there, which must be a multiple of
 //!   the device's `CL_DEVICE_MEM_BASE_ADDR_ALIGN` ([`Error::ViewMisaligned`]).
-//! - **Disjoint or the same.** The views of one block passed to kernels are disjoint, or
-//!   the same view, or start where a kept one does and end within it (which is then
-//!   given to the kernel: a longer buffer whose first elements are the view's); any
-//!   other view is refused ([`Error::ViewOverlap`]). NVIDIA's driver does not survive
-//!   overlapping sub-buffers: it crashes in `clReleaseMemObject` of one while a newer one
-//!   that a kernel has used lies inside it or across it, and a kernel's writes through a
-//!   sub-buffer made over bytes an earlier, released one overlapped never reach the
-//!   buffer (both seen on an H200, driver 580; the first with raw OpenCL calls too).
+//! - **Any views, overlapping too.** Views of one block passed to kernels may overlap
+//!   (OpenCL allows overlapping sub-buffers: reading them at once is defined, and the
+//!   tracker's *sub-buffers* rule orders by bytes every command through overlapping ones
+//!   where one writes). A view that starts where a kept sub-buffer does and ends within
+//!   it is given that one (a longer buffer whose first elements are the view's); any other
+//!   gets its own.
+//! - **Found by range.** The kept sub-buffers are a map keyed by their region, so finding
+//!   a view's costs the logarithm of their number: a launch or transfer on a view costs
+//!   the same whatever the number of views its block has had.
 //! - **Kept for the owner's life.** A sub-buffer is released only with its block, or when
 //!   the block changes owner (none is made again over the same bytes while its owner
-//!   holds it), so a view launched every frame makes one; the disjoint views of a block
+//!   holds it), so a view launched every frame makes one; the distinct regions launched
 //!   bound their number. A transfer on a view uses the view's kept sub-buffer, and makes
 //!   none.
 //! - **Left behind at a change of owner.** A block handed to a new owner (back to its
@@ -29,13 +30,18 @@
 //! - **None for a refused launch.** A sub-buffer made for a launch that is then refused
 //!   (a mapped buffer, another context's buffer or dependency, a failed dependency, the
 //!   driver) goes again at once, unbound first, unless it was handed to another command
-//!   meanwhile: a refused launch leaves no sub-buffer behind.
+//!   meanwhile or a newer kept one overlaps it (the next rule's order): a refused launch
+//!   leaves no sub-buffer behind but there.
 //! - **Unbound first, newest first.** The block's release, after its wait and before its
-//!   own `clReleaseMemObject`, releases its sub-buffers newest first, each after every
+//!   own `clReleaseMemObject`, releases its sub-buffers newest first (NVIDIA's driver
+//!   crashes releasing a sub-buffer while a newer one that a kernel has used lies inside it
+//!   or across it, and never crashed the other way round: design trap "overlapping
+//!   sub-buffers on NVIDIA"), each after every
 //!   kernel argument holding it has been reset to NULL (a driver that lets a kernel
 //!   argument keep its memory object would release it later, when the argument is next
 //!   set). The block alone holds each, so each goes exactly then.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
@@ -73,13 +79,9 @@ impl SubMem {
         self.id
     }
 
-    fn end(&self) -> usize {
-        self.origin + self.bytes
-    }
-
-    /// Whether it shares a byte with `bytes` at `origin`.
-    fn overlaps(&self, origin: usize, bytes: usize) -> bool {
-        self.origin < origin + bytes && origin < self.end()
+    /// Whether it shares a byte with `other`.
+    fn overlaps(&self, other: &SubMem) -> bool {
+        self.origin < other.origin + other.bytes && other.origin < self.origin + self.bytes
     }
 }
 
@@ -115,9 +117,9 @@ impl Held {
     }
 }
 
-/// A block's sub-buffers, oldest first.
+/// A block's sub-buffers, by region (origin, bytes): the *found by range* rule.
 #[derive(Default)]
-pub(crate) struct Subs(Mutex<Vec<Arc<SubMem>>>);
+pub(crate) struct Subs(Mutex<BTreeMap<(usize, usize), Arc<SubMem>>>);
 
 impl Subs {
     /// The kept sub-buffer for the view of `bytes` at `origin`: the same view, or one that
@@ -141,15 +143,6 @@ impl Subs {
         if let Some(held) = find_kept(&subs, origin, bytes, align)? {
             return Ok(held);
         }
-        // The *disjoint or the same* rule.
-        if let Some(other) = subs.iter().find(|s| s.overlaps(origin, bytes)) {
-            return Err(Error::ViewOverlap {
-                byte_offset: origin,
-                bytes,
-                other_offset: other.origin,
-                other_bytes: other.bytes,
-            });
-        }
         // The *on the root* rule.
         let (root, root_origin) = match ffi::mem_parent(block)? {
             Some((root, offset)) => (root, offset + origin),
@@ -167,28 +160,38 @@ impl Subs {
             root_origin,
             handed: AtomicBool::new(false),
         });
-        subs.push(sub.clone());
+        subs.insert((origin, bytes), sub.clone());
         Ok(Held(sub, true))
     }
 
     /// The *none for a refused launch* rule: takes `held`, made for a launch that was
-    /// refused, out of the kept ones, unless it was handed to another command since.
+    /// refused, out of the kept ones, unless it was handed to another command since or a
+    /// newer kept one overlaps it (released first, it would be released before that one).
     /// Returns it, for the caller to release once the kernel arguments holding it are
-    /// reset.
+    /// reset. Only a refused launch comes here, so the scan for newer ones costs nothing
+    /// on the launch path.
     pub(crate) fn forget_unused(&self, held: &Held) -> Option<Arc<SubMem>> {
         let mut subs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let at = subs.iter().position(|s| Arc::ptr_eq(s, &held.0))?;
-        if subs[at].handed.load(Ordering::Relaxed) {
+        let key = (held.0.origin, held.0.bytes);
+        let kept = subs.get(&key).filter(|s| Arc::ptr_eq(s, &held.0))?;
+        if kept.handed.load(Ordering::Relaxed)
+            || subs
+                .values()
+                .any(|s| s.id > held.0.id && s.overlaps(&held.0))
+        {
             return None;
         }
-        Some(subs.remove(at))
+        subs.remove(&key)
     }
 
     /// Releases every sub-buffer, newest first, each after `unbind` has reset the kernel
     /// arguments holding it (by ID): the *unbound first, newest first* rule. No command
     /// uses any of them any more, and no [`Held`] is left (a view borrows its buffer).
     pub(crate) fn clear(&mut self, unbind: &dyn Fn(u64)) {
-        let subs = self.0.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let subs = std::mem::take(self.0.get_mut().unwrap_or_else(PoisonError::into_inner));
+        let mut subs: Vec<Arc<SubMem>> = subs.into_values().collect();
+        // IDs grow with each one made: the newest has the largest.
+        subs.sort_unstable_by_key(|s| s.id);
         while let Some(sub) = subs.pop() {
             unbind(sub.id);
             drop(sub);
@@ -259,17 +262,15 @@ impl Deferred for LeftBehind {
 
 /// The kept sub-buffer that starts at `origin` and holds `bytes` from it, checked against
 /// `align`.
+/// The shortest of them: the first key from `(origin, bytes)` on, if it starts at `origin`.
 fn find_kept(
-    subs: &[Arc<SubMem>],
+    subs: &BTreeMap<(usize, usize), Arc<SubMem>>,
     origin: usize,
     bytes: usize,
     align: usize,
 ) -> Result<Option<Held>> {
-    match subs
-        .iter()
-        .find(|s| s.origin == origin && s.end() >= origin + bytes)
-    {
-        Some(sub) => {
+    match subs.range((origin, bytes)..=(origin, usize::MAX)).next() {
+        Some((_, sub)) => {
             check_align(sub.root_origin, align)?;
             sub.handed.store(true, Ordering::Relaxed);
             Ok(Some(Held(sub.clone(), false)))

@@ -28,8 +28,11 @@
 //!    either ordered before it by its in-order queue or has ended already, and is
 //!    dropped (unless it may end late, rule 8).
 //! 6. **Pruning.** Ended events are dropped as new ones arrive, when the set has doubled
-//!    since the last prune: constant cost per record on average, and the set stays within
-//!    twice its live size. Asking a driver about an event costs (microseconds on some), so
+//!    since the last prune, or when as many commands as it held then (at least 256) have
+//!    been recorded since: constant cost per record on average, the set stays within twice its live
+//!    size, and entries that ended are not scanned for ever by each new command (a buffer
+//!    whose 16,384 chunks were each written once, then used through a few: rule 9 leaves
+//!    the others' entries live, and the set never doubles). Asking a driver about an event costs (microseconds on some), so
 //!    the superseded entries of an in-order queue are not asked about one by one: a
 //!    command of such a queue completes only after every older one has ended, so when
 //!    one has completed (not failed) every older entry of its queue goes unasked, and the
@@ -238,6 +241,10 @@ impl State {
 /// The smallest size at which a record is pruned.
 const MIN_PRUNE_AT: usize = 16;
 
+/// The fewest records between two prunes that the count of records triggers (rule 6): a
+/// small set that its own commands keep small is not asked about every few commands.
+const PRUNE_EVERY_AT_LEAST: usize = 256;
+
 /// The superseded entries of one lane, oldest first.
 #[derive(Debug)]
 struct LaneShadow<E> {
@@ -272,6 +279,9 @@ pub struct EventSet<E> {
     /// Kept per lane, each lane's entries oldest first (rule 6 bisects them).
     shadow: Vec<LaneShadow<E>>,
     prune_at: usize,
+    /// Rule 6: records since the last prune, and how many prune the set again.
+    pushed: usize,
+    prune_every: usize,
     /// Rule 6: whether pruning may trust queue order (see [`EventSet::prune_each`]).
     by_lane: bool,
     /// Rule 6: without that trust, whether an in-order queue's superseded entries are
@@ -286,6 +296,8 @@ impl<E> Default for EventSet<E> {
             entries: Vec::new(),
             shadow: Vec::new(),
             prune_at: MIN_PRUNE_AT,
+            pushed: 0,
+            prune_every: PRUNE_EVERY_AT_LEAST,
             by_lane: true,
             until_pending: false,
             next_seq: 0,
@@ -512,7 +524,10 @@ impl<E> EventSet<E> {
                 }
             }
         }
-        if self.entries.len() + self.shadow_len() >= self.prune_at {
+        self.pushed += 1;
+        if self.entries.len() + self.shadow_len() >= self.prune_at
+            || self.pushed >= self.prune_every
+        {
             self.prune(state);
         }
         let seq = self.take_seq();
@@ -610,7 +625,10 @@ impl<E> EventSet<E> {
         if self.shadow.len() > 4 {
             self.shadow.retain(|group| !group.entries.is_empty());
         }
-        self.prune_at = ((self.entries.len() + self.shadow_len()) * 2).max(MIN_PRUNE_AT);
+        let kept = self.entries.len() + self.shadow_len();
+        self.prune_at = (kept * 2).max(MIN_PRUNE_AT);
+        self.pushed = 0;
+        self.prune_every = kept.max(PRUNE_EVERY_AT_LEAST);
     }
 }
 

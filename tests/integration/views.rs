@@ -661,82 +661,291 @@ isolated_test! {
     }
 }
 
+/// Views passed to kernels may overlap (they were refused with `Error::ViewOverlap` against
+/// every view ever launched, issue 50): kernels writing views across each other, on two
+/// queues, are ordered by their bytes and lose no write. A view that starts where a kept
+/// one does and ends within it is given that one.
 #[test]
-fn a_kernel_on_a_view_across_another_one_passed_to_kernels_is_refused_and_loses_nothing() {
+fn kernels_writing_views_across_each_other_on_two_queues_are_ordered_and_lose_nothing() {
     let ctx = device!();
-    let queue = ctx.queue().unwrap();
+    let queues = [ctx.queue().unwrap(), ctx.queue().unwrap()];
     let increment = common::busy(&ctx).kernel("increment").unwrap();
     let u = unit(&ctx);
     let buf = ctx.buffer_from(&vec![0i32; 4 * u]).unwrap();
-    let (a, b) = (buf.view(0..2 * u).unwrap(), buf.view(u..3 * u).unwrap());
-    // SAFETY: increment touches a[i] only where i < 2 * u, a's length.
-    unsafe {
-        queue.launch(
-            &increment,
-            &[2 * u],
-            &[Arg::read_write(a), Arg::scalar(2 * u as u32)],
-        )
+    let b = buf.view(u..3 * u).unwrap();
+    let views = [
+        buf.view(0..2 * u).unwrap(),
+        b,
+        buf.view(0..3 * u).unwrap(),
+        buf.view(0..u).unwrap(),
+    ];
+    for (k, view) in views.into_iter().enumerate() {
+        // SAFETY: increment touches the view's element i only where i < n, its length.
+        unsafe {
+            queues[k % 2].launch(
+                &increment,
+                &[view.len()],
+                &[Arg::read_write(view), Arg::scalar(view.len() as u32)],
+            )
+        }
+        .unwrap();
+    }
+    // The last one took the kept sub-buffer of 0..2u.
+    assert_eq!(buf.kept_sub_buffers(), 3);
+    // Transfers take any view.
+    queues[0].fill(b, 5).unwrap();
+    let mut expected = vec![3i32; u];
+    expected.extend(vec![5; 2 * u]);
+    expected.extend(vec![0; u]);
+    assert_eq!(common::contents(&queues[1], &buf), expected);
+}
+
+/// A halo: two read-only views that overlap (elements `0..3u` and `2u..5u`, `u` the
+/// device's sub-buffer alignment in elements), each read by a kernel on its own queue.
+/// OpenCL defines reading overlapping sub-buffers at once, so the second runs while the
+/// first waits behind a closed gate (it was refused with `Error::ViewOverlap`, issue 50).
+#[test]
+fn overlapping_read_only_views_launched_at_once_on_two_queues_run_without_waiting() {
+    let ctx = device!();
+    if !gates_work(&ctx) {
+        return;
+    }
+    let (first, second) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let axpy = ctx
+        .program("schedule.cl", "")
+        .unwrap()
+        .kernel("axpy_int")
+        .unwrap();
+    let u = unit(&ctx);
+    let x = ctx
+        .buffer_from(&(0..5 * u as i32).collect::<Vec<_>>())
+        .unwrap();
+    let (low, high) = (x.view(0..3 * u).unwrap(), x.view(2 * u..5 * u).unwrap());
+    let (y_low, y_high) = (
+        ctx.buffer_from(&vec![0i32; 3 * u]).unwrap(),
+        ctx.buffer_from(&vec![0i32; 3 * u]).unwrap(),
+    );
+    let copy = |view, y| {
+        [
+            Arg::read(view),
+            Arg::read_write(y),
+            Arg::scalar(1i32),
+            Arg::scalar(3 * u as u32),
+        ]
+    };
+    let gate = ctx.user_event().unwrap();
+    // SAFETY: axpy_int touches element i of the view and of y_low only where i < n = 3u, their length.
+    let gated = unsafe {
+        first
+            .after(&[gate.event()])
+            .launch(&axpy, &[3 * u], &copy(low, &y_low))
     }
     .unwrap();
-    let recorded = buf.record_len();
-    // SAFETY: refused for the overlap; increment would touch i < 2 * u of b's 2 * u.
-    let err = unsafe {
-        queue.launch(
-            &increment,
-            &[2 * u],
-            &[Arg::read_write(b), Arg::scalar(2 * u as u32)],
-        )
-    }
-    .unwrap_err();
-    let (start, len) = (u * size_of::<i32>(), 2 * u * size_of::<i32>());
+    // SAFETY: axpy_int touches element i of the view and of y_high only where i < n = 3u, their length.
+    let other = unsafe { second.launch(&axpy, &[3 * u], &copy(high, &y_high)) }.unwrap();
+    second.flush().unwrap();
     assert!(
-        matches!(
-            err,
-            Error::ViewOverlap { byte_offset, bytes, other_offset: 0, other_bytes }
-                if byte_offset == start && bytes == len && other_bytes == len
-        ),
-        "{err:?}"
+        common::eventually(|| other.is_terminal()),
+        "a read of an overlapping view waited for a gated read"
     );
-    assert!(err.to_string().contains("disjoint"), "{err}");
-    assert_eq!(
-        buf.record_len(),
-        recorded,
-        "the refused launch was recorded"
+    assert!(
+        !gated.is_terminal(),
+        "the gated launch ran before its gate opened"
     );
-    // Longer from the same start: refused too. Shorter: given the kept one.
-    assert!(matches!(
-        // SAFETY: refused for the overlap; increment would touch i < u of the view's 3 * u.
-        unsafe {
-            queue.launch(
-                &increment,
-                &[u],
-                &[
-                    Arg::read_write(buf.view(0..3 * u).unwrap()),
-                    Arg::scalar(u as u32),
-                ],
-            )
-        },
-        Err(Error::ViewOverlap { .. })
-    ));
-    // SAFETY: increment touches the view's element i only where i < u, its length.
-    unsafe {
-        queue.launch(
-            &increment,
-            &[u],
+    gate.complete().unwrap();
+    gated.wait().unwrap();
+    let all: Vec<i32> = (0..5 * u as i32).collect();
+    assert_eq!(common::contents(&first, &y_low), all[..3 * u]);
+    assert_eq!(common::contents(&first, &y_high), all[2 * u..]);
+    assert_eq!(x.kept_sub_buffers(), 2);
+}
+
+/// A kernel writing a view that overlaps a view a gated kernel reads, on another queue, is
+/// ordered after the read, not refused (it was `Error::ViewOverlap`, issue 50): the read
+/// sees the elements they share as they were before the write.
+#[test]
+fn a_write_view_overlapping_a_pending_read_view_is_ordered_after_it() {
+    let ctx = device!();
+    if !gates_work(&ctx) {
+        return;
+    }
+    let (first, second) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let axpy = ctx
+        .program("schedule.cl", "")
+        .unwrap()
+        .kernel("axpy_int")
+        .unwrap();
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let u = unit(&ctx);
+    let before: Vec<i32> = (0..5 * u as i32).collect();
+    let x = ctx.buffer_from(&before).unwrap();
+    let (read, write) = (x.view(0..3 * u).unwrap(), x.view(2 * u..5 * u).unwrap());
+    let y = ctx.buffer_from(&vec![0i32; 3 * u]).unwrap();
+    let gate = ctx.user_event().unwrap();
+    // SAFETY: axpy_int touches element i of both arguments only where i < n = 3u, their length.
+    let gated = unsafe {
+        first.after(&[gate.event()]).launch(
+            &axpy,
+            &[3 * u],
             &[
-                Arg::read_write(buf.view(0..u).unwrap()),
-                Arg::scalar(u as u32),
+                Arg::read(read),
+                Arg::read_write(&y),
+                Arg::scalar(1i32),
+                Arg::scalar(3 * u as u32),
             ],
         )
     }
     .unwrap();
-    assert_eq!(buf.kept_sub_buffers(), 1);
-    // Transfers take any view.
-    queue.fill(b, 5).unwrap();
-    let mut expected = vec![2i32; u];
-    expected.extend(vec![5; 2 * u]);
-    expected.extend(vec![0; u]);
-    assert_eq!(common::contents(&queue, &buf), expected);
+    // SAFETY: increment touches the view's element i only where i < n = 3u, its length.
+    let writer = unsafe {
+        second.launch(
+            &increment,
+            &[3 * u],
+            &[Arg::read_write(write), Arg::scalar(3 * u as u32)],
+        )
+    }
+    .unwrap();
+    second.flush().unwrap();
+    assert!(
+        !writer.is_terminal(),
+        "the overlapping write ran before the gated read"
+    );
+    gate.complete().unwrap();
+    writer.wait().unwrap();
+    assert!(gated.is_terminal());
+    assert_eq!(
+        common::contents(&second, &y),
+        before[..3 * u],
+        "the read saw the later write"
+    );
+    let mut after = before.clone();
+    after[2 * u..].iter_mut().for_each(|v| *v += 1);
+    assert_eq!(common::contents(&second, &x), after);
+}
+
+/// `add_from(data, first, c)`: `data[first + i] += c`; `copy_from(x, y, first)`:
+/// `y[first + i] = x[first + i]`: kernels given whole buffers and the first element.
+const FROM: &str = "
+__kernel void add_from(__global int *data, const uint first, const int c) {
+    size_t i = first + get_global_id(0); data[i] += c; }
+__kernel void copy_from(__global const int *x, __global int *y, const uint first) {
+    size_t i = first + get_global_id(0); y[i] = x[i]; }";
+
+/// A range argument (`Arg::write_range` / `read_range`: the whole buffer, with the declared
+/// elements in the record) starts at any element, 3 here (12 bytes, off every device's
+/// sub-buffer alignment), makes no sub-buffer, and has hazards per range: a launch on the
+/// next elements and a read of the elements before run while a gated launch on the range
+/// waits; a kernel reading elements across it, and a read of them, wait for it.
+#[test]
+fn a_range_argument_at_an_unaligned_element_offset_works_and_its_hazards_are_per_range() {
+    let ctx = device!();
+    if !gates_work(&ctx) {
+        return;
+    }
+    let (first, second) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+    let program = ctx.program_from_source("from", FROM, "").unwrap();
+    let (add, copy) = (
+        program.kernel("add_from").unwrap(),
+        program.kernel("copy_from").unwrap(),
+    );
+    let x = ctx.buffer_from(&[10i32; 16]).unwrap();
+    let y = ctx.buffer_from(&[0i32; 16]).unwrap();
+    let gate = ctx.user_event().unwrap();
+    // SAFETY: add_from touches data[3 + i], i < 4: elements 3..7 of x, the declared range.
+    let gated = unsafe {
+        first.after(&[gate.event()]).launch(
+            &add,
+            &[4],
+            &[
+                Arg::write_range(&x, 3..7).unwrap(),
+                Arg::scalar(3u32),
+                Arg::scalar(1i32),
+            ],
+        )
+    }
+    .unwrap();
+    // Disjoint: these do not wait for the gated launch.
+    // SAFETY: add_from touches data[7 + i], i < 4: elements 7..11 of x, the declared range.
+    let next = unsafe {
+        second.launch(
+            &add,
+            &[4],
+            &[
+                Arg::read_write_range(&x, 7..11).unwrap(),
+                Arg::scalar(7u32),
+                Arg::scalar(2i32),
+            ],
+        )
+    }
+    .unwrap();
+    let head = second.read_owned(x.view(0..3).unwrap()).unwrap();
+    second.flush().unwrap();
+    assert!(
+        common::eventually(|| next.is_terminal() && head.event().is_terminal()),
+        "a launch or a read on other elements waited for the gated range"
+    );
+    assert!(!gated.is_terminal(), "the gated launch ran before its gate");
+    assert_eq!(head.wait().unwrap(), [10; 3]);
+    // Across the gated range: they wait.
+    // SAFETY: copy_from touches x[5 + i] and y[5 + i], i < 4: elements 5..9, the declared ranges.
+    let across = unsafe {
+        second.launch(
+            &copy,
+            &[4],
+            &[
+                Arg::read_range(&x, 5..9).unwrap(),
+                Arg::write_range(&y, 5..9).unwrap(),
+                Arg::scalar(5u32),
+            ],
+        )
+    }
+    .unwrap();
+    let read = second.read_owned(x.view(6..8).unwrap()).unwrap();
+    second.flush().unwrap();
+    assert!(
+        !across.is_terminal(),
+        "a kernel reading across the range ran first"
+    );
+    assert!(
+        !read.event().is_terminal(),
+        "a read across the range ran first"
+    );
+    gate.complete().unwrap();
+    assert_eq!(read.wait().unwrap(), [11, 12]);
+    let mut expected_x = [10i32; 16];
+    expected_x[3..7].fill(11);
+    expected_x[7..11].fill(12);
+    assert_eq!(common::contents(&first, &x), expected_x);
+    let mut expected_y = [0i32; 16];
+    expected_y[5..9].copy_from_slice(&expected_x[5..9]);
+    assert_eq!(common::contents(&first, &y), expected_y);
+    assert_eq!((x.kept_sub_buffers(), y.kept_sub_buffers()), (0, 0));
+    // A range is checked as a view's is.
+    assert!(matches!(
+        Arg::read_range(&x, 14..17),
+        Err(Error::OutOfRange {
+            transfer: Transfer::View,
+            ..
+        })
+    ));
+    assert!(matches!(Arg::write_range(&x, 4..4), Err(Error::ZeroLength)));
+    // Of a view: counted from the view's start; the kernel is given the whole buffer.
+    let tail = x.view(8..).unwrap();
+    // SAFETY: add_from touches data[9 + i], i < 2: elements 9..11 of x, the tail's 1..3.
+    unsafe {
+        first.launch(
+            &add,
+            &[2],
+            &[
+                Arg::write_range(tail, 1..3).unwrap(),
+                Arg::scalar(9u32),
+                Arg::scalar(5i32),
+            ],
+        )
+    }
+    .unwrap();
+    expected_x[9..11].iter_mut().for_each(|v| *v += 5);
+    assert_eq!(common::contents(&first, &x), expected_x);
 }
 
 /// A copy whose source and destination are overlapping bytes of one buffer (through the

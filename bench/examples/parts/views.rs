@@ -1,5 +1,6 @@
-//! Comparisons 9 and 10 of `compare.rs`: views of a buffer, and a streaming pipeline with a
-//! host check of every frame. Included by `compare.rs` (`#[path]`), not an example of its
+//! Comparisons 9, 10, 12 and 13 of `compare.rs`: views of a buffer, a streaming pipeline
+//! with a host check of every frame, launches on views of a buffer split into many chunks,
+//! and a pooled service splitting each buffer into views. Included by `compare.rs` (`#[path]`), not an example of its
 //! own.
 
 use super::*;
@@ -368,5 +369,213 @@ pub(super) fn streaming(plan: &Plan, raw: &Raw, report: &mut Report) -> anyhow::
         &samples[0],
         true,
     );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// 12. Launches on views of a buffer that has had many.
+// ---------------------------------------------------------------------------------------
+
+/// Chunks of the baseline's buffer, and of the measured one.
+const FEW_CHUNKS: usize = 16;
+const MANY_CHUNKS: usize = 16_384;
+
+/// µs per `tiny` launch on `views` (in turn), in gated batches of [`BATCH`], `n` in all:
+/// the host's enqueue path alone, as in comparison 1.
+fn chunk_launches(lib: &Lib, views: &[View<'_, i32>], n: usize) -> anyhow::Result<f64> {
+    let queue = &lib.queues[0];
+    let mut total = Duration::ZERO;
+    let (mut left, mut next) = (n, 0);
+    while left > 0 {
+        let batch = left.min(BATCH);
+        left -= batch;
+        let gate = lib.ctx.user_event()?;
+        // SAFETY: tiny touches element i of the view for i below the work size, its length.
+        unsafe {
+            queue.after(&[gate.event()]).launch(
+                &lib.tiny,
+                &[views[0].len()],
+                &[Arg::read_write(views[0])],
+            )
+        }?;
+        let start = Instant::now();
+        for _ in 0..batch {
+            let view = views[next % views.len()];
+            next += 1;
+            // SAFETY: tiny touches element i of the view for i below the work size, its length.
+            unsafe { queue.launch(&lib.tiny, &[view.len()], &[Arg::read_write(view)]) }?;
+        }
+        total += start.elapsed();
+        gate.complete()?;
+        lib_finish(queue)?;
+    }
+    Ok(total.as_secs_f64() * 1e6 / n as f64)
+}
+
+pub(super) fn view_chunks(plan: &Plan, lib: &Lib, report: &mut Report) -> anyhow::Result<()> {
+    // One chunk: the device's sub-buffer alignment, in i32s (each chunk's origin must be a
+    // multiple of it).
+    let chunk = (lib.ctx.device().base_addr_align_bytes() as usize / size_of::<i32>()).max(1);
+    let few = lib.ctx.buffer::<i32>(FEW_CHUNKS * chunk)?;
+    let many = lib.ctx.buffer::<i32>(MANY_CHUNKS * chunk)?;
+    fn chunks(buf: &ClBuffer<i32>, chunk: usize) -> anyhow::Result<Vec<View<'_, i32>>> {
+        (0..buf.len() / chunk)
+            .map(|c| Ok(buf.view(c * chunk..(c + 1) * chunk)?))
+            .collect()
+    }
+    let (few_views, many_views) = (chunks(&few, chunk)?, chunks(&many, chunk)?);
+    // Every chunk launched once: the buffers have had 16 and 16,384 views passed to kernels.
+    chunk_launches(lib, &few_views, FEW_CHUNKS)?;
+    chunk_launches(lib, &many_views, MANY_CHUNKS)?;
+    println!(
+        "   {chunk} i32s per chunk; sub-buffers kept: {} and {}",
+        few.kept_sub_buffers(),
+        many.kept_sub_buffers()
+    );
+    // Measured: launches on 16 chunks of each, the same work: all of the first buffer's,
+    // and every 1,024th of the second's (spread over it: the last one made among them).
+    let spread: Vec<View<'_, i32>> = many_views
+        .iter()
+        .step_by(MANY_CHUNKS / FEW_CHUNKS)
+        .rev()
+        .copied()
+        .collect();
+    let timed = [&few_views[..], &spread[..]];
+    let n = plan.launches;
+    for views in timed {
+        chunk_launches(lib, views, n)?;
+    }
+    let mut samples = [Vec::new(), Vec::new()];
+    interleave_with(plan.reps, &[0usize, 1], |v| {
+        samples[v].push(chunk_launches(lib, timed[v], n)?);
+        Ok(())
+    })?;
+    report.cost(
+        "12 view chunks",
+        "cl-lifetime launch on a view of a buffer split into 16,384 chunks",
+        "the same launch on a buffer split into 16 chunks",
+        "µs per launch",
+        "µs",
+        &samples[1],
+        &samples[0],
+    );
+    drop((few_views, many_views, spread));
+    few.release()?;
+    many.release()?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// 13. A pooled service that splits each buffer into views.
+// ---------------------------------------------------------------------------------------
+
+/// f32 elements of a service buffer (4 MiB).
+const SERVICE_LEN: usize = (4 << 20) / size_of::<f32>();
+
+/// The figures of one run of the service.
+struct Service {
+    /// µs per iteration.
+    us: f64,
+    /// Memory objects allocated from the driver.
+    allocations: f64,
+    /// The context's peak device bytes, in MiB.
+    peak_mib: f64,
+}
+
+/// `n` iterations of the service pattern, on a context of its own (so that its memory
+/// figures are the run's): acquire 4 MiB from a `Pool`, run `spin_from` (one iteration)
+/// on each half on its own queue, then release the buffer (back to the pool with its
+/// commands' events, which the next owner's commands wait on); both queues finished
+/// before the clock stops. Each half is a view (`split_at`) or, for the baseline, the whole buffer
+/// with the half's first element as an argument.
+fn service(device: &cl_lifetime::Device, halves: Halves, n: usize) -> anyhow::Result<Service> {
+    let ctx = Context::new(device)?;
+    let queues = [ctx.queue()?, ctx.queue()?];
+    let spin_from = ctx.program("busy.cl", "")?.kernel("spin_from")?;
+    let pool = Pool::new(&ctx, PoolOptions::default())?;
+    let half = SERVICE_LEN / 2;
+    let start = Instant::now();
+    for _ in 0..n {
+        let buf = pool.acquire::<f32>(SERVICE_LEN)?;
+        match halves {
+            Halves::Views => {
+                let (a, b) = buf.split_at(half)?;
+                for (queue, view) in queues.iter().zip([a, b]) {
+                    // SAFETY: spin_from touches data[0 + i] for i < half, the view's length.
+                    unsafe {
+                        queue.launch(
+                            &spin_from,
+                            &[half],
+                            &[Arg::read_write(view), Arg::scalar(0u32), Arg::scalar(1u32)],
+                        )
+                    }?;
+                }
+            }
+            Halves::Whole => {
+                for (queue, first) in queues.iter().zip([0u32, half as u32]) {
+                    // SAFETY: spin_from touches data[first + i] for i < half: the half of the buffer from first.
+                    unsafe {
+                        queue.launch(
+                            &spin_from,
+                            &[half],
+                            &[Arg::read_write(&buf), Arg::scalar(first), Arg::scalar(1u32)],
+                        )
+                    }?;
+                }
+            }
+        }
+        buf.release()?;
+    }
+    for queue in &queues {
+        queue.finish()?;
+    }
+    let us = start.elapsed().as_secs_f64() * 1e6 / n as f64;
+    let stats = ctx.memory_stats();
+    Ok(Service {
+        us,
+        allocations: stats.driver_allocations as f64,
+        peak_mib: stats.peak_bytes as f64 / (1 << 20) as f64,
+    })
+}
+
+pub(super) fn pooled_views(plan: &Plan, lib: &Lib, report: &mut Report) -> anyhow::Result<()> {
+    const N: usize = 200;
+    let device = lib.ctx.device();
+    // Warm-up: the program's build, the heap.
+    service(device, Halves::Views, 4)?;
+    service(device, Halves::Whole, 4)?;
+    let mut samples: [Vec<Service>; 2] = [Vec::new(), Vec::new()];
+    interleave_with(plan.reps, &[0usize, 1], |v| {
+        let halves = if v == 0 { Halves::Views } else { Halves::Whole };
+        samples[v].push(service(device, halves, N)?);
+        Ok(())
+    })?;
+    const VARIANT: &str = "cl-lifetime Pool, each 4 MiB buffer split into two views (split_at) \
+        on two queues, 200 iterations";
+    const BASELINE: &str = "the same, the whole buffer and each half's first element";
+    let pick = |v: usize, f: fn(&Service) -> f64| samples[v].iter().map(f).collect::<Vec<_>>();
+    for (metric, unit, f) in [
+        (
+            "µs per iteration",
+            "µs",
+            (|s: &Service| s.us) as fn(&Service) -> f64,
+        ),
+        (
+            "memory objects allocated from the driver",
+            "allocations",
+            |s| s.allocations,
+        ),
+        ("peak device MiB", "MiB", |s| s.peak_mib),
+    ] {
+        report.cost(
+            "13 pooled views",
+            VARIANT,
+            BASELINE,
+            metric,
+            unit,
+            &pick(0, f),
+            &pick(1, f),
+        );
+    }
     Ok(())
 }
