@@ -1346,8 +1346,10 @@ fn random_views_run() {
         assert_eq!(
             ps.pooled_blocks,
             unused,
-            "{}: {ps:?} {ms:?}",
-            at(step, what)
+            "{}: the pool holds {} unused blocks, the model {unused} (every pooled buffer \
+             released goes back, whatever views of it went to kernels): {ps:?} {ms:?}",
+            at(step, what),
+            ps.pooled_blocks
         );
         let live: u64 = held
             .iter()
