@@ -1100,6 +1100,8 @@ fn random_views_run() {
                 let len = u * rng.between(1, 4);
                 let carved = held.iter().any(|h| h.from == From::Arena);
                 if !carved && rng.chance(30) {
+                    // A carve released deferred keeps the arena busy until it is done.
+                    ctx.wait_deferred();
                     a.reset().unwrap();
                 } else if held.len() < 12 {
                     match a.carve::<i32>(len) {
@@ -1335,10 +1337,6 @@ fn random_views_run() {
             }
             _ => {}
         }
-        if step % 50 == 49 {
-            ctx.wait_deferred();
-            deferred = 0;
-        }
         // The ledger against the model, at every step.
         let ms = ctx.memory_stats();
         let ps = pool.stats();
@@ -1369,6 +1367,10 @@ fn random_views_run() {
             at(step, what),
             ms.peak_bytes
         );
+        if step % 50 == 49 {
+            ctx.wait_deferred();
+            deferred = 0;
+        }
     }
     for h in held.drain(..) {
         let check = h
