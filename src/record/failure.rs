@@ -4,8 +4,10 @@
 use super::history::Writes;
 use crate::core::gates::failures_possible;
 use crate::error::{Error, Result};
-use crate::event::Event;
+use crate::event::{Event, EventInner};
 use crate::status::{CommandKind, ExecStatus, Status};
+use std::ptr;
+use std::sync::{Arc, Weak};
 
 /// At most this many failures of one buffer are kept for its release report.
 pub(crate) const MAX_FAILURES: usize = 64;
@@ -49,17 +51,42 @@ pub(crate) fn failure_of(event: &Event) -> Option<FailedCommand> {
     }
 }
 
-/// Adds the failure of `event`, if it failed, to `failed` (up to [`MAX_FAILURES`]).
-/// Returns whether it failed.
-pub(crate) fn collect(failed: &mut Vec<FailedCommand>, event: &Event) -> bool {
-    match failure_of(event) {
-        Some(failure) => {
-            if failed.len() < MAX_FAILURES {
-                failed.push(failure);
+/// The failed commands of one buffer, for its release report: each once, though a command
+/// that touched two ranges of the buffer is recorded there twice (the *two ranges* rule of
+/// [`super::submit`]), and may be asked about under each.
+#[derive(Default)]
+pub(crate) struct Failures {
+    list: Vec<FailedCommand>,
+    /// The events of `list`, weakly: their handles are let go of as usual, and the
+    /// address of each stays theirs while it is here, so that it names them alone.
+    events: Vec<Weak<EventInner>>,
+}
+
+impl Failures {
+    /// Adds the failure of `event`, if it failed and is not here yet (up to
+    /// [`MAX_FAILURES`]). Returns whether it failed.
+    pub(crate) fn collect(&mut self, event: &Event) -> bool {
+        match failure_of(event) {
+            Some(failure) => {
+                let inner = Arc::as_ptr(&event.inner);
+                let known = self.events.iter().any(|e| ptr::eq(e.as_ptr(), inner));
+                if !known && self.list.len() < MAX_FAILURES {
+                    self.list.push(failure);
+                    self.events.push(Arc::downgrade(&event.inner));
+                }
+                true
             }
-            true
+            None => false,
         }
-        None => false,
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// The failures, oldest first.
+    pub(crate) fn into_list(self) -> Vec<FailedCommand> {
+        self.list
     }
 }
 

@@ -5,7 +5,7 @@
 use std::any::Any;
 use std::sync::{Mutex, TryLockError};
 
-use super::failure::{self, FailedCommand};
+use super::failure::{self, FailedCommand, Failures};
 use crate::core::gates;
 use crate::core::pins::LetGo;
 use crate::error::{Error, Result};
@@ -50,6 +50,9 @@ pub(crate) struct Recorded {
     pub(crate) host: bool,
     /// The bytes it touched (the tracker's *byte ranges* rule).
     pub(crate) span: Span,
+    /// Whether a failure had been seen in the context when it was enqueued (the *every
+    /// failure reported* rule then keeps every command it supersedes).
+    pub(crate) failure_seen: bool,
 }
 
 /// The size at which the *every failure reported* rule first asks about the commands it
@@ -66,7 +69,7 @@ pub(crate) struct Record {
     /// The failure epoch this record last looked at.
     seen_failures: u64,
     mapped: Mapped,
-    failed: Vec<FailedCommand>,
+    failed: Failures,
     /// A recorded command was seen to fail (the *shadow* rule then trusts no cover until the
     /// shadow has drained).
     saw_failure: bool,
@@ -151,11 +154,11 @@ impl Record {
     /// failed event itself goes when its last handle does: the event keeps its own
     /// dependencies, and is kept past its last handle while they may still notify it
     /// (design trap "PoCL's failed-event notify list"; see [`crate::event`]).
-    fn ended(e: &Event, failed: &mut Vec<FailedCommand>, saw: &mut bool) -> State {
+    fn ended(e: &Event, failed: &mut Failures, saw: &mut bool) -> State {
         // An unreadable status counts as failed: nothing can wait on it either.
         let state = e.state();
         if state == State::Failed {
-            *saw |= failure::collect(failed, e);
+            *saw |= failed.collect(e);
         }
         state
     }
@@ -184,13 +187,14 @@ impl Record {
             replaces,
             host,
             span,
+            failure_seen,
         } = how;
         self.trust_queue_order(failures_possible);
         if access == Access::Write {
             self.record_write(&event, failures_possible, replaces, span);
         }
         if failures_possible && !had_wait_list {
-            self.keep_unasked(lane, access, span);
+            self.keep_unasked(lane, access, span, failure_seen);
         }
         let (failed, saw) = (&mut self.failed, &mut self.saw_failure);
         let state = |e: &Event| Self::ended(e, failed, saw);
@@ -215,7 +219,7 @@ impl Record {
     /// The *every failure reported* rule: the entries a command with no wait list, `access`
     /// on `lane`, supersedes and the tracker drops unasked (its rule 5: they are ordered
     /// before it or have ended; rule 8 keeps what may end late), kept until seen ended.
-    fn keep_unasked(&mut self, lane: Lane, access: Access, span: Span) {
+    fn keep_unasked(&mut self, lane: Lane, access: Access, span: Span, failure_seen: bool) {
         // What was kept before and has ended goes, its failure kept, once the list has
         // doubled since it was last asked about.
         if self.unasked.len() >= self.unasked_prune_at.max(UNASKED_FIRST_PRUNE) {
@@ -224,13 +228,16 @@ impl Record {
                 .retain(|e| !Self::ended(e, failed, saw).has_ended());
             self.unasked_prune_at = 2 * self.unasked.len();
         }
-        // A command of this in-order queue that could fail only by following a failed
-        // command before it is not kept: that command, or the first such, is (and this
-        // command itself fails with it, and is recorded).
+        // Until a failure has been seen in the context, a command of this in-order queue
+        // that could fail only by following a failed command before it is not kept: the
+        // new command, enqueued behind it before the failure, fails with it and is
+        // recorded. Once one has been seen, the new command may have been enqueued after
+        // the failure ended it, and run: every command it supersedes is kept, since the
+        // one that failed first may have touched another buffer only.
         let dropped = |e: &&Entry<Event>| {
             !e.late
                 && span.contains(e.span)
-                && (e.lane != lane || !lane.in_order || e.event.may_fail_alone())
+                && (failure_seen || e.lane != lane || !lane.in_order || e.event.may_fail_alone())
                 && match access {
                     Access::Write => true,
                     Access::Read => lane.in_order && e.lane == lane && e.access == Access::Read,
@@ -304,7 +311,7 @@ impl Record {
     /// Forgets the failures of an earlier owner (a pool block changing hands), and the
     /// events that have ended, so none of them reaches the new owner's report.
     pub(crate) fn forget_failures(&mut self) {
-        self.failed.clear();
+        self.failed = Failures::default();
         self.saw_failure = false;
         self.writes = Writes::default();
         self.unasked.clear();
@@ -341,7 +348,7 @@ impl Record {
     /// host memory, each once; the events kept by the *every failure reported* rule (they
     /// end before those, so the release asks them after its wait, without waiting on
     /// them); and the failures kept so far.
-    pub(crate) fn take_for_release(&mut self) -> (Vec<Event>, Vec<Event>, Vec<FailedCommand>) {
+    pub(crate) fn take_for_release(&mut self) -> (Vec<Event>, Vec<Event>, Failures) {
         let mut events: Vec<Event> = self.events.take().into_iter().map(|e| e.event).collect();
         events.extend(self.host.iter().map(|(e, _)| e.clone()));
         events.sort_by_key(|e| e.raw() as usize);

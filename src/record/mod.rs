@@ -33,10 +33,14 @@
 //! - **Every failure reported.** Once a failure is possible, the commands the tracker lets
 //!   go of unasked (superseded by a command with an empty wait list: ordered before it by
 //!   their queue, or already ended, a failed one included) are kept until seen ended, so
-//!   the report lists every failed command the buffer saw (a command of the same in-order
-//!   queue that could fail only by following a failed one before it is represented by the
-//!   first that failed, and by the newest, which failed with it)
-//!   (`release::a_failed_command_superseded_by_a_write_from_another_queue_is_in_the_release_report`).
+//!   the report lists every failed command that touched the buffer, through a view or not
+//!   (`release::a_failed_command_superseded_by_a_write_from_another_queue_is_in_the_release_report`,
+//!   `failures::every_failed_command_that_touched_a_buffer_through_a_view_or_not_is_in_its_release_report`).
+//!   Until a failure has been seen in the context, a command of the superseding command's
+//!   in-order queue that could fail only by following a failed one before it is not kept:
+//!   the superseding command, enqueued behind it, fails with it and is reported. Once one
+//!   has been seen, every superseded command is kept: the command that failed first may
+//!   have touched another buffer only, and the superseding one may run.
 //! - **Lent host memory.** Host memory lent to a non-blocking command is kept alive until
 //!   the command ends, and no longer: it goes at the next command or prune on the buffer
 //!   after the command has ended, and at the latest after the release's wait (design trap
@@ -66,7 +70,8 @@
 //!   ranges* rule): each write is kept with the bytes it wrote until a later write holds
 //!   all of them (a failed one until a write of the whole buffer), and a command is refused
 //!   only for a failed write of bytes it reads: a read of one half of a buffer is not
-//!   refused for a failed write of the other half. On a driver whose failures echo on their queue (NVIDIA), a command that
+//!   refused for a failed write of the other half, nor a read of a copy's source for the
+//!   failure of a copy within the buffer (its *two ranges* rule: [`submit`]). On a driver whose failures echo on their queue (NVIDIA), a command that
 //!   followed a failed one on its queue counts as failed ([`crate::core::echo`]).
 //! - **Failure, not the event.** A write kept for the *failed write* rule is kept as its
 //!   failure (its command kind and status) once it is seen failed, not as its event: on

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::block::{Block, Home, Memory};
-use super::failure::{self, FailedCommand};
+use super::failure::FailedCommand;
 use crate::core::context::{ContextCore, svm_calls};
 use crate::core::gates::OpenGates;
 use crate::core::reaper::{Deferred, Step, held_for_reuse};
@@ -168,7 +168,7 @@ impl Block {
 
         stages.mark("wait");
         for event in events.iter().chain(&unasked) {
-            failure::collect(&mut failed, event);
+            failed.collect(event);
         }
         drop(unasked);
         record.released();
@@ -244,7 +244,7 @@ impl Block {
         let report = ReleaseReport {
             waited_on: raws.len(),
             waited,
-            failed,
+            failed: failed.into_list(),
             freed: report_freed,
             free_wait: Duration::ZERO,
             recycled: false,

@@ -10,6 +10,14 @@
 //!   buffer-ID order, from before the wait list is computed until the new event is
 //!   recorded, so the order of the records is the order of the enqueues, whatever the
 //!   threads do (the *lock order* of [`crate::record`]).
+//! - **Two ranges.** A command that touches one buffer twice (a copy within it, a kernel
+//!   given two views of it) keeps each range that shares no byte with the other apart: it
+//!   waits on the hazards of each range with that range's access, and is recorded once per
+//!   range, so that a copy from elements 0..2 onto 14..16 is a read of 0..2 and a write of
+//!   14..16, not a write of 0..16, and when it fails it leaves only 14..16 to the *failed
+//!   write* rule of [`crate::record`]
+//!   (`failures::a_failed_command_that_touched_two_ranges_refuses_only_the_bytes_it_wrote`).
+//!   Its failure is reported once ([`super::failure::Failures`]).
 //! - **Hazards and dependencies.** The wait list is the buffers' hazards (the
 //!   [`tracker`](crate::tracker)'s *hazards* and *same-queue elision* rules: read after
 //!   write, write after read or write, nothing from the command's own in-order queue),
@@ -144,15 +152,51 @@ impl<'a> Touch<'a> {
     }
 }
 
+/// One range of a buffer a command touches, and how: what the *two ranges* rule keeps
+/// apart for a command that touches one buffer twice.
+#[derive(Clone, Copy)]
+struct Part {
+    access: Access,
+    reads: bool,
+    covers: bool,
+    span: Span,
+}
+
+impl Part {
+    fn of(touch: &Touch<'_>) -> Part {
+        Part {
+            access: touch.access,
+            reads: touch.reads,
+            covers: touch.covers,
+            span: touch.span,
+        }
+    }
+
+    /// `other` as well: the stronger access, the hull of the bytes.
+    fn merge(&mut self, other: Part) {
+        if other.access == Access::Write {
+            self.access = Access::Write;
+        }
+        self.reads |= other.reads;
+        self.covers |= other.covers;
+        self.span = self.span.hull(other.span);
+    }
+}
+
 /// A record locked for one command.
 struct Locked<'a> {
     block: &'a Block,
+    /// The buffer's touches together: the stronger access, the hull of their bytes (for
+    /// the mapping check, the zero fill and the trace).
     access: Access,
     map: MapStep,
     reads: bool,
     covers: bool,
     host: bool,
     span: Span,
+    /// The touches that share no byte, each recorded with its own access and bytes (the
+    /// *two ranges* rule); one for a buffer touched once.
+    parts: inline::List<Part>,
     record: MutexGuard<'a, Record>,
     /// The *zeroed before read* rule's fill of this (fresh) buffer, enqueued for this
     /// command and not yet recorded.
@@ -387,6 +431,7 @@ impl Submit<'_> {
                 replaces: true,
                 host: false,
                 span: Span::ALL,
+                failure_seen: self.queue.ctx.gates.failure_seen(),
             };
             l.record.record(how, event, false, failures_possible());
             l.record.fresh = false;
@@ -417,6 +462,18 @@ impl Submit<'_> {
                     last.covers |= touch.covers;
                     last.host |= touch.host;
                     last.span = last.span.hull(touch.span);
+                    // The *two ranges* rule: a touch that shares bytes with a part joins
+                    // it; one that shares none is a part of its own.
+                    let part = Part::of(touch);
+                    let joined = last
+                        .parts
+                        .iter_mut()
+                        .find(|p| p.span.overlaps_bytes(part.span));
+                    if let Some(joined) = joined {
+                        joined.merge(part);
+                    } else {
+                        last.parts.push(part);
+                    }
                 }
                 _ => locked.push(Locked {
                     block: touch.block,
@@ -426,6 +483,11 @@ impl Submit<'_> {
                     covers: touch.covers,
                     host: touch.host,
                     span: touch.span,
+                    parts: {
+                        let mut parts = inline::List::new();
+                        parts.push(Part::of(touch));
+                        parts
+                    },
                     record: touch.block.lock_record(),
                     zero: None,
                 }),
@@ -447,10 +509,13 @@ impl Submit<'_> {
     ) -> Result<()> {
         for l in locked.iter() {
             l.record.check_map(l.access, l.map)?;
-            // The failed write rule: nothing reads data whose write failed.
+            // The failed write rule: nothing reads data whose write failed, range by range
+            // (a copy within the buffer reads its source only).
             if failures_possible && l.reads {
-                if let Some(failed) = l.record.failed_write(l.span) {
-                    return Err(failed.into());
+                for part in l.parts.iter().filter(|p| p.reads) {
+                    if let Some(failed) = l.record.failed_write(part.span) {
+                        return Err(failed.into());
+                    }
                 }
             }
         }
@@ -476,7 +541,7 @@ impl Submit<'_> {
         for l in locked.iter_mut() {
             self.gather_hazards(l, failure_seen, failures_possible, gathered)?;
         }
-        if locked.len() > 1 || !self.deps.is_empty() {
+        if locked.len() > 1 || !self.deps.is_empty() || locked.iter().any(|l| l.parts.len() > 1) {
             gathered.wait.sort_dedup();
         }
         Ok(())
@@ -491,14 +556,30 @@ impl Submit<'_> {
         failures_possible: bool,
         gathered: &mut Gathered,
     ) -> Result<()> {
-        gathered.unelided += l
-            .record
-            .events()
-            .hazards_without_elision_in(l.access, l.span);
         let after_failure = l.record.after_failure() || failure_seen;
-        let record: &Record = &l.record;
-        let reads = l.reads;
-        let span = l.span;
+        for part in l.parts.iter() {
+            self.gather_part_hazards(&l.record, *part, after_failure, failures_possible, gathered)?;
+        }
+        Ok(())
+    }
+
+    /// [`Submit::gather_hazards`] for one range the command touches (the *two ranges*
+    /// rule).
+    fn gather_part_hazards(
+        &self,
+        record: &Record,
+        part: Part,
+        after_failure: bool,
+        failures_possible: bool,
+        gathered: &mut Gathered,
+    ) -> Result<()> {
+        let Part {
+            access,
+            reads,
+            span,
+            ..
+        } = part;
+        gathered.unelided += record.events().hazards_without_elision_in(access, span);
         // The failed write rule for a write that has ended: a reader of what it wrote is
         // refused if it failed.
         let refuse_failed_write = |entry: &Entry<Event>| -> Result<()> {
@@ -528,11 +609,11 @@ impl Submit<'_> {
         let events = record.events();
         if after_failure {
             events
-                .hazards_after_failure_in(l.access, l.span)
+                .hazards_after_failure_in(access, span)
                 .try_for_each(&mut add)
         } else {
             events
-                .hazards_in(self.queue.lane, l.access, l.span)
+                .hazards_in(self.queue.lane, access, span)
                 .try_for_each(&mut add)?;
             if failures_possible && reads {
                 // The *inputs produced* rule: the writes this command reads that its
@@ -541,7 +622,7 @@ impl Submit<'_> {
                 // that runs a command behind a failed one and reports both complete
                 // (Intel's CPU runtime) reports no stale result as success.
                 for entry in events
-                    .ordered_by_queue_in(self.queue.lane, l.access, l.span)
+                    .ordered_by_queue_in(self.queue.lane, access, span)
                     .filter(|e| e.access == Access::Write)
                 {
                     if entry.event.is_terminal() {
@@ -582,6 +663,7 @@ impl Submit<'_> {
         failures_possible: bool,
         mut writer: Option<&mut Writes>,
     ) {
+        let failure_seen = failures_possible && self.queue.ctx.gates.failure_seen();
         for l in locked.iter_mut() {
             self.record_zero(l);
             // Enqueued: a fresh buffer it writes all of is no longer fresh (the *zeroed
@@ -590,15 +672,20 @@ impl Submit<'_> {
             if let Some(writer) = writer.as_deref_mut() {
                 *writer = l.record.writes().only(l.span);
             }
-            let how = Recorded {
-                lane: self.queue.lane,
-                access: l.access,
-                replaces: l.covers || l.reads,
-                host: l.host,
-                span: l.span,
-            };
-            l.record
-                .record(how, event.clone(), had_wait_list, failures_possible);
+            // The *two ranges* rule: each range with its own access, so that a failed
+            // copy within the buffer is a failed write of its destination only.
+            for part in l.parts.iter() {
+                let how = Recorded {
+                    lane: self.queue.lane,
+                    access: part.access,
+                    replaces: part.covers || part.reads,
+                    host: l.host,
+                    span: part.span,
+                    failure_seen,
+                };
+                l.record
+                    .record(how, event.clone(), had_wait_list, failures_possible);
+            }
             l.record.apply_map(l.map);
             census::record_reached(l.record.events().len());
         }

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use cl_lifetime::{Arg, CommandKind, Context, Error, Queue, Status};
+use cl_lifetime::{Arg, ClBuffer, CommandKind, Context, Error, Queue, Status};
 
 use crate::common::{self, CHILD_LIMIT, eventually};
 
@@ -672,6 +672,113 @@ isolated_test! {
             let pending = reader.read_owned(&buf).unwrap();
             gate.fail(CANCELLED).unwrap();
             names_the_failed_fill(pending.wait());
+        }
+    }
+}
+
+/// Reads elements `range` of `buf` on `queue`, waiting for them.
+fn read_range(
+    queue: &Queue,
+    buf: &ClBuffer<u32>,
+    range: std::ops::Range<usize>,
+) -> Result<Vec<u32>, Error> {
+    queue.read_owned_range(buf, range).and_then(|r| r.wait())
+}
+
+fn names_the_failed_copy(result: Result<impl std::fmt::Debug, Error>) {
+    match result {
+        Err(Error::DependencyFailed {
+            command: CommandKind::Copy,
+            ..
+        }) => {}
+        other => panic!("expected DependencyFailed naming the copy, got {other:?}"),
+    }
+}
+
+isolated_test! {
+    /// A copy from elements 0..2 onto 14..16 of one buffer reads 0..2 and writes 14..16:
+    /// when it fails, reads of its source and of the elements it never touched (2..14)
+    /// succeed, whether enqueued before it failed (they never wait on it) or after, on
+    /// its queue or another; only a read of 14..16 is refused, naming it.
+    fn a_failed_command_that_touched_two_ranges_refuses_only_the_bytes_it_wrote() {
+        let ctx = device!();
+        let (queue, other_queue) = queues(&ctx);
+        let data: Vec<u32> = (0..16).collect();
+        let buf = ctx.buffer_from(&data).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let copy = queue
+            .after(&[gate.event()])
+            .copy_range(&buf, 0, &buf, 14, 2)
+            .unwrap();
+        if !common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            // Enqueued while the copy waits: they end before its gate is set.
+            let source = other_queue.read_owned_range(&buf, 0..2).unwrap();
+            let untouched = other_queue.read_owned_range(&buf, 2..14).unwrap();
+            other_queue.flush().unwrap();
+            assert!(
+                eventually(|| source.event().is_terminal() && untouched.event().is_terminal()),
+                "a read of the copy's source or of elements it never touched waited on it"
+            );
+            assert_eq!(source.wait().unwrap(), data[0..2]);
+            assert_eq!(untouched.wait().unwrap(), data[2..14]);
+        }
+        gate.fail(CANCELLED).unwrap();
+        assert!(copy.wait().is_err(), "the copy behind a failed gate succeeded");
+        for reader in [&queue, &other_queue] {
+            assert_eq!(read_range(reader, &buf, 0..2).unwrap(), data[0..2]);
+            assert_eq!(read_range(reader, &buf, 2..14).unwrap(), data[2..14]);
+            names_the_failed_copy(read_range(reader, &buf, 14..16));
+            names_the_failed_copy(read_range(reader, &buf, 13..15));
+        }
+        // The same through views of each end.
+        let view = buf.view(0..8).unwrap();
+        assert_eq!(reader_of(&other_queue, view), data[0..8]);
+        names_the_failed_copy(other_queue.read_owned(buf.view(8..).unwrap()).and_then(|r| r.wait()));
+        let report = buf.release().unwrap();
+        assert_eq!(report.failed.len(), 1, "{report:?}");
+    }
+}
+
+fn reader_of(queue: &Queue, view: cl_lifetime::View<'_, u32>) -> Vec<u32> {
+    queue
+        .read_owned(view)
+        .and_then(|r| r.wait())
+        .expect("a read of the view")
+}
+
+isolated_test! {
+    /// A copy that read a buffer and failed is in that buffer's release report, whether it
+    /// read all of it or a view, and whatever came after it on its queue: here it failed
+    /// by following a failed fill of another buffer on its in-order queue, and a read of
+    /// the whole buffer on that queue, enqueued once the failure was seen, superseded it.
+    fn every_failed_command_that_touched_a_buffer_through_a_view_or_not_is_in_its_release_report() {
+        let ctx = device!();
+        let u = common::sub_buffer_unit(&ctx);
+        for through in ["the whole buffer", "a view"] {
+            let queue = ctx.queue().unwrap();
+            let b = ctx.buffer_from(&vec![3u32; 2 * u]).unwrap();
+            let dst = ctx.buffer_from(&vec![4u32; 2 * u]).unwrap();
+            let other = ctx.buffer_from(&vec![5u32; 2 * u]).unwrap();
+            let gate = ctx.user_event().unwrap();
+            queue.after(&[gate.event()]).fill(&other, 1).unwrap();
+            let copy = match through {
+                "a view" => queue.copy(b.view(0..u).unwrap(), &dst),
+                _ => queue.copy(&b, &dst),
+            }
+            .unwrap();
+            gate.fail(CANCELLED).unwrap();
+            // Intel's CPU runtime runs a command behind a failed one (design trap "Intel
+            // runs a command behind a failed one"): then the copy did not fail.
+            let copy_failed = copy.wait().is_err();
+            drop(copy);
+            assert_eq!(common::contents(&queue, &b), vec![3; 2 * u], "{through}");
+            let report = b.release().unwrap();
+            let failed: Vec<_> = report.failed.iter().map(|f| f.command).collect();
+            let expected: &[CommandKind] = if copy_failed { &[CommandKind::Copy] } else { &[] };
+            assert_eq!(failed, expected, "{through}: {report:?}");
+            let report = dst.release().unwrap();
+            assert_eq!(report.failed.len(), usize::from(copy_failed), "{through}: {report:?}");
+            assert_eq!(other.release().unwrap().failed.len(), 1, "{through}");
         }
     }
 }

@@ -348,11 +348,9 @@ impl Kind {
 
     /// The elements the command reads, per buffer, as the library tracks them: a kernel
     /// and a whole copy touch the whole buffer, a range command or a map its range, and a
-    /// copy within one buffer the span from the first element it touches to the last (the
-    /// library records one range per buffer and command).
+    /// copy within one buffer its source range only (the record's *two ranges* rule).
     fn read_ranges(&self, len: usize) -> Vec<(usize, Range<usize>)> {
         match *self {
-            Kind::CopyRange { src, dst, .. } if src == dst => self.copy_within_one_buffer(),
             Kind::CopyRange {
                 src,
                 src_at,
@@ -379,7 +377,6 @@ impl Kind {
                 vec![(b, at..at + n)]
             }
             Kind::FillRange { b, ref range, .. } => vec![(b, range.clone())],
-            Kind::CopyRange { src, dst, .. } if src == dst => self.copy_within_one_buffer(),
             Kind::CopyRange {
                 dst,
                 dst_at,
@@ -392,21 +389,6 @@ impl Kind {
                 .map(|b| (b, view.clone()))
                 .collect(),
             _ => self.writes().into_iter().map(|b| (b, 0..len)).collect(),
-        }
-    }
-
-    /// A copy within one buffer, as the library records it: read and written from the
-    /// first element it touches to the last.
-    fn copy_within_one_buffer(&self) -> Vec<(usize, Range<usize>)> {
-        match *self {
-            Kind::CopyRange {
-                src,
-                src_at,
-                dst_at,
-                len,
-                ..
-            } => vec![(src, src_at.min(dst_at)..src_at.max(dst_at) + len)],
-            _ => unreachable!("not a copy_range"),
         }
     }
 
