@@ -1237,411 +1237,419 @@ fn random_views_with_pools_arenas_resize_and_svm_match_a_host_model() {
         &test_path!(random_views_with_pools_arenas_resize_and_svm_match_a_host_model),
         common::CHILD_LIMIT,
         &[],
-        random_views_run,
-    );
-}
+        || {
+            use cl_lifetime::{Pool, PoolOptions, SvmKind};
+            use std::collections::HashMap;
 
-fn random_views_run() {
-    use cl_lifetime::{Pool, PoolOptions, SvmKind};
-    use std::collections::HashMap;
-
-    let ctx = device!();
-    let seed = std::env::var(VIEWS_SEED_VAR)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        });
-    let steps = std::env::var(VIEWS_STEPS_VAR)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(VIEWS_DEFAULT_STEPS);
-    eprintln!("random views seed: {seed} (rerun with {VIEWS_SEED_VAR}={seed})");
-    let started = std::time::Instant::now();
-    let mut rng = common::Rng(seed);
-    let u = unit(&ctx);
-    let queues = [ctx.queue().unwrap(), ctx.queue().unwrap()];
-    let increment = common::busy(&ctx).kernel("increment").unwrap();
-    // A threshold no run reaches: every pooled block goes back to its pool.
-    let pool = Pool::new(&ctx, PoolOptions::default().release_threshold(1 << 30)).unwrap();
-    let arena_bytes = 32 * u * size_of::<i32>();
-    let mut arena = Some(Arena::new(&ctx, arena_bytes).unwrap());
-    let svm_works = ctx.svm::<i32>(u, SvmKind::Coarse).is_ok();
-    let mut held: Vec<Modelled> = Vec::new();
-    let mut svms: Vec<ModelledSvm> = Vec::new();
-    // Unused blocks the pool must hold, by size class (bytes).
-    let mut pooled: HashMap<usize, usize> = HashMap::new();
-    // Bytes released deferred (or left by a resize) since the last `wait_deferred`.
-    let mut deferred = 0u64;
-    // The peak so far (the probe of SVM support above included).
-    let start_peak = ctx.memory_stats().peak_bytes;
-    let (mut low_peak, mut high_peak) = (start_peak, start_peak);
-    let mut counts = [0usize; 16];
-    let at = |step: usize, what: &str| format!("seed {seed}, step {step} ({what})");
-
-    for step in 0..steps {
-        let qi = rng.below(2);
-        let q = &queues[qi];
-        let op = rng.below(16);
-        counts[op] += 1;
-        let before = ctx.memory_stats();
-        let mut what = "";
-        match op {
-            // A buffer from the context, zeroed.
-            0 if held.len() < 12 => {
-                what = "context buffer";
-                let len = u * rng.between(1, 6);
-                let buf = ctx.buffer::<i32>(len).unwrap();
-                let ms = ctx.memory_stats();
-                assert_eq!(
-                    ms.driver_allocations + ms.reclaimed,
-                    before.driver_allocations + before.reclaimed + 1,
-                    "{}: {ms:?}",
-                    at(step, what)
-                );
-                held.push(Modelled {
-                    buf,
-                    from: From::Context,
-                    model: vec![0; len],
+            let ctx = device!();
+            let seed = std::env::var(VIEWS_SEED_VAR)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| {
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_nanos() as u64)
+                        .unwrap_or(1)
                 });
-            }
-            // A buffer from the pool, filled at once (it may hold an old owner's data).
-            1 | 2 if held.len() < 12 => {
-                what = "pool acquire";
-                let len = u * [2, 4, 4, 8][rng.below(4)];
-                let buf = pool.acquire::<i32>(len).unwrap();
-                let ms = ctx.memory_stats();
-                let class = buf.block_bytes();
-                let unused = pooled.entry(class).or_default();
-                if *unused > 0 {
-                    *unused -= 1;
-                    assert_eq!(
-                        (ms.reuses, ms.driver_allocations),
-                        (before.reuses + 1, before.driver_allocations),
-                        "{}: the pool holds an unused block of {class} bytes, yet this \
-                         acquire did not reuse it: {ms:?}",
-                        at(step, what)
-                    );
-                } else {
-                    assert_eq!(ms.reuses, before.reuses, "{}: {ms:?}", at(step, what));
-                }
-                let value = rng.next() as i32;
-                q.fill(&buf, value).unwrap();
-                held.push(Modelled {
-                    buf,
-                    from: From::Pool,
-                    model: vec![value; len],
-                });
-            }
-            // A carve of the arena, zeroed; or a reset once nothing carved is alive.
-            3 => {
-                what = "arena";
-                let a = arena.as_mut().unwrap();
-                let len = u * rng.between(1, 4);
-                let carved = held.iter().any(|h| h.from == From::Arena);
-                if !carved && rng.chance(30) {
-                    // A carve released deferred keeps the arena busy until it is done.
-                    ctx.wait_deferred();
-                    a.reset().unwrap();
-                } else if held.len() < 12 {
-                    match a.carve::<i32>(len) {
-                        Ok(buf) => held.push(Modelled {
+            let steps = std::env::var(VIEWS_STEPS_VAR)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(VIEWS_DEFAULT_STEPS);
+            eprintln!("random views seed: {seed} (rerun with {VIEWS_SEED_VAR}={seed})");
+            let started = std::time::Instant::now();
+            let mut rng = common::Rng(seed);
+            let u = unit(&ctx);
+            let queues = [ctx.queue().unwrap(), ctx.queue().unwrap()];
+            let increment = common::busy(&ctx).kernel("increment").unwrap();
+            // A threshold no run reaches: every pooled block goes back to its pool.
+            let pool = Pool::new(&ctx, PoolOptions::default().release_threshold(1 << 30)).unwrap();
+            let arena_bytes = 32 * u * size_of::<i32>();
+            let mut arena = Some(Arena::new(&ctx, arena_bytes).unwrap());
+            let svm_works = ctx.svm::<i32>(u, SvmKind::Coarse).is_ok();
+            let mut held: Vec<Modelled> = Vec::new();
+            let mut svms: Vec<ModelledSvm> = Vec::new();
+            // Unused blocks the pool must hold, by size class (bytes).
+            let mut pooled: HashMap<usize, usize> = HashMap::new();
+            // Bytes released deferred (or left by a resize) since the last `wait_deferred`.
+            let mut deferred = 0u64;
+            // The peak so far (the probe of SVM support above included).
+            let start_peak = ctx.memory_stats().peak_bytes;
+            let (mut low_peak, mut high_peak) = (start_peak, start_peak);
+            let mut counts = [0usize; 16];
+            let at = |step: usize, what: &str| format!("seed {seed}, step {step} ({what})");
+
+            for step in 0..steps {
+                let qi = rng.below(2);
+                let q = &queues[qi];
+                let op = rng.below(16);
+                counts[op] += 1;
+                let before = ctx.memory_stats();
+                let mut what = "";
+                match op {
+                    // A buffer from the context, zeroed.
+                    0 if held.len() < 12 => {
+                        what = "context buffer";
+                        let len = u * rng.between(1, 6);
+                        let buf = ctx.buffer::<i32>(len).unwrap();
+                        let ms = ctx.memory_stats();
+                        assert_eq!(
+                            ms.driver_allocations + ms.reclaimed,
+                            before.driver_allocations + before.reclaimed + 1,
+                            "{}: {ms:?}",
+                            at(step, what)
+                        );
+                        held.push(Modelled {
                             buf,
-                            from: From::Arena,
+                            from: From::Context,
                             model: vec![0; len],
-                        }),
-                        Err(Error::ArenaFull { .. }) => {}
-                        Err(e) => panic!("{}: {e}", at(step, what)),
+                        });
                     }
-                }
-            }
-            // A kernel on each half of a buffer through `split_at`, one per queue: the
-            // frame service's pattern.
-            4 | 5 if !held.is_empty() => {
-                what = "kernels on both halves";
-                let pick = rng.below(held.len());
-                let h = &mut held[pick];
-                let units = h.buf.len() / u;
-                if units >= 2 {
-                    let mid = u * rng.between(1, units - 1);
-                    let (low, high) = h.buf.split_at(mid).unwrap();
-                    for (k, (view, range)) in [(low, 0..mid), (high, mid..h.buf.len())]
-                        .into_iter()
-                        .enumerate()
-                    {
-                        launch_increment(&queues[(qi + k) % 2], &increment, view, &at(step, what));
-                        h.model[range]
+                    // A buffer from the pool, filled at once (it may hold an old owner's data).
+                    1 | 2 if held.len() < 12 => {
+                        what = "pool acquire";
+                        let len = u * [2, 4, 4, 8][rng.below(4)];
+                        let buf = pool.acquire::<i32>(len).unwrap();
+                        let ms = ctx.memory_stats();
+                        let class = buf.block_bytes();
+                        let unused = pooled.entry(class).or_default();
+                        if *unused > 0 {
+                            *unused -= 1;
+                            assert_eq!(
+                                (ms.reuses, ms.driver_allocations),
+                                (before.reuses + 1, before.driver_allocations),
+                                "{}: the pool holds an unused block of {class} bytes, yet this \
+                         acquire did not reuse it: {ms:?}",
+                                at(step, what)
+                            );
+                        } else {
+                            assert_eq!(ms.reuses, before.reuses, "{}: {ms:?}", at(step, what));
+                        }
+                        let value = rng.next() as i32;
+                        q.fill(&buf, value).unwrap();
+                        held.push(Modelled {
+                            buf,
+                            from: From::Pool,
+                            model: vec![value; len],
+                        });
+                    }
+                    // A carve of the arena, zeroed; or a reset once nothing carved is alive.
+                    3 => {
+                        what = "arena";
+                        let a = arena.as_mut().unwrap();
+                        let len = u * rng.between(1, 4);
+                        let carved = held.iter().any(|h| h.from == From::Arena);
+                        if !carved && rng.chance(30) {
+                            // A carve released deferred keeps the arena busy until it is done.
+                            ctx.wait_deferred();
+                            a.reset().unwrap();
+                        } else if held.len() < 12 {
+                            match a.carve::<i32>(len) {
+                                Ok(buf) => held.push(Modelled {
+                                    buf,
+                                    from: From::Arena,
+                                    model: vec![0; len],
+                                }),
+                                Err(Error::ArenaFull { .. }) => {}
+                                Err(e) => panic!("{}: {e}", at(step, what)),
+                            }
+                        }
+                    }
+                    // A kernel on each half of a buffer through `split_at`, one per queue: the
+                    // frame service's pattern.
+                    4 | 5 if !held.is_empty() => {
+                        what = "kernels on both halves";
+                        let pick = rng.below(held.len());
+                        let h = &mut held[pick];
+                        let units = h.buf.len() / u;
+                        if units >= 2 {
+                            let mid = u * rng.between(1, units - 1);
+                            let (low, high) = h.buf.split_at(mid).unwrap();
+                            for (k, (view, range)) in [(low, 0..mid), (high, mid..h.buf.len())]
+                                .into_iter()
+                                .enumerate()
+                            {
+                                launch_increment(
+                                    &queues[(qi + k) % 2],
+                                    &increment,
+                                    view,
+                                    &at(step, what),
+                                );
+                                h.model[range]
+                                    .iter_mut()
+                                    .for_each(|x| *x = x.wrapping_add(1));
+                            }
+                        }
+                    }
+                    // A kernel on an aligned view.
+                    6 if !held.is_empty() => {
+                        what = "kernel on a view";
+                        let pick = rng.below(held.len());
+                        let h = &mut held[pick];
+                        let units = h.buf.len() / u;
+                        let start = u * rng.below(units);
+                        let end = u * rng.between(start / u + 1, units);
+                        let view = h.buf.view(start..end).unwrap();
+                        launch_increment(q, &increment, view, &at(step, what));
+                        h.model[start..end]
                             .iter_mut()
                             .for_each(|x| *x = x.wrapping_add(1));
                     }
-                }
-            }
-            // A kernel on an aligned view.
-            6 if !held.is_empty() => {
-                what = "kernel on a view";
-                let pick = rng.below(held.len());
-                let h = &mut held[pick];
-                let units = h.buf.len() / u;
-                let start = u * rng.below(units);
-                let end = u * rng.between(start / u + 1, units);
-                let view = h.buf.view(start..end).unwrap();
-                launch_increment(q, &increment, view, &at(step, what));
-                h.model[start..end]
-                    .iter_mut()
-                    .for_each(|x| *x = x.wrapping_add(1));
-            }
-            // A fill of any range, through a view or not.
-            7 if !held.is_empty() => {
-                what = "fill";
-                let pick = rng.below(held.len());
-                let h = &mut held[pick];
-                let len = h.buf.len();
-                let start = rng.below(len);
-                let end = rng.between(start + 1, len);
-                let value = rng.next() as i32;
-                if rng.chance(50) {
-                    q.fill(h.buf.view(start..end).unwrap(), value).unwrap();
-                } else {
-                    q.fill_range(&h.buf, value, start..end).unwrap();
-                }
-                h.model[start..end].fill(value);
-            }
-            // A copy between ranges of two buffers, or two disjoint ranges of one.
-            8 if !held.is_empty() => {
-                what = "copy";
-                let (si, di) = (rng.below(held.len()), rng.below(held.len()));
-                let (slen, dlen) = (held[si].buf.len(), held[di].buf.len());
-                let len = rng.between(1, slen.min(dlen));
-                let from = rng.below(slen - len + 1);
-                let to = rng.below(dlen - len + 1);
-                if si != di || from + len <= to || to + len <= from {
-                    let (src, dst) = (&held[si].buf, &held[di].buf);
-                    if rng.chance(50) {
-                        q.copy(
-                            src.view(from..from + len).unwrap(),
-                            dst.view(to..to + len).unwrap(),
-                        )
-                        .unwrap();
-                    } else {
-                        q.copy_range(src, from, dst, to, len).unwrap();
+                    // A fill of any range, through a view or not.
+                    7 if !held.is_empty() => {
+                        what = "fill";
+                        let pick = rng.below(held.len());
+                        let h = &mut held[pick];
+                        let len = h.buf.len();
+                        let start = rng.below(len);
+                        let end = rng.between(start + 1, len);
+                        let value = rng.next() as i32;
+                        if rng.chance(50) {
+                            q.fill(h.buf.view(start..end).unwrap(), value).unwrap();
+                        } else {
+                            q.fill_range(&h.buf, value, start..end).unwrap();
+                        }
+                        h.model[start..end].fill(value);
                     }
-                    let data = held[si].model[from..from + len].to_vec();
-                    held[di].model[to..to + len].copy_from_slice(&data);
-                }
-            }
-            // A read of a range, through a view or not, checked against the model.
-            9 | 10 if !held.is_empty() => {
-                what = "read";
-                let i = rng.below(held.len());
-                let h = &held[i];
-                let len = h.buf.len();
-                let start = rng.below(len);
-                let end = rng.between(start + 1, len);
-                let got = if rng.chance(50) {
-                    q.read_owned(h.buf.view(start..end).unwrap())
-                        .unwrap()
-                        .wait()
-                        .unwrap()
-                } else {
-                    q.read_owned_range(&h.buf, start..end)
-                        .unwrap()
-                        .wait()
-                        .unwrap()
-                };
-                if let Some(k) = (0..got.len()).find(|&k| got[k] != h.model[start + k]) {
-                    panic!(
-                        "{}: {:?} buffer {i}, element {} is {}, expected {}",
-                        at(step, what),
-                        h.from,
-                        start + k,
-                        got[k],
-                        h.model[start + k]
-                    );
-                }
-            }
-            // `resize` of a buffer from the context: a new block, the old one released
-            // deferred.
-            11 if !held.is_empty() => {
-                what = "resize";
-                let i = rng.below(held.len());
-                if held[i].from == From::Context {
-                    let h = &mut held[i];
-                    let old = h.buf.block_bytes() as u64;
-                    let len = u * rng.between(1, 6);
-                    h.buf.resize(q, len).unwrap();
-                    h.model.resize(len, 0);
-                    deferred += old;
-                    let ms = ctx.memory_stats();
-                    assert_eq!(
-                        ms.driver_allocations + ms.reclaimed,
-                        before.driver_allocations + before.reclaimed + 1,
-                        "{}: {ms:?}",
-                        at(step, what)
-                    );
-                }
-            }
-            // A release of the three kinds.
-            12 | 13 if !held.is_empty() => {
-                what = "release";
-                let h = held.swap_remove(rng.below(held.len()));
-                let bytes = h.buf.block_bytes();
-                match rng.below(3) {
-                    0 => {
-                        let report = h.buf.release().unwrap();
-                        assert!(report.failed.is_empty(), "{}: {report:?}", at(step, what));
-                        assert_eq!(
-                            report.recycled,
-                            h.from == From::Pool,
-                            "{}: a {:?} buffer, views of it may have gone to kernels: {report:?}",
-                            at(step, what),
-                            h.from
-                        );
-                    }
-                    1 => drop(h.buf),
-                    _ => {
-                        if h.from == From::Context {
-                            deferred += bytes as u64;
-                        }
-                        h.buf.release_deferred();
-                    }
-                }
-                if h.from == From::Pool {
-                    *pooled.entry(bytes).or_default() += 1;
-                }
-            }
-            // SVM: an allocation, a fill, a kernel or a read of a view, or a release.
-            14 | 15 if svm_works => {
-                what = "svm";
-                if svms.is_empty() || (svms.len() < 4 && rng.chance(25)) {
-                    let len = u * rng.between(1, 4);
-                    let svm = ctx.svm::<i32>(len, SvmKind::Coarse).unwrap();
-                    svms.push(ModelledSvm {
-                        svm,
-                        model: vec![0; len],
-                    });
-                } else {
-                    let i = rng.below(svms.len());
-                    let s = &mut svms[i];
-                    let units = s.svm.len() / u;
-                    let start = u * rng.below(units);
-                    let end = u * rng.between(start / u + 1, units);
-                    let view = s.svm.view(start..end).unwrap();
-                    match rng.below(5) {
-                        0 => {
-                            let value = rng.next() as i32;
-                            q.fill_svm(view, value).unwrap();
-                            s.model[start..end].fill(value);
-                        }
-                        1 => {
-                            let n = end - start;
-                            // SAFETY: increment touches the view's element i only where
-                            // i < n, its length (an SVM view: of its allocation's bytes).
-                            unsafe {
-                                q.launch(
-                                    &increment,
-                                    &[n],
-                                    &[Arg::read_write(view), Arg::scalar(n as u32)],
-                                )
-                            }
-                            .unwrap();
-                            s.model[start..end]
-                                .iter_mut()
-                                .for_each(|x| *x = x.wrapping_add(1));
-                        }
-                        2 => {
-                            let mut got = vec![0; end - start];
-                            q.read_svm(view, &mut got).unwrap();
-                            assert_eq!(got, s.model[start..end], "{}: svm {i}", at(step, what));
-                        }
-                        3 => {
-                            let data: Vec<i32> =
-                                (0..end - start).map(|_| rng.next() as i32).collect();
-                            q.write_svm(view, &data).unwrap();
-                            s.model[start..end].copy_from_slice(&data);
-                        }
-                        _ => {
-                            let s = svms.swap_remove(i);
+                    // A copy between ranges of two buffers, or two disjoint ranges of one.
+                    8 if !held.is_empty() => {
+                        what = "copy";
+                        let (si, di) = (rng.below(held.len()), rng.below(held.len()));
+                        let (slen, dlen) = (held[si].buf.len(), held[di].buf.len());
+                        let len = rng.between(1, slen.min(dlen));
+                        let from = rng.below(slen - len + 1);
+                        let to = rng.below(dlen - len + 1);
+                        if si != di || from + len <= to || to + len <= from {
+                            let (src, dst) = (&held[si].buf, &held[di].buf);
                             if rng.chance(50) {
-                                s.svm.release().unwrap();
+                                q.copy(
+                                    src.view(from..from + len).unwrap(),
+                                    dst.view(to..to + len).unwrap(),
+                                )
+                                .unwrap();
                             } else {
-                                deferred += s.svm_bytes();
-                                s.svm.release_deferred();
+                                q.copy_range(src, from, dst, to, len).unwrap();
+                            }
+                            let data = held[si].model[from..from + len].to_vec();
+                            held[di].model[to..to + len].copy_from_slice(&data);
+                        }
+                    }
+                    // A read of a range, through a view or not, checked against the model.
+                    9 | 10 if !held.is_empty() => {
+                        what = "read";
+                        let i = rng.below(held.len());
+                        let h = &held[i];
+                        let len = h.buf.len();
+                        let start = rng.below(len);
+                        let end = rng.between(start + 1, len);
+                        let got = if rng.chance(50) {
+                            q.read_owned(h.buf.view(start..end).unwrap())
+                                .unwrap()
+                                .wait()
+                                .unwrap()
+                        } else {
+                            q.read_owned_range(&h.buf, start..end)
+                                .unwrap()
+                                .wait()
+                                .unwrap()
+                        };
+                        if let Some(k) = (0..got.len()).find(|&k| got[k] != h.model[start + k]) {
+                            panic!(
+                                "{}: {:?} buffer {i}, element {} is {}, expected {}",
+                                at(step, what),
+                                h.from,
+                                start + k,
+                                got[k],
+                                h.model[start + k]
+                            );
+                        }
+                    }
+                    // `resize` of a buffer from the context: a new block, the old one released
+                    // deferred.
+                    11 if !held.is_empty() => {
+                        what = "resize";
+                        let i = rng.below(held.len());
+                        if held[i].from == From::Context {
+                            let h = &mut held[i];
+                            let old = h.buf.block_bytes() as u64;
+                            let len = u * rng.between(1, 6);
+                            h.buf.resize(q, len).unwrap();
+                            h.model.resize(len, 0);
+                            deferred += old;
+                            let ms = ctx.memory_stats();
+                            assert_eq!(
+                                ms.driver_allocations + ms.reclaimed,
+                                before.driver_allocations + before.reclaimed + 1,
+                                "{}: {ms:?}",
+                                at(step, what)
+                            );
+                        }
+                    }
+                    // A release of the three kinds.
+                    12 | 13 if !held.is_empty() => {
+                        what = "release";
+                        let h = held.swap_remove(rng.below(held.len()));
+                        let bytes = h.buf.block_bytes();
+                        match rng.below(3) {
+                            0 => {
+                                let report = h.buf.release().unwrap();
+                                assert!(report.failed.is_empty(), "{}: {report:?}", at(step, what));
+                                assert_eq!(
+                                    report.recycled,
+                                    h.from == From::Pool,
+                                    "{}: a {:?} buffer, views of it may have gone to kernels: {report:?}",
+                                    at(step, what),
+                                    h.from
+                                );
+                            }
+                            1 => drop(h.buf),
+                            _ => {
+                                if h.from == From::Context {
+                                    deferred += bytes as u64;
+                                }
+                                h.buf.release_deferred();
+                            }
+                        }
+                        if h.from == From::Pool {
+                            *pooled.entry(bytes).or_default() += 1;
+                        }
+                    }
+                    // SVM: an allocation, a fill, a kernel or a read of a view, or a release.
+                    14 | 15 if svm_works => {
+                        what = "svm";
+                        if svms.is_empty() || (svms.len() < 4 && rng.chance(25)) {
+                            let len = u * rng.between(1, 4);
+                            let svm = ctx.svm::<i32>(len, SvmKind::Coarse).unwrap();
+                            svms.push(ModelledSvm {
+                                svm,
+                                model: vec![0; len],
+                            });
+                        } else {
+                            let i = rng.below(svms.len());
+                            let s = &mut svms[i];
+                            let units = s.svm.len() / u;
+                            let start = u * rng.below(units);
+                            let end = u * rng.between(start / u + 1, units);
+                            let view = s.svm.view(start..end).unwrap();
+                            match rng.below(5) {
+                                0 => {
+                                    let value = rng.next() as i32;
+                                    q.fill_svm(view, value).unwrap();
+                                    s.model[start..end].fill(value);
+                                }
+                                1 => {
+                                    let n = end - start;
+                                    // SAFETY: increment touches the view's element i only where
+                                    // i < n, its length (an SVM view: of its allocation's bytes).
+                                    unsafe {
+                                        q.launch(
+                                            &increment,
+                                            &[n],
+                                            &[Arg::read_write(view), Arg::scalar(n as u32)],
+                                        )
+                                    }
+                                    .unwrap();
+                                    s.model[start..end]
+                                        .iter_mut()
+                                        .for_each(|x| *x = x.wrapping_add(1));
+                                }
+                                2 => {
+                                    let mut got = vec![0; end - start];
+                                    q.read_svm(view, &mut got).unwrap();
+                                    assert_eq!(
+                                        got,
+                                        s.model[start..end],
+                                        "{}: svm {i}",
+                                        at(step, what)
+                                    );
+                                }
+                                3 => {
+                                    let data: Vec<i32> =
+                                        (0..end - start).map(|_| rng.next() as i32).collect();
+                                    q.write_svm(view, &data).unwrap();
+                                    s.model[start..end].copy_from_slice(&data);
+                                }
+                                _ => {
+                                    let s = svms.swap_remove(i);
+                                    if rng.chance(50) {
+                                        s.svm.release().unwrap();
+                                    } else {
+                                        deferred += s.svm_bytes();
+                                        s.svm.release_deferred();
+                                    }
+                                }
                             }
                         }
                     }
+                    _ => {}
+                }
+                // The ledger against the model, at every step.
+                let ms = ctx.memory_stats();
+                let ps = pool.stats();
+                let unused: usize = pooled.values().sum();
+                assert_eq!(
+                    ps.pooled_blocks,
+                    unused,
+                    "{}: the pool holds {} unused blocks, the model {unused} (every pooled buffer \
+             released goes back, whatever views of it went to kernels): {ps:?} {ms:?}",
+                    at(step, what),
+                    ps.pooled_blocks
+                );
+                let live: u64 = held
+                    .iter()
+                    .filter(|h| h.from != From::Arena)
+                    .map(|h| h.buf.block_bytes() as u64)
+                    .chain(svms.iter().map(|s| s.svm_bytes()))
+                    .sum::<u64>()
+                    + arena_bytes as u64;
+                assert_eq!(ms.live_bytes, live, "{}: {ms:?}", at(step, what));
+                let pooled_bytes: u64 = pooled.iter().map(|(&c, &n)| (c * n) as u64).sum();
+                assert_eq!(ms.pooled_bytes, pooled_bytes, "{}: {ms:?}", at(step, what));
+                low_peak = low_peak.max(live + pooled_bytes);
+                high_peak = high_peak.max(live + pooled_bytes + deferred);
+                assert!(
+                    (low_peak..=high_peak).contains(&ms.peak_bytes),
+                    "{}: peak {} outside {low_peak}..={high_peak}: {ms:?}",
+                    at(step, what),
+                    ms.peak_bytes
+                );
+                if step % 50 == 49 {
+                    ctx.wait_deferred();
+                    deferred = 0;
                 }
             }
-            _ => {}
-        }
-        // The ledger against the model, at every step.
-        let ms = ctx.memory_stats();
-        let ps = pool.stats();
-        let unused: usize = pooled.values().sum();
-        assert_eq!(
-            ps.pooled_blocks,
-            unused,
-            "{}: the pool holds {} unused blocks, the model {unused} (every pooled buffer \
-             released goes back, whatever views of it went to kernels): {ps:?} {ms:?}",
-            at(step, what),
-            ps.pooled_blocks
-        );
-        let live: u64 = held
-            .iter()
-            .filter(|h| h.from != From::Arena)
-            .map(|h| h.buf.block_bytes() as u64)
-            .chain(svms.iter().map(|s| s.svm_bytes()))
-            .sum::<u64>()
-            + arena_bytes as u64;
-        assert_eq!(ms.live_bytes, live, "{}: {ms:?}", at(step, what));
-        let pooled_bytes: u64 = pooled.iter().map(|(&c, &n)| (c * n) as u64).sum();
-        assert_eq!(ms.pooled_bytes, pooled_bytes, "{}: {ms:?}", at(step, what));
-        low_peak = low_peak.max(live + pooled_bytes);
-        high_peak = high_peak.max(live + pooled_bytes + deferred);
-        assert!(
-            (low_peak..=high_peak).contains(&ms.peak_bytes),
-            "{}: peak {} outside {low_peak}..={high_peak}: {ms:?}",
-            at(step, what),
-            ms.peak_bytes
-        );
-        if step % 50 == 49 {
+            for h in held.drain(..) {
+                let check = h
+                    .buf
+                    .view(..)
+                    .map(|v| queues[0].read_owned(v).unwrap().wait().unwrap());
+                assert_eq!(
+                    check.unwrap(),
+                    h.model,
+                    "seed {seed}: a {:?} buffer at the end",
+                    h.from
+                );
+                h.buf.release_deferred();
+            }
+            for s in svms.drain(..) {
+                let mut got = vec![0; s.svm.len()];
+                queues[1].read_svm(&s.svm, &mut got).unwrap();
+                assert_eq!(got, s.model, "seed {seed}: an SVM allocation at the end");
+                s.svm.release().unwrap();
+            }
+            drop(pool);
+            drop(arena.take());
             ctx.wait_deferred();
-            deferred = 0;
-        }
-    }
-    for h in held.drain(..) {
-        let check = h
-            .buf
-            .view(..)
-            .map(|v| queues[0].read_owned(v).unwrap().wait().unwrap());
-        assert_eq!(
-            check.unwrap(),
-            h.model,
-            "seed {seed}: a {:?} buffer at the end",
-            h.from
-        );
-        h.buf.release_deferred();
-    }
-    for s in svms.drain(..) {
-        let mut got = vec![0; s.svm.len()];
-        queues[1].read_svm(&s.svm, &mut got).unwrap();
-        assert_eq!(got, s.model, "seed {seed}: an SVM allocation at the end");
-        s.svm.release().unwrap();
-    }
-    drop(pool);
-    drop(arena.take());
-    ctx.wait_deferred();
-    let ms = ctx.memory_stats();
-    assert_eq!(
-        (ms.live_bytes, ms.pending_release_bytes, ms.pooled_bytes),
-        (0, 0, 0),
-        "seed {seed}: {ms:?}"
-    );
-    eprintln!(
-        "seed {seed}: {steps} steps (per op {counts:?}) in {:?}; {ms:?}",
-        started.elapsed()
+            let ms = ctx.memory_stats();
+            assert_eq!(
+                (ms.live_bytes, ms.pending_release_bytes, ms.pooled_bytes),
+                (0, 0, 0),
+                "seed {seed}: {ms:?}"
+            );
+            eprintln!(
+                "seed {seed}: {steps} steps (per op {counts:?}) in {:?}; {ms:?}",
+                started.elapsed()
+            );
+        },
     );
 }
 
