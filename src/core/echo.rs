@@ -250,6 +250,24 @@ impl<W: Watched> Echo<W> {
     }
 }
 
+impl Echo<RawEvent> {
+    /// The watched commands numbered below `before` not seen ended, each with a reference
+    /// of its own (the *finished* rule of [`crate::core::queue::QueueCore::finish`]).
+    pub(crate) fn unended_before(&self, before: u64) -> Vec<RawEvent> {
+        self.watched
+            .iter()
+            .take_while(|(seq, _)| *seq < before)
+            // SAFETY: a watched event is live (held here).
+            .filter_map(|(_, w)| unsafe { RawEvent::retain(w.as_raw()) })
+            .collect()
+    }
+
+    /// The number the next command will get.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.next
+    }
+}
+
 /// A retained raw event, released on drop: what a queue's echo watches. It holds no
 /// library handle, so the queue and its watched commands do not keep each other alive.
 pub(crate) struct RawEvent(cl_event);

@@ -535,15 +535,41 @@ impl QueueCore {
     /// possible is read after the ticket is taken; every access here and in
     /// [`QueueCore::finish_count`] and `note_failure_possible` is `SeqCst`, so a command
     /// enqueued after a failure became possible (its gate made before it) is seen as such.
+    ///
+    /// Once a failure is possible, the failures of the commands it drained are seen before
+    /// it returns: a driver's `clFinish` may return while a command it failed still reads
+    /// queued (rusticl 22.3, a fill behind a failed gate, for a moment), and the echo would
+    /// then see the failure only after commands enqueued after the finish, and report
+    /// those failed though they run (design trap "a drained failure read late").
     pub(crate) fn finish(&self) -> Result<()> {
         self.flush_if_dirty()?;
         let ticket = self.finishes.begin();
         let clean = !crate::core::gates::failures_possible_now();
-        ffi::finish(self.raw())?;
+        let before = (!clean).then(|| self.echo.lock().next_seq());
+        let finished = ffi::finish(self.raw());
+        if let Some(before) = before {
+            self.see_drained_failures(before);
+        }
+        finished?;
         if clean {
             self.finishes.ended_clean(ticket);
         }
         Ok(())
+    }
+
+    /// Waits until every watched command numbered below `before` (enqueued before a
+    /// `clFinish` that has returned, so ended or about to read so) reads ended, then lets
+    /// the echo see them: a failure among them opens its window now.
+    fn see_drained_failures(&self, before: u64) {
+        let unended = self.echo.lock().unended_before(before);
+        if unended.is_empty() {
+            return;
+        }
+        let raws: Vec<cl_event> = unended.iter().map(RawEvent::as_raw).collect();
+        ffi::wait_terminal(&raws);
+        let mut echo = self.echo.lock();
+        echo.let_go_of_ended();
+        self.echo_open.store(echo.open(), Ordering::Release);
     }
 
     /// The count an event made now stores for [`QueueCore::finished`]: read once its
@@ -595,6 +621,12 @@ pub(crate) struct EchoCell {
     echo: Mutex<Echo<RawEvent>>,
     /// Whether it is listed in the context's pins.
     listed: AtomicBool,
+}
+
+impl EchoCell {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Echo<RawEvent>> {
+        self.echo.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl LetGo for EchoCell {
