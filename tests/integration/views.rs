@@ -1282,6 +1282,9 @@ fn random_views_with_pools_arenas_resize_and_svm_match_a_host_model() {
                 let qi = rng.below(2);
                 let q = &queues[qi];
                 let op = rng.below(16);
+                if std::env::var_os("CL_LIFETIME_VIEWS_TRACE").is_some() {
+                    eprintln!("step {step}: op {op} on queue {qi}; held {}", held.len());
+                }
                 counts[op] += 1;
                 let before = ctx.memory_stats();
                 let mut what = "";
@@ -1668,6 +1671,9 @@ fn launch_increment(
     at: &str,
 ) {
     let n = view.len();
+    if std::env::var_os("CL_LIFETIME_VIEWS_TRACE").is_some() {
+        eprintln!("{at}: increment on {view:?}");
+    }
     // SAFETY: increment touches the view's element i only where i < n, its length.
     if let Err(e) = unsafe {
         q.launch(
