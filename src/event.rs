@@ -52,6 +52,9 @@ pub(crate) struct EventInner {
     /// What stands in for it outside or inside the library, once asked for (the *raw
     /// handles* rule): a gate's twin, a foreign event's proxy; `None` where it needs none.
     stand_in: OnceLock<Option<StandIn>>,
+    /// The command before it on its in-order queue (the *queue order* rule of the
+    /// [`graveyard`]), where its queue keeps it.
+    before: OnceLock<RawEvent>,
 }
 
 /// Who may end an event (the *raw handles* rule, see [`gate`]).
@@ -166,6 +169,7 @@ impl EventInner {
             enqueued_ungated,
             origin,
             stand_in: OnceLock::new(),
+            before: OnceLock::new(),
         }
     }
 }
@@ -174,8 +178,8 @@ impl EventInner {
     /// Whether this event, dropped with its dependency list `deps`, must outlive the
     /// drop (the [`graveyard`]'s rules), once a failure is possible: its command has not
     /// ended (it may still fail, and PoCL aborts when a command whose last reference went
-    /// fails with a command behind it), or it failed while one of its dependencies may
-    /// still end and notify it.
+    /// fails with a command behind it), or it failed while one of its dependencies, or
+    /// the command before it on its in-order queue, may still end and notify it.
     fn must_outlive_drop(&mut self, deps: &[Event]) -> bool {
         if !failures_possible() {
             return false;
@@ -189,7 +193,10 @@ impl EventInner {
         };
         match status {
             Ok(status) if status > ffi::CL_COMPLETE => true,
-            Ok(status) if status < 0 => deps.iter().any(|d| !d.has_ended()),
+            Ok(status) if status < 0 => {
+                deps.iter().any(|d| !d.has_ended())
+                    || self.before.get().is_some_and(|b| !b.has_ended())
+            }
             _ => false,
         }
     }
@@ -204,11 +211,13 @@ impl Drop for EventInner {
             .take()
             .unwrap_or_default();
         if self.must_outlive_drop(&deps) {
-            graveyard::bury(self.raw, deps);
+            graveyard::bury(self.raw, deps, self.before.take());
             return;
         }
         drop_iteratively(deps);
         release_raw(self.raw);
+        // After its own: the command before it is let go of once it no longer needs it.
+        drop(self.before.take());
     }
 }
 
@@ -259,8 +268,20 @@ fn drop_iteratively(deps: Box<[Event]>) {
 ///   pending, PoCL reads freed memory and aborts (design trap "PoCL's failed-event notify
 ///   list").
 ///
-/// So an event dropped in either state is kept here, unreleased, with its dependencies,
-/// and released by a later [`sweep`](graveyard::sweep) once it and they have all ended.
+/// - **Queue order.** PoCL ties every command of an in-order queue to the command
+///   before it, which the wait list does not name: a failed command is on that one's
+///   notify list until it ends, and if the last reference to the failed one goes first,
+///   PoCL 3.1 locks the freed event and aborts (`pocl_lock_events_inorder` or
+///   `pocl_update_event_failed`: `PTHREAD ERROR ... Invalid argument`; design trap
+///   "PoCL's failed command behind a pending one",
+///   `examples/pocl_failed_behind_pending.rs`). So on an in-order queue (of a driver whose
+///   events do not keep buffers), once a failure is possible, each command's event keeps
+///   the one before it on its queue (handed over by the queue's echo), and a failed one
+///   is kept until that one has ended too.
+///
+/// So an event dropped in either state is kept here, unreleased, with its dependencies
+/// and the command before it, and released by a later [`sweep`](graveyard::sweep) once
+/// it and they have all ended.
 /// Nothing else is kept: an event whose command completed, or failed after its
 /// dependencies ended, is released when its last handle goes.
 pub(crate) mod graveyard {
@@ -269,6 +290,7 @@ pub(crate) mod graveyard {
     struct Grave {
         raw: cl_event,
         deps: Box<[Event]>,
+        before: Option<RawEvent>,
     }
 
     // SAFETY: as for `EventInner`: the handle may be used from any thread.
@@ -280,10 +302,10 @@ pub(crate) mod graveyard {
     /// Sweep when the graveyard has grown to this many (doubling, like a record's prune).
     static SWEEP_AT: AtomicUsize = AtomicUsize::new(16);
 
-    pub(super) fn bury(raw: cl_event, deps: Box<[Event]>) {
+    pub(super) fn bury(raw: cl_event, deps: Box<[Event]>, before: Option<RawEvent>) {
         let count = {
             let mut graves = GRAVES.lock().unwrap_or_else(PoisonError::into_inner);
-            graves.push(Grave { raw, deps });
+            graves.push(Grave { raw, deps, before });
             COUNT.store(graves.len(), Ordering::Release);
             graves.len()
         };
@@ -306,7 +328,11 @@ pub(crate) mod graveyard {
             };
             let (ready, waiting): (Vec<Grave>, Vec<Grave>) = std::mem::take(&mut *graves)
                 .into_iter()
-                .partition(|g| ffi::has_ended(g.raw) && g.deps.iter().all(Event::has_ended));
+                .partition(|g| {
+                    ffi::has_ended(g.raw)
+                        && g.deps.iter().all(Event::has_ended)
+                        && g.before.as_ref().is_none_or(RawEvent::has_ended)
+                });
             *graves = waiting;
             COUNT.store(graves.len(), Ordering::Release);
             (ready, graves.len())
@@ -315,6 +341,7 @@ pub(crate) mod graveyard {
         for grave in ready {
             drop_iteratively(grave.deps);
             release_raw(grave.raw);
+            drop(grave.before);
         }
         left
     }
@@ -403,6 +430,14 @@ impl Event {
                 seq,
                 Origin::Command,
             )),
+        }
+    }
+
+    /// Keeps `before`, the command before this one on its in-order queue (the
+    /// [`graveyard`]'s *queue order* rule), if given.
+    pub(crate) fn follows(&self, before: Option<RawEvent>) {
+        if let Some(before) = before {
+            let _ = self.inner.before.set(before);
         }
     }
 

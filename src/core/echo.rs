@@ -34,6 +34,11 @@
 //!   before the marker ends, PoCL notifies the freed event (design trap "PoCL's
 //!   failed-event notify list"; the record knows only a command's wait list, not its queue
 //!   order). The echo runs on every queue of every driver, so it must hold there too.
+//! - **Queue order.** On an in-order queue (where events do not keep buffers), the echo
+//!   keeps the last command enqueued through it and hands the one before to each new
+//!   command's event, which keeps it (see [`crate::event`]'s *queue order* rule): PoCL
+//!   ties every command of an in-order queue to the one before it, and a failed command
+//!   must outlive that one (design trap "PoCL's failed command behind a pending one").
 
 use crate::census;
 use crate::ffi::{self, CL_COMPLETE, cl_event, cl_int};
@@ -64,6 +69,9 @@ pub(crate) struct Echo<W: Watched> {
     /// marker had not ended (the *held behind a marker* rule).
     superseded: Vec<W>,
     held: Vec<W>,
+    /// The last command enqueued through the echo on an in-order queue that keeps the
+    /// *queue order* rule ([`Echo::follow`]).
+    last: Option<W>,
 }
 
 /// The fewest watched commands at which the enqueue path reads their statuses with no
@@ -84,6 +92,7 @@ impl<W: Watched> Default for Echo<W> {
             poll_at: POLL_AT,
             superseded: Vec::new(),
             held: Vec::new(),
+            last: None,
         }
     }
 }
@@ -229,6 +238,13 @@ impl<W: Watched> Echo<W> {
         may_fail || self.open()
     }
 
+    /// The *queue order* rule: notes `command`, just enqueued, as the queue's last, and
+    /// returns the one before it, which the new command's event keeps
+    /// ([`crate::event`]'s *queue order* rule).
+    pub(crate) fn follow(&mut self, command: W) -> Option<W> {
+        self.last.replace(command)
+    }
+
     /// Notes a command just enqueued, watched (`Some`) or not; returns its sequence
     /// number.
     pub(crate) fn enqueued(&mut self, watched: Option<W>) -> u64 {
@@ -289,6 +305,11 @@ impl RawEvent {
             census::event_taken();
             RawEvent(raw)
         })
+    }
+
+    /// Whether its command has ended (an unreadable status counts as ended).
+    pub(crate) fn has_ended(&self) -> bool {
+        ffi::has_ended(self.0)
     }
 
     /// Takes over the one reference the caller owns.

@@ -67,6 +67,11 @@ pub(crate) struct QueueCore {
     pub(crate) orders_kernel_widths: bool,
     /// The *finished queue* rule.
     finishes: Finishes,
+    /// Whether each command's event keeps the command before it on the queue once a
+    /// failure is possible (the echo's *queue order* rule): in order, and on a driver
+    /// whose events do not keep buffers (one that does would keep the earlier command's
+    /// buffers with it).
+    follows: bool,
 }
 
 /// The *finished queue* rule's counts: how many [`QueueCore::finish`] calls have begun
@@ -188,6 +193,7 @@ impl QueueCore {
             single_event_waits,
             orders_kernel_widths: behaviour.orders_kernel_widths() && !single_event_waits,
             finishes: Finishes::default(),
+            follows: !out_of_order && !behaviour.events_keep_buffers(),
         }
     }
 
@@ -349,8 +355,9 @@ impl QueueCore {
 
     /// Enqueues one command through `enqueue` and returns its event with its sequence
     /// number on the queue (0 when the queue keeps no echo, or no failure is possible
-    /// yet), and the markers enqueued before it, each with its one reference for the
-    /// caller. `enqueue` gets the wait list to give the driver: `wait`, or its last event
+    /// yet), the markers enqueued before it, each with its one reference for the
+    /// caller, and the command before it on the queue, for its event to keep (the echo's
+    /// *queue order* rule; `None` where the rule is off or no failure is possible). `enqueue` gets the wait list to give the driver: `wait`, or its last event
     /// where the queue waits on one event at most (the others go to markers just before).
     ///
     /// On a queue with an echo, the enqueue runs under the echo's lock, so that numbers
@@ -364,10 +371,10 @@ impl QueueCore {
         &self,
         wait: &[cl_event],
         enqueue: impl FnOnce(&[cl_event]) -> Result<cl_event>,
-    ) -> Result<(cl_event, u64, Vec<cl_event>)> {
+    ) -> Result<(cl_event, u64, Vec<cl_event>, Option<RawEvent>)> {
         // No failure possible, no failure to mishandle: the wait list goes as it is.
         if !failures_possible() {
-            return Ok((enqueue(wait)?, 0, Vec::new()));
+            return Ok((enqueue(wait)?, 0, Vec::new(), None));
         }
         let may_fail = !wait.is_empty();
         let mut echo = self
@@ -424,6 +431,9 @@ impl QueueCore {
         };
         let list = watched.is_some() && self.ctx.pins.is_some();
         let seq = echo.enqueued(watched);
+        // SAFETY: `raw` was just returned by the enqueue, so it is valid.
+        let before = if self.follows { unsafe { RawEvent::retain(raw) } } else { None };
+        let before = before.and_then(|ours| echo.follow(ours));
         // The echo's lock goes first: a sweep holds the pins' lock and reads statuses,
         // which takes the echo's (lock order: pins, then echo).
         drop(echo);
@@ -435,7 +445,7 @@ impl QueueCore {
                 pins.list(cell);
             }
         }
-        Ok((raw, seq, markers))
+        Ok((raw, seq, markers, before))
     }
 
     /// `wait`, or on a queue of single-event waits its last event not known complete,

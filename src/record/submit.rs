@@ -75,6 +75,7 @@ use super::history::Writes;
 use super::history::{MapStep, Record, Recorded};
 use crate::census;
 use crate::core::gates::{self, failures_possible};
+use crate::core::echo::RawEvent;
 use crate::core::pins::LetGo;
 use crate::core::queue::QueueCore;
 use crate::error::Result;
@@ -272,7 +273,7 @@ impl Submit<'_> {
         let _enqueuing = failures_possible.then(crate::core::gates::Enqueuing::begin);
         let enqueued =
             self.gather_and_enqueue(&mut locked, failures_possible, &mut enqueue, &mut answers);
-        let (raw, seq, traced_wait, gathered) = match enqueued {
+        let (raw, seq, traced_wait, gathered, before) = match enqueued {
             Ok(enqueued) => enqueued,
             Err(e) => {
                 // A zero fill enqueued before the driver refused the command is a command
@@ -288,6 +289,7 @@ impl Submit<'_> {
         queue.mark_dirty();
         let deps = (holds.len() != 0).then(|| holds.into_boxed_slice());
         let event = Event::from_enqueue_with(raw, queue, deps, had_wait_list, seq);
+        event.follows(before);
         self.commit(
             &mut locked,
             &event,
@@ -321,7 +323,7 @@ impl Submit<'_> {
         failures_possible: bool,
         mut enqueue: impl FnMut(&[cl_event]) -> Result<cl_event>,
         answers: &mut Option<snapshot::Guard>,
-    ) -> Result<(cl_event, u64, Option<Vec<cl_event>>, Gathered)> {
+    ) -> Result<(cl_event, u64, Option<Vec<cl_event>>, Gathered, Option<RawEvent>)> {
         let queue = self.queue;
         // An event of the wait list can fail between the gathering and the enqueue, and
         // NVIDIA then refuses the enqueue with the failed status; a gate's failure reaches
@@ -354,7 +356,7 @@ impl Submit<'_> {
             // SAFETY: the wait list holds live events (retained by the locked records,
             // their zero fills and `gathered.holds`).
             match unsafe { queue.enqueue_tracked(wait, &mut enqueue) } {
-                Ok((raw, seq, markers)) => {
+                Ok((raw, seq, markers, before)) => {
                     queue.ctx.stats.count_enqueue(wait.len(), gathered.unelided);
                     let traced_wait = crate::trace::on().then(|| wait.to_vec());
                     for marker in markers {
@@ -362,7 +364,7 @@ impl Submit<'_> {
                             .holds
                             .push(Event::from_enqueue(marker, queue, None, 0));
                     }
-                    return Ok((raw, seq, traced_wait, gathered));
+                    return Ok((raw, seq, traced_wait, gathered, before));
                 }
                 Err(e) => {
                     *answers = None;
@@ -404,7 +406,7 @@ impl Submit<'_> {
             // pattern is `size` readable bytes, copied by OpenCL before it returns; the
             // fill covers the block's `bytes`, a multiple of `size`; its record is empty
             // (fresh), so nothing is waited on.
-            let (event, seq, _) = unsafe {
+            let (event, seq, _, before) = unsafe {
                 queue.enqueue_tracked(&[], |wait| {
                     if block.is_svm() {
                         let at = block.svm_at(0);
@@ -416,7 +418,9 @@ impl Submit<'_> {
                 })
             }?;
             queue.mark_dirty();
-            l.zero = Some(Event::from_enqueue(event, queue, None, seq));
+            let zero = Event::from_enqueue(event, queue, None, seq);
+            zero.follows(before);
+            l.zero = Some(zero);
         }
         Ok(())
     }
@@ -740,7 +744,7 @@ impl Submit<'_> {
         let folded: Vec<cl_event> = holds.iter().map(Event::raw).collect();
         // SAFETY: `queue` is live (held by `self`); the wait list holds live events
         // (retained by `holds`) and outlives the call.
-        let (raw, seq, markers) = unsafe {
+        let (raw, seq, markers, before) = unsafe {
             queue.enqueue_tracked(&folded, |wait| ffi::enqueue_marker(queue.raw(), wait))
         }?;
         let mut holds = holds;
@@ -754,11 +758,9 @@ impl Submit<'_> {
             crate::trace::command(raw, queue.lane.id, queue.profiling, Vec::new(), &folded);
         }
         let deps = (!holds.is_empty()).then(|| holds.into_boxed_slice());
-        record.fold(
-            count,
-            queue.lane,
-            Event::from_enqueue(raw, queue, deps, seq),
-        );
+        let marker = Event::from_enqueue(raw, queue, deps, seq);
+        marker.follows(before);
+        record.fold(count, queue.lane, marker);
         Ok(())
     }
 }
