@@ -35,10 +35,22 @@ use common::{cl_err, print_device, raw_queue, release_event};
 /// The cases: (name, release the failed second fill's event before the first gate is set,
 /// the status the first gate is set to).
 const CASES: [(&str, bool, cl_int); 4] = [
-    ("failed, released, the command before it then failed", true, -9),
+    (
+        "failed, released, the command before it then failed",
+        true,
+        -9,
+    ),
     ("failed, kept until the command before it failed", false, -9),
-    ("failed, released, the command before it then completed", true, cle::CL_COMPLETE),
-    ("failed, kept until the command before it completed", false, cle::CL_COMPLETE),
+    (
+        "failed, released, the command before it then completed",
+        true,
+        cle::CL_COMPLETE,
+    ),
+    (
+        "failed, kept until the command before it completed",
+        false,
+        cle::CL_COMPLETE,
+    ),
 ];
 
 fn main() -> anyhow::Result<()> {
@@ -83,7 +95,16 @@ fn run(release: bool, first_status: cl_int) -> anyhow::Result<()> {
         // SAFETY: the queue and buffer are live; the pattern is 4 bytes copied before the
         // call returns; the gate is live.
         unsafe {
-            clq::enqueue_fill_buffer(queue, buffer, (&raw const value).cast(), 4, 0, 4096, 1, &gate)
+            clq::enqueue_fill_buffer(
+                queue,
+                buffer,
+                (&raw const value).cast(),
+                4,
+                0,
+                4096,
+                1,
+                &gate,
+            )
         }
         .map_err(cl_err("clEnqueueFillBuffer"))
     };
@@ -94,7 +115,10 @@ fn run(release: bool, first_status: cl_int) -> anyhow::Result<()> {
     let status = cle::get_event_info(second, cle::CL_EVENT_COMMAND_EXECUTION_STATUS)
         .map_err(cl_err("clGetEventInfo"))?;
     let status = cl_int::from(status);
-    anyhow::ensure!(status < 0, "the second fill reads {status}, not failed, once its gate failed");
+    anyhow::ensure!(
+        status < 0,
+        "the second fill reads {status}, not failed, once its gate failed"
+    );
     // PoCL keeps a buffer's last command's event: the program lets go of the buffer
     // (nothing else uses it), as it would once it is done with it.
     // SAFETY: created above; the fill that used it has failed.

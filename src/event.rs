@@ -326,9 +326,8 @@ pub(crate) mod graveyard {
             let Ok(mut graves) = GRAVES.try_lock() else {
                 return COUNT.load(Ordering::Acquire);
             };
-            let (ready, waiting): (Vec<Grave>, Vec<Grave>) = std::mem::take(&mut *graves)
-                .into_iter()
-                .partition(|g| {
+            let (ready, waiting): (Vec<Grave>, Vec<Grave>) =
+                std::mem::take(&mut *graves).into_iter().partition(|g| {
                     ffi::has_ended(g.raw)
                         && g.deps.iter().all(Event::has_ended)
                         && g.before.as_ref().is_none_or(RawEvent::has_ended)

@@ -432,7 +432,11 @@ impl QueueCore {
         let list = watched.is_some() && self.ctx.pins.is_some();
         let seq = echo.enqueued(watched);
         // SAFETY: `raw` was just returned by the enqueue, so it is valid.
-        let before = if self.follows { unsafe { RawEvent::retain(raw) } } else { None };
+        let before = if self.follows {
+            unsafe { RawEvent::retain(raw) }
+        } else {
+            None
+        };
         let before = before.and_then(|ours| echo.follow(ours));
         // The echo's lock goes first: a sweep holds the pins' lock and reads statuses,
         // which takes the echo's (lock order: pins, then echo).

@@ -74,8 +74,8 @@ use super::failure::failure_of;
 use super::history::Writes;
 use super::history::{MapStep, Record, Recorded};
 use crate::census;
-use crate::core::gates::{self, failures_possible};
 use crate::core::echo::RawEvent;
+use crate::core::gates::{self, failures_possible};
 use crate::core::pins::LetGo;
 use crate::core::queue::QueueCore;
 use crate::error::Result;
@@ -227,6 +227,17 @@ impl Gathered {
     }
 }
 
+/// What [`Submit::gather_and_enqueue`] hands back: the command's event, its sequence
+/// number, its wait list when tracing, what was gathered for it, and the command before it
+/// on its in-order queue.
+type Enqueued = (
+    cl_event,
+    u64,
+    Option<Vec<cl_event>>,
+    Gathered,
+    Option<RawEvent>,
+);
+
 /// One command on `queue`, after the hazards of the buffers it touches and the extra
 /// dependencies `deps`.
 pub(crate) struct Submit<'a> {
@@ -316,14 +327,15 @@ impl Submit<'_> {
     /// Steps 2 and 3, with the records locked: gathers the checks and the wait list,
     /// enqueues the *zeroed before read* rule's fills once the checks have passed, then
     /// the command. Returns the command's event, its sequence number, its wait list when
-    /// tracing, and what was gathered for it.
+    /// tracing, what was gathered for it, and the command before it on its in-order queue
+    /// (the echo's *queue order* rule).
     fn gather_and_enqueue(
         &self,
         locked: &mut inline::List<Locked<'_>>,
         failures_possible: bool,
         mut enqueue: impl FnMut(&[cl_event]) -> Result<cl_event>,
         answers: &mut Option<snapshot::Guard>,
-    ) -> Result<(cl_event, u64, Option<Vec<cl_event>>, Gathered, Option<RawEvent>)> {
+    ) -> Result<Enqueued> {
         let queue = self.queue;
         // An event of the wait list can fail between the gathering and the enqueue, and
         // NVIDIA then refuses the enqueue with the failed status; a gate's failure reaches
