@@ -431,8 +431,8 @@ impl QueueCore {
         };
         let list = watched.is_some() && self.ctx.pins.is_some();
         let seq = echo.enqueued(watched);
-        // SAFETY: `raw` was just returned by the enqueue, so it is valid.
         let before = if self.follows {
+            // SAFETY: `raw` was just returned by the enqueue, so it is valid.
             unsafe { RawEvent::retain(raw) }
         } else {
             None

@@ -24,6 +24,12 @@
 //! - **Arguments set once.** Each kernel remembers what its arguments hold and sets only
 //!   those that change, so a loop launching one kernel on the same buffers calls
 //!   `clSetKernelArg` only for what differs.
+//! - **One kind per argument object.** An argument set with `clSetKernelArgSVMPointer`
+//!   is never set with `clSetKernelArg` afterwards on the same kernel object, nor the
+//!   other way round: NVIDIA's driver refuses the launch then (`CL_INVALID_KERNEL_ARGS`,
+//!   design trap "an argument that was SVM"). A launch that would switch an argument's
+//!   kind runs on another kernel object of the same kernel, made at the first such launch
+//!   and kept for the kernel's life.
 //! - **Unbind at release.** A buffer bound to a kernel notes the kernel (through
 //!   [`ArgHolder`](crate::record::hooks::ArgHolder)); its release resets those arguments
 //!   to NULL before `clReleaseMemObject`, so no kernel object keeps a released buffer

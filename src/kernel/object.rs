@@ -78,10 +78,34 @@ enum Bound {
     Local(usize),
 }
 
+impl Bound {
+    /// Whether it was set with `clSetKernelArgSVMPointer` (`Some(true)`) or
+    /// `clSetKernelArg` with a memory object (`Some(false)`): the *one kind per argument
+    /// object* rule.
+    fn svm(self) -> Option<bool> {
+        match self {
+            Bound::Svm { .. } => Some(true),
+            Bound::Null | Bound::Mem(_) | Bound::Sub { .. } => Some(false),
+            Bound::Unknown | Bound::Scalar { .. } | Bound::Local(_) => None,
+        }
+    }
+}
+
 struct KernelState {
     raw: cl_kernel,
     /// The *arguments set once* rule: one entry per argument.
     bound: Vec<Bound>,
+    /// Other kernel objects of the same kernel, with what their arguments hold: the *one
+    /// kind per argument object* rule.
+    others: Vec<(cl_kernel, Vec<Bound>)>,
+}
+
+impl KernelState {
+    /// Every kernel object, with what its arguments hold.
+    fn objects(&mut self) -> impl Iterator<Item = (cl_kernel, &mut Vec<Bound>)> {
+        std::iter::once((self.raw, &mut self.bound))
+            .chain(self.others.iter_mut().map(|(raw, bound)| (*raw, bound)))
+    }
 }
 
 pub(crate) struct KernelInner {
@@ -116,8 +140,14 @@ impl KernelInner {
     /// Resets every argument whose binding `holds` says so to NULL.
     fn reset_where(&self, holds: impl Fn(Bound) -> bool) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let raw = state.raw;
-        for (index, bound) in state.bound.iter_mut().enumerate() {
+        for (raw, bound) in state.objects() {
+            Self::reset_in(raw, bound, &holds, &self.name);
+        }
+    }
+
+    /// [`KernelInner::reset_where`] for one kernel object.
+    fn reset_in(raw: cl_kernel, bound: &mut [Bound], holds: &impl Fn(Bound) -> bool, name: &str) {
+        for (index, bound) in bound.iter_mut().enumerate() {
             if holds(*bound) {
                 // SAFETY: a NULL value is allowed for a buffer argument (OpenCL 3.0,
                 // clSetKernelArg); the kernel lock is held.
@@ -125,7 +155,7 @@ impl KernelInner {
                 *bound = match reset {
                     Ok(()) => Bound::Null,
                     Err(status) => {
-                        log::debug!(target: "cl_lifetime::program", "resetting argument {index} of {}: {}", self.name, ClStatus(status));
+                        log::debug!(target: "cl_lifetime::program", "resetting argument {index} of {name}: {}", ClStatus(status));
                         Bound::Unknown
                     }
                 };
@@ -155,10 +185,13 @@ impl ArgHolder for KernelInner {
 
 impl Drop for KernelInner {
     fn drop(&mut self) {
-        let raw = self.state_mut().raw;
-        // SAFETY: `raw` came from clCreateKernel and is released once, here.
-        if let Err(e) = unsafe { ffi::release_kernel(raw) } {
-            log::error!(target: "cl_lifetime::program", "{e}");
+        let raws: Vec<cl_kernel> = self.state_mut().objects().map(|(raw, _)| raw).collect();
+        for raw in raws {
+            // SAFETY: each came from clCreateKernel (or was retained when adopted) and is
+            // released once, here.
+            if let Err(e) = unsafe { ffi::release_kernel(raw) } {
+                log::error!(target: "cl_lifetime::program", "{e}");
+            }
         }
     }
 }
@@ -203,6 +236,7 @@ impl Kernel {
             state: Mutex::new(KernelState {
                 raw,
                 bound: Vec::new(),
+                others: Vec::new(),
             }),
             name: name.into(),
             num_args: 0,
@@ -227,7 +261,10 @@ impl Kernel {
 
     /// The raw handle, still owned by this kernel. Raw code may query it, but must not
     /// set its arguments nor enqueue it: the library keeps what it set, and sets and
-    /// enqueues under one lock per kernel.
+    /// enqueues under one lock per kernel. It is the kernel object the last launch ran on:
+    /// a launch that gives an argument shared virtual memory where an earlier one gave a
+    /// buffer (or the other way round) runs on another object of the same kernel (the
+    /// kernel layer's *one kind per argument object* rule).
     pub fn as_raw(&self) -> ffi::cl_kernel {
         self.inner
             .state
@@ -380,6 +417,46 @@ impl Kernel {
         })
     }
 
+    /// The *one kind per argument object* rule: makes current a kernel object on which no
+    /// argument of `args` switches between SVM and a memory object, another one of the
+    /// kernel's or a new one.
+    fn object_for(&self, state: &mut KernelState, args: &[Arg<'_>]) -> Result<()> {
+        let kinds: Vec<Option<bool>> = args
+            .iter()
+            .map(|arg| match &arg.0 {
+                ArgKind::Buffer(b) => Some(b.block.is_svm()),
+                _ => None,
+            })
+            .collect();
+        let fits = |bound: &[Bound]| {
+            kinds
+                .iter()
+                .zip(bound)
+                .all(|(want, had)| match (*want, had.svm()) {
+                    (Some(want), Some(had)) => want == had,
+                    _ => true,
+                })
+        };
+        if fits(&state.bound) {
+            return Ok(());
+        }
+        let other = match state.others.iter().position(|(_, bound)| fits(bound)) {
+            Some(i) => state.others.swap_remove(i),
+            None => {
+                let name = std::ffi::CString::new(&*self.inner.name)
+                    .map_err(|_| Error::cl("clCreateKernel", ffi::codes::CL_INVALID_KERNEL_NAME))?;
+                let raw = ffi::create_kernel(self.inner.program.raw, &name)
+                    .map_err(|s| Error::cl("clCreateKernel", s))?;
+                (raw, vec![Bound::Unknown; self.inner.num_args])
+            }
+        };
+        let (raw, bound) = other;
+        let old_raw = std::mem::replace(&mut state.raw, raw);
+        let old_bound = std::mem::replace(&mut state.bound, bound);
+        state.others.push((old_raw, old_bound));
+        Ok(())
+    }
+
     /// The *arguments set once* rule: sets each argument whose value differs from what the
     /// kernel holds; `subs` holds the sub-buffers of the arguments that are views, by
     /// index.
@@ -389,6 +466,7 @@ impl Kernel {
         args: &[Arg<'_>],
         subs: &[(usize, Held)],
     ) -> Result<()> {
+        self.object_for(state, args)?;
         let raw = state.raw;
         let sub_of = |index: usize| subs.iter().find(|(i, _)| *i == index).map(|(_, s)| s);
         for ((index, arg), bound) in args.iter().enumerate().zip(state.bound.iter_mut()) {

@@ -141,6 +141,7 @@ impl Subs {
     ) -> Result<Held> {
         let mut subs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(held) = find_kept(&subs, origin, bytes, align)? {
+            log::trace!(target: "cl_lifetime::buffer", "view {origin}+{bytes} of {block:p}: kept sub-buffer {:p} ({}+{})", held.0.raw, held.0.origin, held.0.bytes);
             return Ok(held);
         }
         // The *on the root* rule.
@@ -160,6 +161,7 @@ impl Subs {
             root_origin,
             handed: AtomicBool::new(false),
         });
+        log::trace!(target: "cl_lifetime::buffer", "view {origin}+{bytes} of {block:p}: new sub-buffer {raw:p} at {root_origin} of {root:p} ({} kept)", subs.len());
         subs.insert((origin, bytes), sub.clone());
         Ok(Held(sub, true))
     }

@@ -1532,3 +1532,42 @@ fn svm_random_programs_match_a_sequential_model() {
         failures.join("\n\n")
     );
 }
+
+/// One kernel given shared virtual memory, then a buffer, in turn, with the allocation
+/// kept or released between: each launch runs with what it was given (the kernel's first
+/// argument set through `clSetKernelArgSVMPointer`, then through `clSetKernelArg`).
+#[test]
+fn a_kernel_given_svm_then_a_buffer_runs_on_the_buffer() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let increment = common::busy(&ctx).kernel("increment").unwrap();
+    let n = 256;
+    for kind in kinds(&ctx) {
+        for released in [false, true] {
+            let svm = ctx.svm::<i32>(n, kind).unwrap();
+            let buf = ctx.buffer_from(&vec![5i32; n]).unwrap();
+            // SAFETY: increment touches element i < n of the allocation, which has n.
+            unsafe {
+                queue.launch(
+                    &increment,
+                    &[n],
+                    &[Arg::read_write(&svm), Arg::scalar(n as u32)],
+                )
+            }
+            .unwrap();
+            if released {
+                svm.release().unwrap();
+            }
+            // SAFETY: increment touches element i < n of the buffer, which has n.
+            let run = unsafe {
+                queue.launch(
+                    &increment,
+                    &[n],
+                    &[Arg::read_write(&buf), Arg::scalar(n as u32)],
+                )
+            };
+            assert!(run.is_ok(), "{kind:?}, svm released: {released}: {run:?}");
+            assert_eq!(queue.read_owned(&buf).unwrap().wait().unwrap(), vec![6; n]);
+        }
+    }
+}

@@ -1363,6 +1363,9 @@ fn random_views_with_pools_arenas_resize_and_svm_match_a_host_model() {
                         what = "kernels on both halves";
                         let pick = rng.below(held.len());
                         let h = &mut held[pick];
+                        if std::env::var_os("CL_LIFETIME_VIEWS_TRACE").is_some() {
+                            eprintln!("halves of a buffer from {:?}", h.from);
+                        }
                         let units = h.buf.len() / u;
                         if units >= 2 {
                             let mid = u * rng.between(1, units - 1);
@@ -1388,6 +1391,9 @@ fn random_views_with_pools_arenas_resize_and_svm_match_a_host_model() {
                         what = "kernel on a view";
                         let pick = rng.below(held.len());
                         let h = &mut held[pick];
+                        if std::env::var_os("CL_LIFETIME_VIEWS_TRACE").is_some() {
+                            eprintln!("a view of a buffer from {:?}", h.from);
+                        }
                         let units = h.buf.len() / u;
                         let start = u * rng.below(units);
                         let end = u * rng.between(start / u + 1, units);
