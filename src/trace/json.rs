@@ -237,9 +237,11 @@ pub(super) fn write(records: &[Rec], end: f64, out: &mut impl Write) -> io::Resu
                 continue;
             }
             flow += 1;
-            // Each end at the middle of its slice, which it binds to.
-            events.push(flow_end(flow, p_track, (p_start + p_stop) / 2.0, "s"));
-            events.push(flow_end(flow, track, (start + stop) / 2.0, "f"));
+            // Each end at the middle of its slice, which it binds to, in the nanoseconds
+            // the slice is written in: inside it, never on a neighbour's edge, for a slice
+            // of 1 ns or more.
+            events.push(flow_end(flow, p_track, middle(p_start, p_stop), "s"));
+            events.push(flow_end(flow, track, middle(start, stop), "f"));
         }
     }
     for (block, b) in &buffers {
@@ -271,10 +273,10 @@ fn buffer<'b>(
 }
 
 /// One end of a flow arrow: `s` at the command waited on, `f` at the one that waited.
-fn flow_end(id: u64, track: u64, ts: f64, ph: &str) -> String {
+fn flow_end(id: u64, track: u64, ts: String, ph: &str) -> String {
     let bind = if ph == "f" { ",\"bp\":\"e\"" } else { "" };
     format!(
-        "{{\"ph\":\"{ph}\",\"pid\":{COMMANDS},\"tid\":{track},\"ts\":{ts:.3},\"id\":{id},\
+        "{{\"ph\":\"{ph}\",\"pid\":{COMMANDS},\"tid\":{track},\"ts\":{ts},\"id\":{id},\
          \"name\":\"hazard wait\",\"cat\":\"hazard\"{bind}}}"
     )
 }
@@ -392,10 +394,26 @@ fn command_slice(
 /// A slice's start and duration in microseconds with three decimals, both from whole
 /// nanoseconds, so that a slice that ends where the next begins is read back so.
 fn span(from: f64, to: f64) -> (String, String) {
-    let from = (from * 1e3).round() as i64;
-    let to = ((to * 1e3).round() as i64).max(from);
-    let us = |ns: i64| format!("{}.{:03}", ns / 1000, ns % 1000);
+    let (from, to) = span_ns(from, to);
     (us(from), us(to - from))
+}
+
+/// A slice from `from` to `to` (µs) in whole nanoseconds, as it is written.
+fn span_ns(from: f64, to: f64) -> (i64, i64) {
+    let from = (from * 1e3).round() as i64;
+    (from, ((to * 1e3).round() as i64).max(from))
+}
+
+/// The middle of the slice from `from` to `to` as it is written, in µs: in
+/// `[start, end)` for a slice of 1 ns or more.
+fn middle(from: f64, to: f64) -> String {
+    let (from, to) = span_ns(from, to);
+    us(from + (to - from) / 2)
+}
+
+/// Nanoseconds written as microseconds with three decimals.
+fn us(ns: i64) -> String {
+    format!("{}.{:03}", ns / 1000, ns % 1000)
 }
 
 fn buffer_events(block: u64, b: &Buffer, end: f64, events: &mut Vec<String>) {

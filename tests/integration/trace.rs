@@ -199,12 +199,19 @@ isolated_test! {
         scripted_run(&path);
         let events = events(&path);
         let commands = command_slices(&events);
-        // The command slice a flow's end binds to: the one on its track around its time.
+        // The command slice a flow's end binds to: the one on its track around its time,
+        // in the whole nanoseconds the trace is written in (`[start, end)`, or the instant
+        // of a slice of no length).
+        let ns = |x: f64| (x * 1e3).round() as i64;
         let command_at = |flow: &Value| -> &Value {
-            let (tid, ts) = (&flow["tid"], f(flow, "ts"));
+            let (tid, ts) = (&flow["tid"], ns(f(flow, "ts")));
+            let around = |c: &&Value| {
+                let (start, stop) = (ns(f(c, "ts")), ns(f(c, "ts")) + ns(f(c, "dur")));
+                start <= ts && (ts < stop || start == stop)
+            };
             let found: Vec<&&Value> = commands
                 .iter()
-                .filter(|c| c["tid"] == *tid && f(c, "ts") <= ts && ts <= end(c))
+                .filter(|c| c["tid"] == *tid && around(c))
                 .collect();
             assert_eq!(found.len(), 1, "flow end {flow} binds to {found:?}");
             found[0]
