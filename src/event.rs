@@ -175,6 +175,12 @@ impl EventInner {
 }
 
 impl EventInner {
+    /// An event of no queue of the library's (a user event, a handle it holds, one from
+    /// outside), with no dependencies.
+    fn unqueued(raw: cl_event, context: cl_context, origin: Origin) -> Self {
+        EventInner::new(raw, context, None, None, false, 0, origin)
+    }
+
     /// Whether this event, dropped with its dependency list `deps`, must outlive the
     /// drop (the [`graveyard`]'s rules), once a failure is possible: its command has not
     /// ended (it may still fail, and PoCL aborts when a command whose last reference went
@@ -487,15 +493,7 @@ impl Event {
         // SAFETY: as the caller vouches; the reference taken here is the `Event`'s.
         unsafe { ffi::retain_event(raw) }.ok()?;
         Some(Event {
-            inner: Arc::new(EventInner::new(
-                raw,
-                context,
-                None,
-                None,
-                false,
-                0,
-                Origin::Command,
-            )),
+            inner: Arc::new(EventInner::unqueued(raw, context, Origin::Command)),
         })
     }
 
@@ -511,15 +509,7 @@ impl Event {
             crate::trace::not_a_command(raw);
         }
         Event {
-            inner: Arc::new(EventInner::new(
-                raw,
-                context,
-                None,
-                None,
-                false,
-                0,
-                Origin::Foreign,
-            )),
+            inner: Arc::new(EventInner::unqueued(raw, context, Origin::Foreign)),
         }
     }
 
@@ -1205,16 +1195,11 @@ pub(crate) mod gate {
             }
             gates.opened(id, site);
             Ok(Arc::new_cyclic(|weak| Gate {
-                // SAFETY: not needed: `raw` was just created in `context`, and its one
-                // reference is the event's.
+                // `raw` was just created in `context`; its one reference is the event's.
                 event: Event {
-                    inner: Arc::new(EventInner::new(
+                    inner: Arc::new(EventInner::unqueued(
                         raw,
                         context,
-                        None,
-                        None,
-                        false,
-                        0,
                         Origin::Gate(weak.clone()),
                     )),
                 },

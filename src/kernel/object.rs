@@ -421,19 +421,12 @@ impl Kernel {
     /// argument of `args` switches between SVM and a memory object, another one of the
     /// kernel's or a new one.
     fn object_for(&self, state: &mut KernelState, args: &[Arg<'_>]) -> Result<()> {
-        let kinds: Vec<Option<bool>> = args
-            .iter()
-            .map(|arg| match &arg.0 {
-                ArgKind::Buffer(b) => Some(b.block.is_svm()),
-                _ => None,
-            })
-            .collect();
+        // Allocates nothing: this runs at every launch.
         let fits = |bound: &[Bound]| {
-            kinds
-                .iter()
+            args.iter()
                 .zip(bound)
-                .all(|(want, had)| match (*want, had.svm()) {
-                    (Some(want), Some(had)) => want == had,
+                .all(|(arg, had)| match (&arg.0, had.svm()) {
+                    (ArgKind::Buffer(b), Some(had)) => b.block.is_svm() == had,
                     _ => true,
                 })
         };
