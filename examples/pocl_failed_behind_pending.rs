@@ -21,16 +21,15 @@
 //! the other cases still run.
 
 use std::process::Command;
-use std::ptr;
 
 use cl_lifetime::Context;
 use opencl3::command_queue as clq;
 use opencl3::event as cle;
-use opencl3::memory::{self as clm, CL_MEM_READ_WRITE};
+use opencl3::memory as clm;
 use opencl3::types::{cl_event, cl_int, cl_mem};
 
 mod common;
-use common::{cl_err, print_device, raw_queue, release_event};
+use common::{cl_err, print_device, raw_buffer, raw_queue, release_event};
 
 /// The cases: (name, release the failed second fill's event before the first gate is set,
 /// the status the first gate is set to).
@@ -82,12 +81,7 @@ fn main() -> anyhow::Result<()> {
 fn run(release: bool, first_status: cl_int) -> anyhow::Result<()> {
     let ctx = Context::from_env()?;
     let queue = raw_queue(&ctx, 0)?;
-    let buffer = |ctx: &Context| -> anyhow::Result<cl_mem> {
-        // SAFETY: no host pointer.
-        unsafe { clm::create_buffer(ctx.as_raw(), CL_MEM_READ_WRITE, 4096, ptr::null_mut()) }
-            .map_err(cl_err("clCreateBuffer"))
-    };
-    let (a, b) = (buffer(&ctx)?, buffer(&ctx)?);
+    let (a, b) = (raw_buffer(&ctx, 4096)?, raw_buffer(&ctx, 4096)?);
     let first_gate = cle::create_user_event(ctx.as_raw()).map_err(cl_err("clCreateUserEvent"))?;
     let second_gate = cle::create_user_event(ctx.as_raw()).map_err(cl_err("clCreateUserEvent"))?;
     let value = 7u32;

@@ -25,11 +25,11 @@ use std::ptr;
 use cl_lifetime::Context;
 use opencl3::command_queue as clq;
 use opencl3::event as cle;
-use opencl3::memory::{self as clm, CL_MEM_READ_WRITE};
+use opencl3::memory as clm;
 use opencl3::types::{cl_event, cl_mem};
 
 mod common;
-use common::{cl_err, print_device, raw_queue, release_event};
+use common::{cl_err, print_device, raw_buffer, raw_queue, release_event};
 
 /// The cases: (name, release the gated fill's event before the gate is set, the command
 /// behind it fills the same buffer (else another), fail the gate).
@@ -82,12 +82,7 @@ fn main() -> anyhow::Result<()> {
 fn run(release: bool, same_buffer: bool, fail: bool) -> anyhow::Result<()> {
     let ctx = Context::from_env()?;
     let queue = raw_queue(&ctx, 0)?;
-    let buffer = |ctx: &Context| -> anyhow::Result<cl_mem> {
-        // SAFETY: no host pointer.
-        unsafe { clm::create_buffer(ctx.as_raw(), CL_MEM_READ_WRITE, 4096, ptr::null_mut()) }
-            .map_err(cl_err("clCreateBuffer"))
-    };
-    let (first, second) = (buffer(&ctx)?, buffer(&ctx)?);
+    let (first, second) = (raw_buffer(&ctx, 4096)?, raw_buffer(&ctx, 4096)?);
     let gate = cle::create_user_event(ctx.as_raw()).map_err(cl_err("clCreateUserEvent"))?;
     let value = 7u32;
     let fill = |buffer: cl_mem, wait: &[cl_event]| -> anyhow::Result<cl_event> {

@@ -68,6 +68,14 @@ pub fn raw_queue(ctx: &Context, flags: u64) -> anyhow::Result<opencl3::types::cl
     .map_err(cl_err("clCreateCommandQueueWithProperties"))
 }
 
+/// A raw buffer of `bytes` on the context, read-write, with no host pointer; the caller
+/// owns its one reference.
+pub fn raw_buffer(ctx: &Context, bytes: usize) -> anyhow::Result<cl_mem> {
+    // SAFETY: the context is live; no host pointer.
+    unsafe { clm::create_buffer(ctx.as_raw(), CL_MEM_READ_WRITE, bytes, ptr::null_mut()) }
+        .map_err(cl_err("clCreateBuffer"))
+}
+
 /// Releases one reference to `event`, which the caller owns.
 pub fn release_event(event: cl_event) -> anyhow::Result<()> {
     // SAFETY: `event` came from an enqueue or clCreateUserEvent of the caller, which owns
