@@ -1219,6 +1219,9 @@ const VIEWS_SEED_VAR: &str = "CL_LIFETIME_VIEWS_SEED";
 /// Its number of steps (default [`VIEWS_DEFAULT_STEPS`]: a few seconds on PoCL).
 const VIEWS_STEPS_VAR: &str = "CL_LIFETIME_VIEWS_STEPS";
 const VIEWS_DEFAULT_STEPS: usize = 600;
+/// The operations it may pick (their numbers in the test, comma-separated; default all):
+/// to find which of them a driver's fault needs.
+const VIEWS_OPS_VAR: &str = "CL_LIFETIME_VIEWS_OPS";
 
 /// Random programs of views (`view`, `split_at`) given to kernels and transfers on two
 /// queues, over buffers from the context, a pool, an arena and SVM allocations, with
@@ -1282,6 +1285,11 @@ fn random_views_with_pools_arenas_resize_and_svm_match_a_host_model() {
                 let qi = rng.below(2);
                 let q = &queues[qi];
                 let op = rng.below(16);
+                if let Ok(ops) = std::env::var(VIEWS_OPS_VAR) {
+                    if !ops.split(',').any(|o| o == op.to_string()) {
+                        continue;
+                    }
+                }
                 if std::env::var_os("CL_LIFETIME_VIEWS_TRACE").is_some() {
                     eprintln!("step {step}: op {op} on queue {qi}; held {}", held.len());
                 }
@@ -1341,7 +1349,11 @@ fn random_views_with_pools_arenas_resize_and_svm_match_a_host_model() {
                         let a = arena.as_mut().unwrap();
                         let len = u * rng.between(1, 4);
                         let carved = held.iter().any(|h| h.from == From::Arena);
-                        if !carved && rng.chance(30) {
+                        let reset = !carved && rng.chance(30);
+                        if std::env::var_os("CL_LIFETIME_VIEWS_TRACE").is_some() {
+                            eprintln!("  arena reset {reset} len {len}");
+                        }
+                        if reset {
                             // A carve released deferred keeps the arena busy until it is done.
                             ctx.wait_deferred();
                             a.reset().unwrap();
@@ -1397,6 +1409,13 @@ fn random_views_with_pools_arenas_resize_and_svm_match_a_host_model() {
                         let units = h.buf.len() / u;
                         let start = u * rng.below(units);
                         let end = u * rng.between(start / u + 1, units);
+                        if std::env::var_os("CL_LIFETIME_VIEWS_TRACE").is_some() {
+                            eprintln!(
+                                "  view {start}..{end} of {} elements (kept subs {})",
+                                h.buf.len(),
+                                h.buf.kept_sub_buffers()
+                            );
+                        }
                         let view = h.buf.view(start..end).unwrap();
                         launch_increment(q, &increment, view, &at(step, what));
                         h.model[start..end]
@@ -1498,7 +1517,16 @@ fn random_views_with_pools_arenas_resize_and_svm_match_a_host_model() {
                         what = "release";
                         let h = held.swap_remove(rng.below(held.len()));
                         let bytes = h.buf.block_bytes();
-                        match rng.below(3) {
+                        let kind = rng.below(3);
+                        if std::env::var_os("CL_LIFETIME_VIEWS_TRACE").is_some() {
+                            eprintln!(
+                                "  release kind {kind} of {:?} of {} elements (kept subs {})",
+                                h.from,
+                                h.buf.len(),
+                                h.buf.kept_sub_buffers()
+                            );
+                        }
+                        match kind {
                             0 => {
                                 let report = h.buf.release().unwrap();
                                 assert!(report.failed.is_empty(), "{}: {report:?}", at(step, what));

@@ -70,6 +70,7 @@ static CAPTURE_START_ENV: extern "C" fn() = capture_start_env;
 /// In the child, `body` runs; in the parent, `body` is not called.
 pub fn isolated(name: &str, limit: Duration, env: &[(&str, &str)], body: impl FnOnce()) {
     if std::env::var(ISOLATED_VAR).as_deref() == Ok(name) {
+        crash_report::install();
         body();
         println!("isolated body finished: {name}");
         return;
@@ -152,4 +153,121 @@ pub fn rss_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages * 4096)
+}
+
+/// Where a child process that crashes says where: on a fatal signal (SIGSEGV, SIGBUS,
+/// SIGABRT, SIGILL, SIGFPE) it writes the signal, the faulting address, the instruction
+/// and each return address of the crashing thread's stack, each as `library+offset` (read
+/// from `/proc/self/maps`, so a driver's frames are named by its file; this binary's
+/// offsets go to `addr2line`), then dies of the same signal. The report goes to stderr,
+/// which the parent shows, and, when `CL_LIFETIME_CRASH_DIR` names a folder, to
+/// `crash-<pid>.txt` there. A diagnostic that runs only in a process already crashing: it
+/// allocates and reads a file, which is not async-signal-safe, and may itself fail.
+mod crash_report {
+    use std::ffi::c_void;
+    use std::io::Write;
+
+    /// The folder the report is also written to.
+    const DIR_VAR: &str = "CL_LIFETIME_CRASH_DIR";
+
+    unsafe extern "C" {
+        // The unwinder of the Rust runtime (libgcc_s): every Linux Rust binary links it.
+        fn _Unwind_Backtrace(
+            trace: extern "C" fn(*mut c_void, *mut c_void) -> i32,
+            arg: *mut c_void,
+        ) -> i32;
+        fn _Unwind_GetIP(context: *mut c_void) -> usize;
+    }
+
+    extern "C" fn frame(context: *mut c_void, _arg: *mut c_void) -> i32 {
+        // SAFETY: `context` is the unwinder's, valid during this callback.
+        let ip = unsafe { _Unwind_GetIP(context) };
+        report(&format!("crash frame {ip:#x} {}", module(ip)));
+        // _URC_NO_REASON: go on.
+        0
+    }
+
+    /// `ip` as `file+offset`, the offset into the file of the mapping that holds it.
+    fn module(ip: usize) -> String {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        for line in maps.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(range), Some(offset)) = (fields.first(), fields.get(2)) else {
+                continue;
+            };
+            let Some((start, end)) = range.split_once('-') else {
+                continue;
+            };
+            let hex = |s: &str| usize::from_str_radix(s, 16).unwrap_or(0);
+            if (hex(start)..hex(end)).contains(&ip) {
+                let file = fields.get(5).copied().unwrap_or("[anonymous]");
+                return format!("{file}+{:#x}", ip - hex(start) + hex(offset));
+            }
+        }
+        "(not mapped)".to_string()
+    }
+
+    fn report(line: &str) {
+        eprintln!("{line}");
+        if let Ok(dir) = std::env::var(DIR_VAR) {
+            let path = format!("{dir}/crash-{}.txt", std::process::id());
+            if let Ok(mut file) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+            {
+                let _ = writeln!(file, "{line}");
+            }
+        }
+    }
+
+    extern "C" fn on_fatal(signal: i32, info: *mut libc::siginfo_t, context: *mut c_void) {
+        // SAFETY: the kernel passes a valid siginfo and ucontext to an SA_SIGINFO handler.
+        let (address, ip) = unsafe {
+            let context = context.cast::<libc::ucontext_t>();
+            (
+                (*info).si_addr() as usize,
+                (*context).uc_mcontext.gregs[libc::REG_RIP as usize] as usize,
+            )
+        };
+        report(&format!(
+            "crash: signal {signal} at address {address:#x}, instruction {ip:#x} {} on thread {:?}",
+            module(ip),
+            std::thread::current().name()
+        ));
+        // SAFETY: `frame` only reads each frame's instruction pointer.
+        unsafe { _Unwind_Backtrace(frame, std::ptr::null_mut()) };
+        // SAFETY: back to the default action, then the same signal again: the process
+        // dies of it, as it would have without this handler.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            libc::raise(signal);
+        }
+    }
+
+    /// Installs the handler for this (child) process.
+    pub fn install() {
+        let handler: extern "C" fn(i32, *mut libc::siginfo_t, *mut c_void) = on_fatal;
+        for signal in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGABRT,
+            libc::SIGILL,
+            libc::SIGFPE,
+        ] {
+            // SAFETY: a zeroed sigaction is a valid empty one (no flags, empty mask); the
+            // handler has the SA_SIGINFO signature and lives as long as the process.
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = handler as libc::sighandler_t;
+                action.sa_flags = libc::SA_SIGINFO;
+                libc::sigaction(signal, &action, std::ptr::null_mut());
+            }
+        }
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+mod crash_report {
+    pub fn install() {}
 }
