@@ -52,6 +52,9 @@
 //!
 //! Threads: one poller, at most [`MAX_BLOCKERS`] blockers, and a job thread per job
 //! running at once; none while nothing is watched or run for [`IDLE_EXIT`].
+//!
+//! The protocol is checked exhaustively, every interleaving of these threads, the tasks'
+//! futures and the device over small programs, by the `model` tests (`waiter/model.rs`).
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -345,13 +348,19 @@ fn pause(level: usize, top_pause: Duration) -> Duration {
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// Threads of one kind (blockers, jobs): how many run, are idle, and were summoned.
+/// Threads of one kind (blockers, jobs): how many run, are idle, were woken for work and
+/// were started.
 #[derive(Default)]
 struct Crew {
     threads: usize,
     idle: usize,
-    /// Started or woken, not yet looking for work: work queued meanwhile summons no other.
+    /// Idle threads woken for work, not yet looking for it; at most `idle`. An idle thread
+    /// that wakes answers one, whatever woke it (a time-out, a spurious wake-up).
     summoned: usize,
+    /// Started, not yet looking for work. Kept apart from `summoned`: an idle thread that
+    /// answered a starting thread's summons would leave that thread a count of zero to
+    /// take one from.
+    starting: usize,
 }
 
 struct State<E> {
@@ -595,7 +604,7 @@ impl<E: Awaited> Waiter<E> {
             return Ok(());
         }
         state.job_crew.threads += 1;
-        state.job_crew.summoned += 1;
+        state.job_crew.starting += 1;
         drop(state);
         let theirs = self.shared.clone();
         let started = std::thread::Builder::new()
@@ -604,7 +613,7 @@ impl<E: Awaited> Waiter<E> {
         if let Err(e) = started {
             let mut state = self.shared.lock();
             state.job_crew.threads -= 1;
-            state.job_crew.summoned -= 1;
+            state.job_crew.starting -= 1;
             log::error!(target: "cl_lifetime::waiter", "no job thread: {e}");
             if state.job_crew.threads == 0 {
                 if let Some(job) = state.jobs.pop_back() {
@@ -671,11 +680,12 @@ fn summon_blocker<E: Awaited>(shared: &Arc<Shared<E>>, state: &mut State<E>) {
         shared.blocker_work.notify_one();
         return;
     }
-    if crew.threads >= MAX_BLOCKERS || crew.summoned > 0 {
+    // One started or woken is coming: work queued meanwhile summons no other.
+    if crew.threads >= MAX_BLOCKERS || crew.summoned + crew.starting > 0 {
         return;
     }
     crew.threads += 1;
-    crew.summoned += 1;
+    crew.starting += 1;
     let theirs = shared.clone();
     let started = std::thread::Builder::new()
         .name("cl-lifetime-blocker".into())
@@ -684,7 +694,7 @@ fn summon_blocker<E: Awaited>(shared: &Arc<Shared<E>>, state: &mut State<E>) {
     if let Err(e) = started {
         // The poller covers the lane.
         state.blockers.threads -= 1;
-        state.blockers.summoned -= 1;
+        state.blockers.starting -= 1;
         log::debug!(target: "cl_lifetime::waiter", "no blocker thread: {e}");
     }
 }
@@ -939,12 +949,8 @@ fn poll<E: Awaited>(shared: &Arc<Shared<E>>) {
 /// A blocker (the *blocked where it ends on its own* rule).
 fn block<E: Awaited>(shared: &Arc<Shared<E>>) {
     let mut state = shared.lock();
-    // Started summoned.
-    let mut summoned = true;
+    state.blockers.starting -= 1;
     loop {
-        if std::mem::take(&mut summoned) {
-            state.blockers.summoned -= 1;
-        }
         let mut work = None;
         while let Some(key) = state.wanting.pop_front() {
             let Some(lane) = state.lanes.get_mut(&key) else {
@@ -997,7 +1003,7 @@ fn block<E: Awaited>(shared: &Arc<Shared<E>>) {
                 state.blockers.idle -= 1;
                 // A summons, if one is out, is this thread's to answer.
                 if state.blockers.summoned > 0 {
-                    summoned = true;
+                    state.blockers.summoned -= 1;
                 } else if timeout.timed_out() && state.wanting.is_empty() {
                     break;
                 }
@@ -1010,11 +1016,8 @@ fn block<E: Awaited>(shared: &Arc<Shared<E>>) {
 /// A job thread (the *jobs* rule).
 fn run_jobs<E: Awaited>(shared: &Arc<Shared<E>>) {
     let mut state = shared.lock();
-    let mut summoned = true;
+    state.job_crew.starting -= 1;
     loop {
-        if std::mem::take(&mut summoned) {
-            state.job_crew.summoned -= 1;
-        }
         if let Some(job) = state.jobs.pop_front() {
             drop(state);
             if contained(job).is_err() {
@@ -1034,7 +1037,7 @@ fn run_jobs<E: Awaited>(shared: &Arc<Shared<E>>) {
         state = s;
         state.job_crew.idle -= 1;
         if state.job_crew.summoned > 0 {
-            summoned = true;
+            state.job_crew.summoned -= 1;
         } else if timeout.timed_out() && state.jobs.is_empty() {
             break;
         }
@@ -1047,6 +1050,10 @@ pub(crate) fn waiter() -> &'static Waiter<super::echo::RawEvent> {
     static WAITER: std::sync::OnceLock<Waiter<super::echo::RawEvent>> = std::sync::OnceLock::new();
     WAITER.get_or_init(Waiter::new)
 }
+
+/// The exhaustive model check of this protocol.
+#[cfg(test)]
+mod model;
 
 #[cfg(test)]
 mod tests {
