@@ -389,6 +389,12 @@ impl Event {
         self.inner.may_fail_alone
     }
 
+    /// Its number on its queue's echo (0: numbered before any failure was possible, or of
+    /// no queue of the library's).
+    pub(crate) fn seq(&self) -> u64 {
+        self.inner.seq
+    }
+
     /// Whether the event belongs to `ctx`.
     pub(crate) fn in_context(&self, ctx: &ContextCore) -> bool {
         self.inner.context == ctx.raw

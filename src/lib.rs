@@ -102,7 +102,7 @@
 //! | [`PendingRead::wait`], and its drop before the read ended | the read ends (the drop does not wait while a user event of the context is unset) | `.await` on the [`PendingRead`] |
 //! | [`Queue::read`], [`Queue::write`] (and their `_at` forms) | the transfer and the commands it waits on end | [`After::read_owned`] or [`After::write_owned`], then `.await` |
 //! | [`Queue::map`], [`Queue::map_mut`], [`Queue::finish`] | the buffer's writers (and readers, for `map_mut`), or every command of the queue, end | [`unblock`] |
-//! | [`ClBuffer::release`], and a buffer's drop | its commands end, then up to the context's [free grace](Context::free_grace) (2 s) for the driver's free; NVIDIA's `clReleaseMemObject` also until the context's running kernels end | [`ClBuffer::release_async`], or [`ClBuffer::release_deferred`] |
+//! | [`ClBuffer::release`], and a buffer's drop | its commands end, then up to the context's [free grace](Context::free_grace) (2 s) for the driver's free; NVIDIA's `clReleaseMemObject` also until the context's running kernels end; on Intel's CPU runtime, after one of its commands failed, also until the commands before that one on its queue end | [`ClBuffer::release_async`], or [`ClBuffer::release_deferred`] |
 //! | [`SvmBuffer::release`], and its drop | its commands end (`clSVMFree` frees at once) | [`SvmBuffer::release_async`], or [`SvmBuffer::release_deferred`] |
 //! | [`Queue::read_svm`], [`Queue::write_svm`], [`Queue::map_svm`], [`Queue::map_svm_mut`] | as their buffer forms | [`unblock`] |
 //! | [`Pool::acquire`] at [`PoolOptions::max_bytes`] | the pool's blocks being let go are freed | [`Pool::acquire_async`] |

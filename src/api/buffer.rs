@@ -156,7 +156,9 @@ impl<T: Pod> ClBuffer<T> {
     /// Waits for every command that touched the buffer, then releases it. When this
     /// returns, those commands have ended and `clReleaseMemObject` has been called.
     ///
-    /// A failed command does not stop the release; it is listed in the report.
+    /// A failed command does not stop the release; it is listed in the report. Where the
+    /// driver keeps a failed command's buffers until the commands before it on its
+    /// in-order queue have ended (Intel's CPU runtime), the release waits for those too.
     ///
     /// # Errors
     ///
@@ -324,6 +326,11 @@ pub(crate) fn release_async(
         for event in awaited {
             // A failure is the report's, read by the release.
             let _ = event.ended().await;
+        }
+        // Then, one at a time, the commands ahead of its failed ones on their queues (the
+        // record's *failed ahead of its turn* rule).
+        while let Some(ahead) = held.0.as_mut().and_then(Block::awaited_ahead) {
+            let _ = ahead.ended().await;
         }
         match held.0.take() {
             Some(mut block) => crate::unblock(move || block.retire()).await,

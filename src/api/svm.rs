@@ -264,7 +264,9 @@ impl<T: Pod> SvmBuffer<T> {
     }
 
     /// Waits for every command that used the allocation, then frees it with `clSVMFree`.
-    /// A failed command does not stop the release; it is listed in the report.
+    /// A failed command does not stop the release; it is listed in the report. Where the
+    /// driver keeps a failed command until the commands before it on its in-order queue
+    /// have ended (Intel's CPU runtime), the release waits for those too.
     ///
     /// # Errors
     ///

@@ -278,6 +278,17 @@ impl Echo<RawEvent> {
             .collect()
     }
 
+    /// The oldest watched command numbered below `before` that has not ended, with a
+    /// reference of its own (the record's *failed ahead of its turn* rule).
+    pub(crate) fn first_unended_before(&self, before: u64) -> Option<RawEvent> {
+        self.watched
+            .iter()
+            .take_while(|(seq, _)| *seq < before)
+            .find(|(_, w)| !w.has_ended())
+            // SAFETY: a watched event is live (held here).
+            .and_then(|(_, w)| unsafe { RawEvent::retain(w.as_raw()) })
+    }
+
     /// The number the next command will get.
     pub(crate) fn next_seq(&self) -> u64 {
         self.next

@@ -57,6 +57,12 @@ pub(crate) struct QueueCore {
     /// runtime frees a command's event, retained or not, when two events of another
     /// command's wait list fail together (`examples/intel_cpu.rs`).
     single_event_waits: bool,
+    /// Whether a command of the queue that fails ahead of its turn keeps its buffers until
+    /// the commands before it on the queue have ended (an in-order queue of a driver that
+    /// [mishandles failures](super::driver::Behaviour::mishandles_failures): design trap
+    /// "Intel's CPU runtime keeps a failed command's buffers until its turn"), so that a
+    /// release waits for those too ([`QueueCore::first_ahead_of`]).
+    pub(crate) holds_failed_until_turn: bool,
     /// Whether the queue is flushed before a command that waits on another queue's command
     /// or a user event
     /// ([`Behaviour::ends_batches_together`](super::driver::Behaviour::ends_batches_together)).
@@ -191,6 +197,7 @@ impl QueueCore {
             drop_ended_hazards: behaviour.chains_events(),
             flush_before_foreign_waits: behaviour.ends_batches_together(),
             single_event_waits,
+            holds_failed_until_turn: single_event_waits,
             orders_kernel_widths: behaviour.orders_kernel_widths() && !single_event_waits,
             finishes: Finishes::default(),
             follows: !out_of_order && !behaviour.events_keep_buffers(),
@@ -486,6 +493,25 @@ impl QueueCore {
             markers.push(unsafe { ffi::enqueue_marker(self.raw(), &[event]) }?);
         }
         Ok(Cow::Owned(vec![*last]))
+    }
+
+    /// The oldest command before the one numbered `seq` on this queue that its echo
+    /// watches and that has not ended, with a reference of its own, on a queue that
+    /// [holds failed commands until their turn](QueueCore::holds_failed_until_turn) (none
+    /// elsewhere, or for a command numbered before any failure was possible). Every command
+    /// with a wait list is watched once a failure is possible, so a command before `seq`
+    /// that is not watched waits for nothing but the queue's order, and ends by itself once
+    /// the watched ones have. Flushes the queue when it finds one: a command never flushed
+    /// may never start.
+    pub(crate) fn first_ahead_of(&self, seq: u64) -> Option<RawEvent> {
+        if !self.holds_failed_until_turn || seq == 0 {
+            return None;
+        }
+        let ahead = self.echo.lock().first_unended_before(seq)?;
+        if let Err(e) = self.flush_if_dirty() {
+            log::debug!(target: "cl_lifetime::queue", "flushing before a wait on a command ahead of a failure: {e}");
+        }
+        Some(ahead)
     }
 
     /// Whether the command numbered `seq` on this queue, which the driver reports

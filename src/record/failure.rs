@@ -2,7 +2,9 @@
 //! report, and the *failed write* rule for host reads.
 
 use super::history::Writes;
+use crate::core::echo::RawEvent;
 use crate::core::gates::failures_possible;
+use crate::core::queue::QueueCore;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventInner};
 use crate::status::{CommandKind, ExecStatus, Status};
@@ -60,6 +62,11 @@ pub(crate) struct Failures {
     /// The events of `list`, weakly: their handles are let go of as usual, and the
     /// address of each stays theirs while it is here, so that it names them alone.
     events: Vec<Weak<EventInner>>,
+    /// Per queue that [holds failed commands until their turn](QueueCore::holds_failed_until_turn),
+    /// the number of the newest failed command seen on it (the *failed ahead of its turn*
+    /// rule of [`crate::record`]): the commands before it there are waited for too. The
+    /// queue is held weakly, so a buffer keeps no queue alive.
+    turns: Vec<(Weak<QueueCore>, u64)>,
 }
 
 impl Failures {
@@ -68,6 +75,7 @@ impl Failures {
     pub(crate) fn collect(&mut self, event: &Event) -> bool {
         match failure_of(event) {
             Some(failure) => {
+                self.note_turn(event);
                 let inner = Arc::as_ptr(&event.inner);
                 let known = self.events.iter().any(|e| ptr::eq(e.as_ptr(), inner));
                 if !known && self.list.len() < MAX_FAILURES {
@@ -82,6 +90,53 @@ impl Failures {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.list.is_empty()
+    }
+
+    /// Notes the failed `event`'s place on its queue, where that queue holds a failed
+    /// command's buffers until its turn.
+    fn note_turn(&mut self, event: &Event) {
+        let Some(queue) = event.inner.queue.as_ref() else {
+            return;
+        };
+        let seq = event.seq();
+        if !queue.holds_failed_until_turn || seq == 0 {
+            return;
+        }
+        let this = Arc::as_ptr(queue);
+        match self
+            .turns
+            .iter_mut()
+            .find(|(q, _)| ptr::eq(q.as_ptr(), this))
+        {
+            Some((_, newest)) => *newest = (*newest).max(seq),
+            None => self.turns.push((Arc::downgrade(queue), seq)),
+        }
+    }
+
+    /// The oldest command ahead of a failed one on its queue that has not ended (the
+    /// *failed ahead of its turn* rule), with a reference of its own, and its queue: one
+    /// at a time, so that a wait holds no event of another buffer's command that has ended
+    /// (where events keep their buffers, it would keep that buffer). The queues with none
+    /// left are forgotten.
+    pub(crate) fn first_ahead(&mut self) -> Option<(Arc<QueueCore>, RawEvent)> {
+        let mut first = None;
+        self.turns.retain(|(queue, seq)| {
+            if first.is_some() {
+                return true;
+            }
+            let Some(queue) = queue.upgrade() else {
+                return false;
+            };
+            first = queue.first_ahead_of(*seq).map(|ahead| (queue, ahead));
+            first.is_some()
+        });
+        first
+    }
+
+    /// Whether a command ahead of a failed one on its queue has not ended (the *failed
+    /// ahead of its turn* rule). Costs nothing where no such failure was seen.
+    pub(crate) fn ahead_pending(&mut self) -> bool {
+        !self.turns.is_empty() && self.first_ahead().is_some()
     }
 
     /// The failures, oldest first.

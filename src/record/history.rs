@@ -10,7 +10,7 @@ use crate::core::gates;
 use crate::core::pins::LetGo;
 use crate::error::{Error, Result};
 use crate::event::Event;
-use crate::ffi::cl_event;
+use crate::ffi::{self, cl_event};
 use crate::status::Status;
 use crate::tracker::{Access, Entry, EventSet, Lane, Span, State};
 
@@ -273,7 +273,28 @@ impl Record {
             return false;
         }
         self.prune_ended();
-        self.events.is_empty() && self.events.shadow_len() == 0 && self.host.is_empty()
+        self.events.is_empty()
+            && self.events.shadow_len() == 0
+            && self.host.is_empty()
+            && !self.failed.ahead_pending()
+    }
+
+    /// The oldest command ahead of one of the buffer's failed ones on its queue that has
+    /// not ended (the *failed ahead of its turn* rule), as an event of its queue for a
+    /// release to await (so that a gate set through the library kicks the waiter's reads
+    /// of it).
+    pub(crate) fn first_ahead_of_failures(&mut self) -> Option<Event> {
+        let (queue, ahead) = self.failed.first_ahead()?;
+        // SAFETY: `ahead` is live (held until the end of this call); the reference taken
+        // here is the new event's.
+        unsafe { ffi::retain_event(ahead.as_raw()) }.ok()?;
+        Some(Event::from_enqueue_with(
+            ahead.as_raw(),
+            &queue,
+            None,
+            false,
+            0,
+        ))
     }
 
     /// Whether some command recorded here, or some use of lent host memory, has not ended:

@@ -18,9 +18,20 @@
 //!   record (nothing when it is empty: design trap "empty wait lists"), then calls
 //!   `clReleaseMemObject` (`clSVMFree` for shared virtual memory: design trap "clSVMFree
 //!   does not wait"). It never waits on work that did not touch the buffer: no
-//!   `clFinish`.
+//!   `clFinish` (the one exception: the *failed ahead of its turn* rule).
 //! - **Failures end too.** A command that failed still ends: the memory is released
 //!   anyway and the failure is reported (design trap "a failed wait returns early").
+//! - **Failed ahead of its turn.** On a queue whose driver keeps a failed command's buffers
+//!   until the commands before it on the in-order queue have ended (Intel's CPU runtime,
+//!   whose failed commands end at once: design trap "Intel's CPU runtime keeps a failed
+//!   command's buffers until its turn"), a release of a buffer one of whose commands
+//!   failed there also waits for the commands before that one on its queue, one at a
+//!   time, so that the memory it releases is freed. The commands it waits for are those
+//!   the queue's echo watches (every one with a wait list once a failure is possible);
+//!   the others wait for nothing but the queue's order. A drop does not wait behind them
+//!   while a user event of the context is unset (the *drop behind a gate* rule), and the
+//!   reaper releases the buffer only once they have ended
+//!   (`release::a_release_after_a_failed_fill_on_a_shared_queue_frees_the_memory_on_every_driver`).
 //! - **Zeroed before read.** A buffer made without contents (`Context::buffer`) is
 //!   *fresh*: its first command that may read it (a read, a map, a kernel argument, a copy
 //!   from it, a partial write) is preceded by a zero fill on that command's queue, enqueued
@@ -96,7 +107,7 @@
 //! | a block's sub-buffers | [`sub`] | a launch or transfer on a view, before the records | `clCreateSubBuffer`, `clGetMemObjectInfo` |
 //! | records of a command's buffers, in buffer-ID order | [`block::Block`] | [`submit::Submit`] | status queries, flushes of other queues, the enqueue, the fold's marker |
 //! | a context's pins | [`crate::core::pins`] | a commit that lists its record (inside the records), an enqueue that lists its queue's echo (after the echo's lock is let go), a release's sweep | try-locks of records and echoes, the status reads they make (which take echoes) |
-//! | a queue's echo | [`crate::core::echo`] | an enqueue on a queue that keeps one (inside the records; around a launch's kernel state), status reads | the enqueue (and the settling marker's), status queries of the commands it watches |
+//! | a queue's echo | [`crate::core::echo`] | an enqueue on a queue that keeps one (inside the records; around a launch's kernel state), status reads, a release's look for a command ahead of a failed one (inside its record) | the enqueue (and the settling marker's), status queries of the commands it watches |
 //! | kernel state | [`crate::kernel`] | a launch's enqueue (inside the records), a release's unbind (no record held; for a sub-buffer after the block's kernel list is copied and let go) | `clSetKernelArg` and `clEnqueueNDRangeKernel` |
 //! | a block's kernel list | [`block::Block`] | `set_args` (inside the kernel state) | nothing |
 //! | an event's dependency list | [`crate::event`] | status reads | nothing |

@@ -170,6 +170,15 @@ impl Block {
         for event in events.iter().chain(&unasked) {
             failed.collect(event);
         }
+        // The *failed ahead of its turn* rule: the driver frees a failed command's buffers
+        // only once the commands before it on its queue have ended. The reaper calls this
+        // only once they have (`Record::all_ended`).
+        let mut waited = waited;
+        while let Some((_, ahead)) = block.then(|| failed.first_ahead()).flatten() {
+            let start = Instant::now();
+            wait_reporting_stalls(&[ahead.as_raw()], &self.ctx.gates, self.allocated_at);
+            waited += start.elapsed();
+        }
         drop(unasked);
         record.released();
         drop(record);
@@ -263,6 +272,19 @@ impl Block {
         record.prune_ended();
         record.flush_producers();
         record.pending_events()
+    }
+
+    /// The oldest command ahead of one of the block's failed ones on its queue that has
+    /// not ended (the record's *failed ahead of its turn* rule), for a release that has
+    /// awaited [`Block::awaited_at_release`] (a command seen failed only then may have
+    /// some), one at a time; `None` where the block goes back to its owner.
+    pub(crate) fn awaited_ahead(&mut self) -> Option<Event> {
+        if self.raw.is_null() || matches!(self.home, Some(Home::Owner(_))) {
+            return None;
+        }
+        let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
+        record.prune_ended();
+        record.first_ahead_of_failures()
     }
 
     /// Releases the block on the reaper thread (the reaper's rules, [`crate::core::reaper`]).

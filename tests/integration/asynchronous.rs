@@ -690,7 +690,6 @@ fn random_async_programs_match_their_model() {
                 Arc::new(gates.iter().map(|g| g.event().clone()).collect());
             let pool =
                 Arc::new(Pool::new(&ctx, PoolOptions::default().max_bytes(256 * 1024)).unwrap());
-            let mishandles_failures = ctx.driver().mishandles_failures();
             let rt = runtime();
             let outcomes = rt.block_on(async {
                 let mut handles = Vec::new();
@@ -833,17 +832,13 @@ fn random_async_programs_match_their_model() {
                                     format!("task {i} {plan:?}")
                                 );
                                 // Freed, a failed fill too (issue 48: where events keep
-                                // their buffers, a failure kept elsewhere kept its event).
-                                // Open on Intel's CPU runtime (measured to mishandle
-                                // failures): there a release after a failed fill on this
-                                // shared queue still reports the memory not freed now and
-                                // then (1-7 of 1200 tasks in 6 of 9 runs); its failure is
-                                // reported all the same, and the memory counters are
-                                // checked at the end.
-                                let open_case = !fates[gate] && mishandles_failures;
+                                // their buffers, a failure kept elsewhere kept its event; on
+                                // Intel's CPU runtime a fill whose gate failed behind a
+                                // gated command of this shared queue kept its buffer until
+                                // that command ended, and the release now waits for it).
                                 match buf.release_async().await {
                                     Ok(report)
-                                        if (report.freed || open_case)
+                                        if report.freed
                                             && report.failed.is_empty() == fates[gate] =>
                                     {
                                         Ok(())

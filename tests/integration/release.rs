@@ -546,3 +546,59 @@ fn a_failure_kept_for_a_live_buffer_does_not_keep_a_released_buffers_memory() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// A release after a fill whose gate failed frees the buffer's memory, also while a
+/// command before the fill on its in-order queue still waits on a gate: Intel's CPU
+/// runtime ends such a fill ahead of its turn and keeps its buffer until the commands
+/// before it have ended (design trap "Intel's CPU runtime keeps a failed command's
+/// buffers until its turn"), so the release waits for those too. Blocking and async, for
+/// several buffers filled behind the one failed gate. Before, there, every release
+/// returned after its free grace with `freed: false` (issue 48).
+#[test]
+fn a_release_after_a_failed_fill_on_a_shared_queue_frees_the_memory_on_every_driver() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    // Shorter than the gate ahead stays closed: a release that did not wait for the
+    // command ahead would report its memory not freed.
+    ctx.set_free_grace(Duration::from_millis(50));
+    let queue = ctx.queue().unwrap();
+    let mut wrong = Vec::new();
+    for how in ["release", "release_async"] {
+        let kept = ctx.buffer::<u32>(64).unwrap();
+        let closed = ctx.user_event().unwrap();
+        let failing = ctx.user_event().unwrap();
+        let ahead = queue.after(&[closed.event()]).fill(&kept, 1).unwrap();
+        let released: Vec<_> = (0..3).map(|_| ctx.buffer::<u32>(64).unwrap()).collect();
+        for buf in &released {
+            queue.after(&[failing.event()]).fill(buf, 2).unwrap();
+        }
+        queue.flush().unwrap();
+        failing.fail(-9).unwrap();
+        let watches: Vec<_> = released.iter().map(|b| common::watch(b, &[])).collect();
+        let opener = std::thread::spawn(move || {
+            std::thread::sleep(common::WINDOW);
+            closed.complete().unwrap();
+        });
+        for (i, (buf, watch)) in released.into_iter().zip(&watches).enumerate() {
+            let report = match how {
+                "release" => buf.release(),
+                _ => pollster::block_on(buf.release_async()),
+            }
+            .unwrap();
+            let fired = watch.fired();
+            if !report.freed || !fired || report.failed.is_empty() {
+                wrong.push(format!(
+                    "{how} of buffer {i}: {report:?} (callback fired: {fired})"
+                ));
+            }
+        }
+        opener.join().unwrap();
+        ahead.wait().unwrap();
+        // Its event would keep `kept` on drivers whose events keep their buffers.
+        drop(ahead);
+        assert!(kept.release().unwrap().freed);
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
