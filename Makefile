@@ -79,6 +79,7 @@ stress: setup
 	CL_LIFETIME_GATED_AWAITS=100000 CL_LIFETIME_ASYNC_TASKS=20000 $(CARGO) test --release \
 		--test integration -- --exact asynchronous::awaits_behind_closed_gates_never_starve_an_ungated_one \
 		asynchronous::random_async_programs_match_their_model --nocapture
+	CL_LIFETIME_MODEL=full $(CARGO) test --release --lib core::waiter::model -- --nocapture
 
 # A small two-queue pipeline with the lifetime trace on (examples/trace.rs): writes
 # target/trace/pipeline.json, for https://ui.perfetto.dev or chrome://tracing.

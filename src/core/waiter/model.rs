@@ -1471,6 +1471,10 @@ fn the_waiter_wakes_every_task_of_issue_47s_shape_once_and_never_deadlocks() {
     );
 }
 
+/// `full` runs the larger configurations of
+/// [`every_program_of_three_commands_wakes_each_task_once_and_never_deadlocks`].
+const MODEL_VAR: &str = "CL_LIFETIME_MODEL";
+
 #[test]
 fn every_program_of_two_commands_wakes_each_task_once_and_never_deadlocks() {
     for blockers in [0, 1, 2] {
@@ -1492,11 +1496,20 @@ fn every_program_of_two_commands_wakes_each_task_once_and_never_deadlocks() {
 /// every program of two commands with droppable futures and blockers, every program of
 /// three commands with 0 to 2 blockers and droppable futures or not, issue 47's shapes
 /// with two blockers or droppable futures, and four lanes with 1, 2 or [`MAX_BLOCKERS`]
-/// blockers. About 100 million states, five minutes in a release build:
-/// `cargo test --release --lib core::waiter::model -- --ignored --nocapture`.
+/// blockers. About 100 million states, five minutes in a release build: run under
+/// `CL_LIFETIME_MODEL=full` (`make stress`). By default, every 27th program of three
+/// commands with one blocker.
 #[test]
-#[ignore = "about five minutes in a release build: run with --release -- --ignored"]
 fn every_program_of_three_commands_wakes_each_task_once_and_never_deadlocks() {
+    if std::env::var(MODEL_VAR).as_deref() != Ok("full") {
+        let sample: Vec<Program> = every_program(3, Protocol::Waiter { blockers: 1 })
+            .into_iter()
+            .step_by(27)
+            .collect();
+        assert!(sample.len() >= 10, "{} programs", sample.len());
+        check_all("every 27th program of 3 commands, 1 blocker", &sample);
+        return;
+    }
     for blockers in [1, 2] {
         let programs = every_program(2, Protocol::Waiter { blockers });
         let droppable: Vec<Program> = programs.into_iter().map(Program::droppable).collect();
