@@ -94,6 +94,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --no-deps
+	bash scripts/doc-links.sh
 
 clean:
 	$(CARGO) clean
