@@ -606,7 +606,8 @@ impl Context {
             .ok_or_else(|| Error::NoDevice {
                 looked_for: "the devices of an adopted context".to_string(),
                 found: all.iter().map(ToString::to_string).collect(),
-                hint: crate::error::INSTALL_HINT,
+                hint: "adopt a context with at least one device, of a platform that the \
+                       OpenCL loader lists (Device::all)",
             })?;
         // SAFETY: `raw` is valid, as the caller vouches; the reference taken here is the
         // one `ContextCore` releases.
