@@ -146,6 +146,19 @@ impl Failures {
     }
 }
 
+impl From<FailedCommand> for Error {
+    /// The error of a command that depends on the failed one, naming neither a buffer nor
+    /// a dependency index.
+    fn from(failed: FailedCommand) -> Error {
+        Error::DependencyFailed {
+            command: failed.command,
+            status: failed.status,
+            buffer: None,
+            dependency: None,
+        }
+    }
+}
+
 impl FailedCommand {
     /// The error of a command that reads what this failed write of the buffer allocated
     /// at `site` wrote (the *failed write* rule).
@@ -178,15 +191,9 @@ pub(crate) fn settle(event: &Event, writers: &Writes) -> Result<()> {
     let ended = event.wait();
     if failures_possible() {
         if let Some(failed) = writers.failure() {
-            return Err(writers.site.map_or(
-                Error::DependencyFailed {
-                    command: failed.command,
-                    status: failed.status,
-                    buffer: None,
-                    dependency: None,
-                },
-                |site| failed.in_buffer(site),
-            ));
+            return Err(writers
+                .site
+                .map_or(failed.into(), |site| failed.in_buffer(site)));
         }
     }
     ended
