@@ -2,6 +2,9 @@
 CARGO ?= cargo
 # Fall back to a rustup install whose bin directory is not on PATH yet.
 export PATH := $(PATH):$(HOME)/.cargo/bin
+# Where cargo builds, and where the targets below write: cargo's own CARGO_TARGET_DIR when
+# it is set, else target/ of the checkout.
+CARGO_TARGET_DIR ?= target
 
 .PHONY: setup demo examples test test-all lint clean bench cl-calls emulate package-check soak stress leakcheck trace trace-picture
 
@@ -22,39 +25,39 @@ examples: setup
 	$(CARGO) run --release --example svm_linked_list
 
 # The comparative benchmark (bench/examples/compare.rs, an example of the workspace's
-# unpublished member bench/): target/bench/report.{json,md,svg}.
+# unpublished member bench/): $(CARGO_TARGET_DIR)/bench/report.{json,md,svg}.
 # QUICK=1 runs the short version (under 2 minutes on PoCL).
 bench: setup
 	$(CARGO) run --release --example compare -- $(if $(QUICK),--quick,)
 	$(CARGO) run --release --example async_wake -- $(if $(QUICK),--quick,)
 
 # The OpenCL call counter (scripts/cl-calls.c): run a program with
-# OPENCL_DYLIB_PATH=$(CURDIR)/target/libcl-calls.so to get its OpenCL calls and their host time.
-cl-calls: target/libcl-calls.so
+# OPENCL_DYLIB_PATH=$(CARGO_TARGET_DIR)/libcl-calls.so (an absolute path) to get its OpenCL calls and their host time.
+cl-calls: $(CARGO_TARGET_DIR)/libcl-calls.so
 
 # The crate as packaged (cargo package), unpacked, and the README's example built and run
 # from it in a new crate (scripts/package-check.sh).
 package-check: setup
 	bash scripts/package-check.sh
 
-# The driver emulator (scripts/cl-emulate.c): LD_LIBRARY_PATH=$(CURDIR)/target/emulate
+# The driver emulator (scripts/cl-emulate.c): LD_LIBRARY_PATH=$(CARGO_TARGET_DIR)/emulate
 # CL_EMULATE=mesa|amd|intel-gpu|intel-cpu|failed-profiling|unchecked-overlap makes the OpenCL under it act as
 # that driver does (make test-all runs the suite under each).
-emulate: target/emulate/libOpenCL.so.1
+emulate: $(CARGO_TARGET_DIR)/emulate/libOpenCL.so.1
 
 REAL_LOADER ?= $(shell (ldconfig -p 2>/dev/null || /sbin/ldconfig -p) | awk '/libOpenCL\.so\.1 / {print $$NF; exit}')
 # Its entry points carry the loader's symbol versions (read with objdump where it is there),
 # as programs linked against the loader ask for them.
-target/emulate/libOpenCL.so.1: scripts/cl-emulate.c
-	mkdir -p target/emulate
+$(CARGO_TARGET_DIR)/emulate/libOpenCL.so.1: scripts/cl-emulate.c
+	mkdir -p $(CARGO_TARGET_DIR)/emulate
 	(objdump -T "$(REAL_LOADER)" 2>/dev/null || true) | awk '$$NF ~ /^cl/ && $$(NF-1) ~ /^OPENCL/ \
 	  { v[$$(NF-1)] = v[$$(NF-1)] " " $$NF ";" } END { for (k in v) print k " {" v[k] " };"; \
-	  print "CL_EMULATE { global: *; };" }' > target/emulate/versions.map
+	  print "CL_EMULATE { global: *; };" }' > $(CARGO_TARGET_DIR)/emulate/versions.map
 	$(CC) -O2 -Wall -Wextra -shared -fPIC -o $@ $< -ldl -lpthread -DREAL_LOADER='"$(REAL_LOADER)"' \
-	  -Wl,--version-script=target/emulate/versions.map
+	  -Wl,--version-script=$(CARGO_TARGET_DIR)/emulate/versions.map
 
-target/libcl-calls.so: scripts/cl-calls.c
-	mkdir -p target
+$(CARGO_TARGET_DIR)/libcl-calls.so: scripts/cl-calls.c
+	mkdir -p $(CARGO_TARGET_DIR)
 	$(CC) -O2 -Wall -shared -fPIC -o $@ $< -ldl -Wl,--no-as-needed -l:libOpenCL.so.1
 
 # Two CPU devices of one platform for the cross-device tests (PoCL 3 and 5 accept this).
@@ -82,9 +85,9 @@ stress: setup
 	CL_LIFETIME_MODEL=full $(CARGO) test --release --lib core::waiter::model -- --nocapture
 
 # A small two-queue pipeline with the lifetime trace on (examples/trace.rs): writes
-# target/trace/pipeline.json, for https://ui.perfetto.dev or chrome://tracing.
+# $(CARGO_TARGET_DIR)/trace/pipeline.json, for https://ui.perfetto.dev or chrome://tracing.
 trace: setup
-	$(CARGO) run --release --example trace -- target/trace/pipeline.json
+	$(CARGO) run --release --example trace -- $(CARGO_TARGET_DIR)/trace/pipeline.json
 
 # That trace drawn by src/trace/view.html in headless Chromium: docs/trace.png
 # (scripts/trace-picture.sh; installs Debian's chromium when missing).
@@ -95,6 +98,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --no-deps
+	bash scripts/doc-links.sh
 
 clean:
 	$(CARGO) clean
@@ -103,12 +107,12 @@ clean:
 # two, Mesa rusticl (llvmpipe), Oclgrind with its checks on, Intel's CPU runtime (which
 # `make setup` installs into .opencl/intel), and PoCL with CL_LIFETIME_DRIVER=unknown
 # (scripts/test-all.sh);
-# ONLY="pocl-1 rusticl" picks some. Logs and the summary go to target/test-all/.
+# ONLY="pocl-1 rusticl" picks some. Logs and the summary go to $(CARGO_TARGET_DIR)/test-all/.
 test-all: setup
 	bash scripts/test-all.sh
 
 # The tour, the four examples, the traced pipeline and the stress test under valgrind's memcheck (scripts/leakcheck.sh):
 # any memory error or leak fails, beyond the driver noise listed in scripts/valgrind.supp.
-# Logs go to target/leakcheck/; ONLY="tour stress" picks some, OPS sizes the stress test.
+# Logs go to $(CARGO_TARGET_DIR)/leakcheck/; ONLY="tour stress" picks some, OPS sizes the stress test.
 leakcheck: setup
 	bash scripts/leakcheck.sh

@@ -182,13 +182,22 @@ fn main() -> anyhow::Result<()> {
     if let Some((raw, ours)) = rows.split_first() {
         println!();
         for r in ours {
-            println!(
-                "{}: {:.1}x less host time per step getting buffers than raw, {:.1}x fewer \
-                 bytes from the driver.",
-                r.approach,
-                raw.alloc.as_secs_f64() / r.alloc.as_secs_f64().max(1e-9),
-                raw.driver_bytes as f64 / r.driver_bytes.max(1) as f64
+            // Less is better for both: a slower or larger row says "more".
+            let time = common::compared(
+                raw.alloc.as_secs_f64(),
+                r.alloc.as_secs_f64(),
+                "less",
+                "more",
+                "host time per step getting buffers than raw",
             );
+            let bytes = common::compared(
+                raw.driver_bytes as f64,
+                r.driver_bytes as f64,
+                "fewer",
+                "more",
+                "bytes from the driver",
+            );
+            println!("{}: {time}, {bytes}.", r.approach);
         }
     }
     Ok(())

@@ -108,10 +108,16 @@ fn main() -> anyhow::Result<()> {
             .collect::<Vec<_>>(),
     );
     if let [finish, _, ours] = medians[..] {
-        let ratio = finish.took.as_secs_f64() / ours.took.as_secs_f64().max(1e-9);
+        let compared = common::compared(
+            finish.took.as_secs_f64(),
+            ours.took.as_secs_f64(),
+            "less",
+            "more",
+            "host time",
+        );
         println!(
-            "\nReleasing B took {} ms after clFinish and {} ms with cl-lifetime ({ratio:.0}x \
-             less host time), without keeping any event by hand.",
+            "\nReleasing B took {} ms after clFinish and {} ms with cl-lifetime ({compared}), \
+             without keeping any event by hand.",
             ms(finish.took),
             ms(ours.took)
         );

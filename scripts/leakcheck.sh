@@ -11,7 +11,7 @@
 # as in `make test`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=target/leakcheck
+out=${CARGO_TARGET_DIR:-target}/leakcheck
 supp=scripts/valgrind.supp
 cargo=${CARGO:-cargo}
 start=$SECONDS

@@ -5,11 +5,13 @@
 # and every file the package needs is in it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=$PWD/target/package-check
+target_dir=${CARGO_TARGET_DIR:-target}
+case $target_dir in /*) ;; *) target_dir=$PWD/$target_dir ;; esac
+out=$target_dir/package-check
 rm -rf "$out"
 mkdir -p "$out/user/src"
 cargo package --no-verify --allow-dirty --offline -q -p cl-lifetime
-crate=$(ls -t target/package/cl-lifetime-*.crate | head -1)
+crate=$(ls -t "$target_dir"/package/cl-lifetime-*.crate | head -1)
 tar xzf "$crate" -C "$out"
 unpacked=$(basename "$crate" .crate)
 # Every file the README and the docs link to is in the package (rustdoc's `crate::` links

@@ -7,7 +7,9 @@
 # oclgrind-unknown, which run only where named.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=target/test-all
+target_dir=${CARGO_TARGET_DIR:-target}
+case $target_dir in /*) ;; *) target_dir=$PWD/$target_dir ;; esac
+out=$target_dir/test-all
 rm -rf "$out"
 mkdir -p "$out"
 export CL_LIFETIME_REQUIRE_DEVICE=1
@@ -131,7 +133,7 @@ pocl_icd=$(ls /etc/OpenCL/vendors/*pocl*.icd 2>/dev/null | head -1)
 if [ -n "$pocl_icd" ] && make -s emulate >/dev/null; then
   for profile in mesa amd intel-gpu intel-cpu failed-profiling unchecked-overlap; do
     run emulated-$profile OCL_ICD_VENDORS="$pocl_icd" POCL_DEVICES="pthread pthread" \
-      CL_EMULATE=$profile LD_LIBRARY_PATH="$PWD/target/emulate${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      CL_EMULATE=$profile LD_LIBRARY_PATH="$target_dir/emulate${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   done
 else
   echo "=== emulated: needs PoCL's ICD and a C compiler (make emulate); not run" | tee -a "$out/summary.tsv"

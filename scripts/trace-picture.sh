@@ -4,7 +4,7 @@
 # Debian's chromium when it is missing (as `make setup` installs packages: root, or sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-json=${TRACE_JSON:-target/trace/pipeline.json}
+json=${TRACE_JSON:-${CARGO_TARGET_DIR:-target}/trace/pipeline.json}
 out=${TRACE_PNG:-docs/trace.png}
 [ -s "$json" ] || { echo "trace-picture: $json is missing; run make trace first" >&2; exit 1; }
 
@@ -20,7 +20,7 @@ fi
 
 # The page with the trace in its `trace` script element ("</" escaped, so that no string
 # in the JSON can end the element).
-page=target/trace/view.html
+page=${CARGO_TARGET_DIR:-target}/trace/view.html
 python3 - "$json" "$page" <<'PY'
 import sys
 json_text = open(sys.argv[1]).read().replace("</", "<\\/")

@@ -6,6 +6,7 @@
 //! returns it.
 
 use std::fmt;
+use std::panic::Location;
 use std::path::PathBuf;
 
 use opencl3::error_codes as codes;
@@ -168,7 +169,10 @@ pub enum Error {
         looked_for: String,
         /// Every device that was found, as `P:D platform / device`.
         found: Vec<String>,
-        /// How to install PoCL, a CPU implementation that works everywhere.
+        /// What to do, by what was found: with no platform, install an OpenCL driver (an
+        /// ICD, such as PoCL's `pocl-opencl-icd`); with platforms but no device, check
+        /// their drivers; with devices that `CL_LIFETIME_DEVICE` names none of, change or
+        /// unset it.
         hint: &'static str,
     },
     /// A buffer, transfer or fill of zero elements, or of an element type of zero bytes,
@@ -381,6 +385,13 @@ pub enum Error {
         command: CommandKind,
         /// Its execution status.
         status: ExecStatus,
+        /// For a failed write of a buffer this command reads: the buffer, by the place in
+        /// the program where it was allocated.
+        buffer: Option<&'static Location<'static>>,
+        /// For a failed dependency given to [`Queue::after`](crate::Queue::after): its
+        /// index in the list given (a [`UserEvent`](crate::UserEvent), a gate, when
+        /// `command` is [`CommandKind::User`]).
+        dependency: Option<usize>,
     },
     /// A device of the context cannot do what the call needs: it does not report the
     /// capability (shared virtual memory on an OpenCL 1.2 device), or it reports it and
@@ -452,10 +463,29 @@ impl Error {
     }
 }
 
-/// How to get an OpenCL implementation that runs everywhere.
-pub(crate) const INSTALL_HINT: &str = "install the ICD loader and PoCL (a CPU OpenCL): \
+/// How to get an OpenCL loader and an implementation that runs everywhere
+/// ([`Error::NoLoader`]).
+pub(crate) const INSTALL_HINT: &str = "install the OpenCL ICD loader and a driver for \
+     your device, or PoCL, a CPU OpenCL that runs anywhere: \
      `apt-get install ocl-icd-libopencl1 pocl-opencl-icd` on Debian or Ubuntu, \
-     `dnf install ocl-icd pocl` on Fedora; or run `make setup`";
+     `dnf install ocl-icd pocl` on Fedora";
+
+/// [`Error::NoDevice`] when the loader lists no platform.
+pub(crate) const NO_PLATFORM_HINT: &str = "the OpenCL loader lists no platform: install an \
+     OpenCL driver (an ICD) for your device, or PoCL, a CPU OpenCL that runs anywhere \
+     (`apt-get install pocl-opencl-icd` on Debian or Ubuntu, `dnf install pocl` on Fedora); \
+     `clinfo -l` lists what the loader finds";
+
+/// [`Error::NoDevice`] when the loader lists platforms, but none has a device.
+pub(crate) const NO_DEVICE_HINT: &str = "the OpenCL platforms found have no device: check \
+     their drivers (`clinfo -l` lists what the loader finds), or install PoCL, a CPU OpenCL \
+     that runs anywhere (`apt-get install pocl-opencl-icd` on Debian or Ubuntu, \
+     `dnf install pocl` on Fedora)";
+
+/// [`Error::NoDevice`] when `CL_LIFETIME_DEVICE` names none of the devices found.
+pub(crate) const FILTER_HINT: &str = "set CL_LIFETIME_DEVICE to one of the devices found, \
+     as its `P:D` indices or a part of its platform or device name (`pocl`, `nvidia`), or \
+     unset it to take the first GPU, else the first device";
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -469,11 +499,17 @@ impl fmt::Display for Error {
                 found,
                 hint,
             } => {
-                write!(f, "no OpenCL device matches {looked_for}; ")?;
                 if found.is_empty() {
-                    write!(f, "no platform or device was found at all; {hint}")
+                    write!(
+                        f,
+                        "no OpenCL device found (looked for {looked_for}); {hint}"
+                    )
                 } else {
-                    write!(f, "found: {}", found.join(", "))
+                    let found = found.join(", ");
+                    write!(
+                        f,
+                        "no OpenCL device matches {looked_for} (found: {found}); {hint}"
+                    )
                 }
             }
             Error::ZeroLength => write!(
@@ -659,7 +695,40 @@ impl fmt::Display for Error {
             Error::CommandFailed { status } => {
                 write!(f, "a command ended with {status}")
             }
-            Error::DependencyFailed { command, status } => write!(
+            Error::DependencyFailed {
+                command,
+                status,
+                buffer: Some(site),
+                ..
+            } => write!(
+                f,
+                "the buffer allocated at {site} holds data whose write (a {command:?} command) \
+                 failed with {status}, so this command, which reads it, was refused: write \
+                 the buffer again before reading it (the release report lists its failures)"
+            ),
+            Error::DependencyFailed {
+                command: CommandKind::User,
+                status,
+                dependency: Some(index),
+                ..
+            } => write!(
+                f,
+                "the user event (gate) given to Queue::after at index {index} failed with \
+                 {status}, so this command was not enqueued"
+            ),
+            Error::DependencyFailed {
+                command,
+                status,
+                dependency: Some(index),
+                ..
+            } => write!(
+                f,
+                "the {command:?} command given to Queue::after at index {index} failed with \
+                 {status}, so this command was not enqueued"
+            ),
+            Error::DependencyFailed {
+                command, status, ..
+            } => write!(
                 f,
                 "a {command:?} command this one depends on failed with {status}"
             ),

@@ -260,8 +260,16 @@ pub(crate) fn scalar_size(type_name: &str, address_bits: u32) -> Option<usize> {
 /// What a launch gives for one parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Given {
-    Buffer { access: Access, ty: Ty },
-    Scalar { bytes: usize, ty: Ty },
+    Buffer {
+        access: Access,
+        /// Passed as [`Arg::read_write`](crate::Arg::read_write) (recorded as written).
+        read_write: bool,
+        ty: Ty,
+    },
+    Scalar {
+        bytes: usize,
+        ty: Ty,
+    },
     Local(usize),
 }
 
@@ -271,7 +279,17 @@ impl fmt::Display for Given {
             Given::Buffer {
                 access: Access::Read,
                 ty,
+                ..
             } => write!(f, "a buffer of {} read (Arg::read)", ty.rust),
+            Given::Buffer {
+                read_write: true,
+                ty,
+                ..
+            } => write!(
+                f,
+                "a buffer of {} read and written (Arg::read_write)",
+                ty.rust
+            ),
             Given::Buffer { ty, .. } => write!(f, "a buffer of {} written (Arg::write)", ty.rust),
             Given::Scalar { bytes, ty } => write!(f, "a {bytes}-byte scalar ({})", ty.rust),
             Given::Local(bytes) => write!(f, "local memory of {bytes} bytes"),
@@ -293,7 +311,7 @@ fn mismatch(param: &Param, given: Given) -> Option<String> {
         (ParamKind::Unsupported, _) => {
             Some("the library cannot pass images, samplers, pipes or device queues".to_string())
         }
-        (ParamKind::Buffer, Given::Buffer { access, ty }) => types(ty).or_else(|| {
+        (ParamKind::Buffer, Given::Buffer { access, ty, .. }) => types(ty).or_else(|| {
             (param.read_only && access == Access::Write).then(|| {
                 "the parameter is const (or __constant): the kernel cannot write it, so \
                  pass Arg::read"
@@ -500,6 +518,7 @@ mod tests {
     fn buffer<T: crate::Pod>(access: Access) -> Given {
         Given::Buffer {
             access,
+            read_write: false,
             ty: Ty::of::<T>(),
         }
     }

@@ -10,8 +10,9 @@
 //! work. (NVIDIA's `clReleaseMemObject` itself still blocks until the context's running work
 //! ends, for any buffer that has been used on the device; the tour example measures it.)
 //!
-//! Kernels are `.cl` files built at run time, so the crate runs on any OpenCL ICD, PoCL on
-//! the CPU included. `CL_LIFETIME_DEVICE` picks the device (see [`Device::select`]).
+//! Kernels are OpenCL C sources built at run time, given inline
+//! ([`Context::program_from_source`]) or as `.cl` files found at run time
+//! ([`Context::program`]), so the crate runs on any OpenCL ICD, PoCL on the CPU included. `CL_LIFETIME_DEVICE` picks the device (see [`Device::select`]).
 //!
 //! The [`guide`] has one chapter per task: releasing, ordering across queues, pools and
 //! deferred release, failures, adopting existing code, async, views, the trace, choosing a
@@ -19,13 +20,25 @@
 //!
 //! # Example
 //!
+//! A whole `src/main.rs` of a crate that depends on `cl-lifetime`; the kernel's source is
+//! inline, so it needs nothing else but an OpenCL platform.
+//!
 //! ```
 //! use cl_lifetime::{Arg, Context};
+//!
+//! const VECTOR_ADD: &str = "
+//! __kernel void add(__global const float *a, __global const float *b,
+//!                   __global float *sum, const uint n) {
+//!     size_t i = get_global_id(0);
+//!     if (i < n) {
+//!         sum[i] = a[i] + b[i];
+//!     }
+//! }";
 //!
 //! fn main() -> Result<(), cl_lifetime::Error> {
 //!     let ctx = Context::from_env()?;
 //!     let queue = ctx.queue()?;
-//!     let add = ctx.program("vector_add.cl", "")?.kernel("add")?;
+//!     let add = ctx.program_from_source("vector_add", VECTOR_ADD, "")?.kernel("add")?;
 //!
 //!     let n = 1024;
 //!     let a = ctx.buffer_from(&vec![1.0f32; n])?;
@@ -76,6 +89,9 @@
 //! the program's help (no driver callback). It wakes the tasks whose commands ended,
 //! however many await behind closed gates; a dropped future cancels nothing on the device.
 //! A panic of a waker or an [`unblock`] job reaches its task, never the library's threads.
+//!
+//! The examples drive their futures with `pollster` (add `pollster = "0.4"` to your
+//! `[dependencies]` to run them as they are); any executor does.
 //!
 //! ```
 //! # fn main() -> Result<(), cl_lifetime::Error> {
@@ -149,6 +165,8 @@
 //! The rules each layer keeps are named in its module docs (for example the record
 //! layer's *exact wait*, or the tracker's *shadow*), and the code cites them by name. Its
 //! lock order is written down in the record layer.
+
+#![deny(rustdoc::broken_intra_doc_links)]
 
 mod alloc;
 mod api;

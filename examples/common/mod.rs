@@ -436,3 +436,18 @@ pub fn us(d: Duration) -> String {
 pub fn mib(bytes: u64) -> String {
     format!("{:.2}", bytes as f64 / f64::from(1u32 << 20))
 }
+
+/// How `ours` compares with `theirs`, two amounts of which less is better (host time,
+/// bytes): "2.0x less host time" where ours is smaller, "1.1x more host time" where it is
+/// larger (the faster or smaller side first), "as much host time" where they are equal
+/// to one decimal.
+pub fn compared(theirs: f64, ours: f64, less: &str, more: &str, what: &str) -> String {
+    let (theirs, ours) = (theirs.max(1e-12), ours.max(1e-12));
+    if format!("{:.1}", theirs / ours) == "1.0" && format!("{:.1}", ours / theirs) == "1.0" {
+        format!("as much {what}")
+    } else if ours < theirs {
+        format!("{:.1}x {less} {what}", theirs / ours)
+    } else {
+        format!("{:.1}x {more} {what}", ours / theirs)
+    }
+}

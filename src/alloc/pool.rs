@@ -287,7 +287,7 @@ pub(crate) struct PoolInner {
     poison: Option<Kernel>,
     state: Mutex<PoolState>,
     leaving: Arc<Leaving>,
-    /// Set when the user's `Pool` is dropped: blocks coming back are released.
+    /// Set when the user's last `Pool` handle is dropped: blocks coming back are released.
     closed: AtomicBool,
 }
 
@@ -592,6 +592,11 @@ fn is_out_of_memory(e: &Error) -> bool {
 
 /// A pool of device blocks that are reused without waiting for the device.
 ///
+/// A `Pool` is a cheap handle, like [`Context`](crate::Context): its clones share one pool
+/// (its blocks, bounds and statistics), and may be used from any thread. When the last of
+/// them is dropped, the pool's unused blocks are released, and blocks still in use are
+/// released when they come back.
+///
 /// # Examples
 ///
 /// ```
@@ -606,11 +611,30 @@ fn is_out_of_memory(e: &Error) -> bool {
 ///     buf.release()?; // back to the pool with its events: no wait
 /// }
 /// assert_eq!(ctx.memory_stats().driver_allocations, 1);
+///
+/// // A clone is the same pool: a block let go through one is reused through the other.
+/// let other = pool.clone();
+/// let reused = std::thread::spawn(move || other.acquire::<u32>(1024).map(drop));
+/// reused.join().expect("the thread ran")?;
+/// assert_eq!(ctx.memory_stats().driver_allocations, 1);
 /// # Ok(())
 /// # }
 /// ```
+#[derive(Clone)]
 pub struct Pool {
     inner: Arc<PoolInner>,
+    /// Shared by the user's clones only (blocks hold `inner`): its drop closes the pool.
+    _open: Arc<Open>,
+}
+
+/// The user's side of a pool: dropped with the last [`Pool`] handle.
+struct Open(Arc<PoolInner>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.closed.store(true, Ordering::Release);
+        self.0.trim(0);
+    }
 }
 
 impl fmt::Debug for Pool {
@@ -648,16 +672,18 @@ impl Pool {
         } else {
             None
         };
+        let inner = Arc::new(PoolInner {
+            ctx: ctx.core().clone(),
+            options,
+            queue: ctx.queue()?,
+            poison,
+            state: Mutex::new(PoolState::default()),
+            leaving: Arc::default(),
+            closed: AtomicBool::new(false),
+        });
         Ok(Pool {
-            inner: Arc::new(PoolInner {
-                ctx: ctx.core().clone(),
-                options,
-                queue: ctx.queue()?,
-                poison,
-                state: Mutex::new(PoolState::default()),
-                leaving: Arc::default(),
-                closed: AtomicBool::new(false),
-            }),
+            _open: Arc::new(Open(inner.clone())),
+            inner,
         })
     }
 
@@ -955,12 +981,5 @@ impl Pool {
             pooled_bytes: state.pooled,
             pooled_blocks: state.blocks,
         }
-    }
-}
-
-impl Drop for Pool {
-    fn drop(&mut self) {
-        self.inner.closed.store(true, Ordering::Release);
-        self.inner.trim(0);
     }
 }

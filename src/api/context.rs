@@ -1,4 +1,5 @@
-//! The context: one device, its queues, its buffers and its program cache.
+//! The context: its devices (one, or several of one platform), its queues, its buffers and
+//! its program cache.
 //!
 //! A [`Context`] is a cheap handle (an `Arc`); queues, buffers, programs and kernels each
 //! keep the context alive, so it is released only after the last of them.
@@ -26,7 +27,12 @@ use crate::util::{next_id, sites};
 /// The *program cache* rule: a program is cached under its name, options and source.
 type ProgramKey = (PathBuf, String, String);
 
-/// An OpenCL context on one device.
+/// An OpenCL context on one device ([`Context::from_env`], [`Context::new`]) or on several
+/// devices of one platform ([`Context::with_devices`]), whose buffers may then be used from
+/// queues on any of them ([`Context::queue_on`]). [`Context::queue`] and the other
+/// constructors of queues without a device use the first one, [`Context::device`].
+///
+/// A `Context` is a cheap handle: its clones share one context.
 ///
 /// # Examples
 ///
@@ -600,7 +606,8 @@ impl Context {
             .ok_or_else(|| Error::NoDevice {
                 looked_for: "the devices of an adopted context".to_string(),
                 found: all.iter().map(ToString::to_string).collect(),
-                hint: crate::error::INSTALL_HINT,
+                hint: "adopt a context with at least one device, of a platform that the \
+                       OpenCL loader lists (Device::all)",
             })?;
         // SAFETY: `raw` is valid, as the caller vouches; the reference taken here is the
         // one `ContextCore` releases.

@@ -95,7 +95,7 @@ impl<'a> Arg<'a> {
 
     /// A buffer (or a view, or shared virtual memory) the kernel reads and writes.
     pub fn read_write<T: Pod>(buffer: impl IntoArg<'a, T>) -> Arg<'a> {
-        Arg::write(buffer)
+        Arg::write(buffer).read_and_written()
     }
 
     /// The whole buffer, of which the kernel only reads the elements `range`: a halo, or a
@@ -188,7 +188,7 @@ impl<'a> Arg<'a> {
         buffer: impl IntoView<'a, T>,
         range: impl RangeBounds<usize>,
     ) -> Result<Arg<'a>> {
-        Arg::write_range(buffer, range)
+        Arg::write_range(buffer, range).map(Arg::read_and_written)
     }
 }
 

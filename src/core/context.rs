@@ -137,7 +137,7 @@ impl ContextCore {
             return Err(Error::NoDevice {
                 looked_for: "a context over no devices".to_string(),
                 found: Vec::new(),
-                hint: crate::error::INSTALL_HINT,
+                hint: "pass at least one device (Device::all lists them)",
             });
         };
         let ids: Vec<_> = devices.iter().map(|d| d.id).collect();

@@ -7,14 +7,27 @@
 //!    platform name or the platform vendor (`nvidia`, `pocl`, `oclgrind`).
 //! 2. **Default device.** Without it: the first GPU, else the first device of any kind.
 //! 3. **Typed misses.** No loader, no platform, or no match is a typed error that says what was looked
-//!    for, what was found and how to install PoCL. Nothing panics or waits.
+//!    for, what was found and what to do: install an OpenCL driver (no loader, no platform),
+//!    check the platforms' drivers (platforms without devices), or change or unset
+//!    `CL_LIFETIME_DEVICE` (devices, none named by it). Nothing panics or waits.
 
 use std::fmt;
 use std::sync::{Mutex, PoisonError};
 
-use crate::error::{Error, INSTALL_HINT, Result};
+use crate::error::{Error, FILTER_HINT, NO_DEVICE_HINT, NO_PLATFORM_HINT, Result};
 use crate::ffi::{self, cl_device_id, cl_device_type, cl_platform_id};
 use crate::launch::Limits;
+
+/// The *typed misses* rule's advice for a selection that found `platforms` platforms and
+/// `devices` devices, none of them chosen.
+fn no_device_hint(platforms: usize, devices: usize) -> &'static str {
+    match (platforms, devices) {
+        (0, _) => NO_PLATFORM_HINT,
+        (_, 0) => NO_DEVICE_HINT,
+        // The default rule takes any device there is: only a `CL_LIFETIME_DEVICE` misses.
+        _ => FILTER_HINT,
+    }
+}
 
 /// The environment variable that picks the device.
 pub const DEVICE_VAR: &str = "CL_LIFETIME_DEVICE";
@@ -229,13 +242,22 @@ impl Device {
                 .find(|d| d.is_gpu())
                 .or_else(|| devices.first()),
         };
-        chosen.cloned().ok_or_else(|| Error::NoDevice {
+        if let Some(device) = chosen {
+            return Ok(device.clone());
+        }
+        // Counted again only on this error path: platforms without devices.
+        let platforms = if devices.is_empty() {
+            ffi::platform_ids()?.len()
+        } else {
+            1
+        };
+        Err(Error::NoDevice {
             looked_for: spec.map_or_else(
                 || "any device".to_string(),
                 |s| format!("{DEVICE_VAR}={s:?}"),
             ),
             found: devices.iter().map(ToString::to_string).collect(),
-            hint: INSTALL_HINT,
+            hint: no_device_hint(platforms, devices.len()),
         })
     }
 
@@ -338,6 +360,23 @@ fn pick<'a>(devices: &'a [Device], spec: &str) -> Option<&'a Device> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn typed_misses_advise_by_what_was_found() {
+        let none = no_device_hint(0, 0);
+        assert!(none.contains("no platform") && none.contains("pocl-opencl-icd"));
+        let empty = no_device_hint(2, 0);
+        assert!(empty.contains("no device") && empty.contains("clinfo"));
+        let filtered = no_device_hint(1, 3);
+        assert!(filtered.contains(DEVICE_VAR) && filtered.contains("unset"));
+        assert!(!filtered.contains("install"));
+        for hint in [none, empty, filtered, crate::error::INSTALL_HINT] {
+            assert!(
+                !hint.contains("make "),
+                "a user's crate has no Makefile: {hint}"
+            );
+        }
+    }
 
     /// A device as the selection rules see it: names and indices, no driver behind it.
     fn device(p: usize, d: usize, platform: &str, vendor: &str, name: &str) -> Device {

@@ -17,11 +17,25 @@ pub(crate) const MAX_SCALAR: usize = 128;
 pub(crate) struct BufferArg<'a> {
     pub(crate) block: &'a Block,
     pub(crate) access: Access,
+    /// Passed as read and written ([`Arg::read_write`] and its range form), which the
+    /// library records as written: for error messages only.
+    pub(crate) read_write: bool,
     pub(crate) ty: Ty,
     /// A view's bytes: origin and length in the block; `None` for the whole block.
     pub(crate) region: Option<(usize, usize)>,
     /// Its bytes, for the tracker.
     pub(crate) span: Span,
+}
+
+impl BufferArg<'_> {
+    /// The name of the constructor that made it, less its range suffix.
+    fn name(&self) -> &'static str {
+        match (self.access, self.read_write) {
+            (Access::Read, _) => "read",
+            (Access::Write, false) => "write",
+            (Access::Write, true) => "read_write",
+        }
+    }
 }
 
 pub(crate) enum ArgKind<'a> {
@@ -68,18 +82,24 @@ impl fmt::Debug for Arg<'_> {
             ArgKind::Buffer(b) => match b.region {
                 None if b.span == Span::ALL => write!(
                     f,
-                    "Arg::{:?}(buffer {} of {})",
-                    b.access, b.block.id, b.ty.rust
+                    "Arg::{}(buffer {} of {})",
+                    b.name(),
+                    b.block.id,
+                    b.ty.rust
                 ),
                 None => write!(
                     f,
-                    "Arg::{:?}(buffer {} of {}, touching bytes {}..{})",
-                    b.access, b.block.id, b.ty.rust, b.span.start, b.span.end
+                    "Arg::{}(buffer {} of {}, touching bytes {}..{})",
+                    b.name(),
+                    b.block.id,
+                    b.ty.rust,
+                    b.span.start,
+                    b.span.end
                 ),
                 Some((origin, bytes)) => write!(
                     f,
-                    "Arg::{:?}(bytes {origin}..{} of buffer {} of {})",
-                    b.access,
+                    "Arg::{}(bytes {origin}..{} of buffer {} of {})",
+                    b.name(),
                     origin + bytes,
                     b.block.id,
                     b.ty.rust
@@ -125,7 +145,16 @@ impl<'a> Arg<'a> {
     /// What the launch checks see ([`crate::launch`]).
     pub(crate) fn given(&self) -> Given {
         match self.0 {
-            ArgKind::Buffer(BufferArg { access, ty, .. }) => Given::Buffer { access, ty },
+            ArgKind::Buffer(BufferArg {
+                access,
+                read_write,
+                ty,
+                ..
+            }) => Given::Buffer {
+                access,
+                read_write,
+                ty,
+            },
             ArgKind::Scalar { len, ty, .. } => Given::Scalar { bytes: len, ty },
             ArgKind::Local(size) => Given::Local(size),
         }
@@ -143,10 +172,19 @@ impl<'a> Arg<'a> {
         Arg(ArgKind::Buffer(BufferArg {
             block,
             access,
+            read_write: false,
             ty,
             region,
             span,
         }))
+    }
+
+    /// The same argument, passed as read and written ([`Arg::read_write`]).
+    pub(crate) fn read_and_written(mut self) -> Arg<'a> {
+        if let ArgKind::Buffer(b) = &mut self.0 {
+            b.read_write = true;
+        }
+        self
     }
 
     pub(crate) fn touch(&self) -> Option<Touch<'a>> {

@@ -8,6 +8,7 @@ use crate::core::queue::QueueCore;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventInner};
 use crate::status::{CommandKind, ExecStatus, Status};
+use std::panic::Location;
 use std::ptr;
 use std::sync::{Arc, Weak};
 
@@ -146,11 +147,38 @@ impl Failures {
 }
 
 impl From<FailedCommand> for Error {
-    /// The error of a command that depends on the failed one (the *failed write* rule).
+    /// The error of a command that depends on the failed one, naming neither a buffer nor
+    /// a dependency index.
     fn from(failed: FailedCommand) -> Error {
         Error::DependencyFailed {
             command: failed.command,
             status: failed.status,
+            buffer: None,
+            dependency: None,
+        }
+    }
+}
+
+impl FailedCommand {
+    /// The error of a command that reads what this failed write of the buffer allocated
+    /// at `site` wrote (the *failed write* rule).
+    pub(crate) fn in_buffer(self, site: &'static Location<'static>) -> Error {
+        Error::DependencyFailed {
+            command: self.command,
+            status: self.status,
+            buffer: Some(site),
+            dependency: None,
+        }
+    }
+
+    /// The error of a command given this failed command as dependency `index` of
+    /// [`Queue::after`](crate::Queue::after).
+    pub(crate) fn as_dependency(self, index: usize) -> Error {
+        Error::DependencyFailed {
+            command: self.command,
+            status: self.status,
+            buffer: None,
+            dependency: Some(index),
         }
     }
 }
@@ -163,7 +191,9 @@ pub(crate) fn settle(event: &Event, writers: &Writes) -> Result<()> {
     let ended = event.wait();
     if failures_possible() {
         if let Some(failed) = writers.failure() {
-            return Err(failed.into());
+            return Err(writers
+                .site
+                .map_or(failed.into(), |site| failed.in_buffer(site)));
         }
     }
     ended

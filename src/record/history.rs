@@ -3,6 +3,7 @@
 //! host memory).
 
 use std::any::Any;
+use std::panic::Location;
 use std::sync::{Mutex, TryLockError};
 
 use super::failure::{self, FailedCommand, Failures};
@@ -485,6 +486,9 @@ impl LetGo for Mutex<Record> {
 pub(crate) struct Writes {
     /// Oldest first.
     list: Vec<(Span, Write)>,
+    /// The buffer's allocation site, for the error of a failed write: set only in the
+    /// writes handed back to a host read ([`Writes::only`]), `None` in the record.
+    pub(crate) site: Option<&'static Location<'static>>,
 }
 
 /// One write of [`Writes`].
@@ -554,8 +558,9 @@ impl Writes {
     }
 
     /// Those of bytes `span`, for a host read to check once it has ended.
-    pub(crate) fn only(&self, span: Span) -> Writes {
+    pub(crate) fn only(&self, span: Span, site: &'static Location<'static>) -> Writes {
         Writes {
+            site: Some(site),
             list: self
                 .list
                 .iter()

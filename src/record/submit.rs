@@ -67,6 +67,7 @@
 //! 5. **Fold**: a fold that cannot be enqueued leaves the record as it is (longer, still
 //!    complete).
 
+use std::panic::Location;
 use std::sync::{Arc, MutexGuard};
 
 use super::block::Block;
@@ -530,7 +531,7 @@ impl Submit<'_> {
             if failures_possible && l.reads {
                 for part in l.parts.iter().filter(|p| p.reads) {
                     if let Some(failed) = l.record.failed_write(part.span) {
-                        return Err(failed.into());
+                        return Err(failed.in_buffer(l.block.allocated_at));
                     }
                 }
             }
@@ -538,8 +539,10 @@ impl Submit<'_> {
         if failures_possible {
             graveyard::sweep();
             // A driver never runs a command whose wait list holds a failed event.
-            if let Some(failed) = self.deps.iter().find_map(|d| failure_of(d)) {
-                return Err(failed.into());
+            let failed = (self.deps.iter().enumerate())
+                .find_map(|(index, dep)| failure_of(dep).map(|failed| (index, failed)));
+            if let Some((index, failed)) = failed {
+                return Err(failed.as_dependency(index));
             }
         }
         for dep in self.deps {
@@ -574,7 +577,15 @@ impl Submit<'_> {
     ) -> Result<()> {
         let after_failure = l.record.after_failure() || failure_seen;
         for part in l.parts.iter() {
-            self.gather_part_hazards(&l.record, *part, after_failure, failures_possible, gathered)?;
+            let site = l.block.allocated_at;
+            self.gather_part_hazards(
+                &l.record,
+                site,
+                *part,
+                after_failure,
+                failures_possible,
+                gathered,
+            )?;
         }
         Ok(())
     }
@@ -584,6 +595,7 @@ impl Submit<'_> {
     fn gather_part_hazards(
         &self,
         record: &Record,
+        site: &'static Location<'static>,
         part: Part,
         after_failure: bool,
         failures_possible: bool,
@@ -602,7 +614,7 @@ impl Submit<'_> {
             let raw = entry.event.raw();
             if record.writes().holds_in(span, raw) {
                 if let Some(failed) = failure_of(&entry.event) {
-                    return Err(failed.into());
+                    return Err(failed.in_buffer(site));
                 }
             }
             Ok(())
@@ -686,7 +698,7 @@ impl Submit<'_> {
             // before read* rule); one it may read got its zero fill above.
             l.record.fresh = false;
             if let Some(writer) = writer.as_deref_mut() {
-                *writer = l.record.writes().only(l.span);
+                *writer = l.record.writes().only(l.span, l.block.allocated_at);
             }
             // The *two ranges* rule: each range with its own access, so that a failed
             // copy within the buffer is a failed write of its destination only.

@@ -602,3 +602,36 @@ fn arg_write_for_a_const_parameter_is_refused_and_arg_read_for_a_writable_one_is
         "{said:?}"
     );
 }
+
+// `Arg::read_write` (and its range form) for a `const` parameter is refused naming what
+// was passed, `Arg::read_write`, not `Arg::write`.
+#[test]
+fn arg_read_write_for_a_const_parameter_is_refused_naming_arg_read_write() {
+    let ctx = device!();
+    let queue = ctx.queue().unwrap();
+    let add = ctx
+        .program("vector_add", "")
+        .unwrap()
+        .kernel("add")
+        .unwrap();
+    let a = ctx.buffer_from(&[1f32; 16]).unwrap();
+    let b = ctx.buffer_from(&[2f32; 16]).unwrap();
+    let sum = ctx.buffer_from(&[0f32; 16]).unwrap();
+    for first in [
+        Arg::read_write(&a),
+        Arg::read_write_range(&a, 0..16).unwrap(),
+    ] {
+        let args = [first, Arg::read(&b), Arg::write(&sum), Arg::scalar(16u32)];
+        // SAFETY: refused by the argument check (a write for `const`): nothing runs.
+        let err = unsafe { queue.launch(&add, &[16], &args) }.unwrap_err();
+        assert_refused(
+            &err,
+            0,
+            "__global const float* a",
+            "a buffer of f32 read and written (Arg::read_write)",
+        );
+        assert!(!err.to_string().contains("Arg::write"), "{err}");
+        assert!(format!("{:?}", args[0]).starts_with("Arg::read_write("));
+    }
+    assert_eq!(a.record_len(), 0, "a refused launch was recorded");
+}

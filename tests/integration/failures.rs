@@ -122,22 +122,31 @@ isolated_test! {
 // 2. An already-failed dependency: the command would never run.
 
 isolated_test! {
-    fn an_already_failed_dependency_is_refused_instead_of_hanging() {
+    fn an_already_failed_dependency_is_refused_instead_of_hanging_naming_the_gate_by_its_index() {
         let ctx = device!();
         let queue = ctx.queue().unwrap();
         let buf = ctx.buffer::<u32>(64).unwrap();
+        let ended = queue.fill(&buf, 0).unwrap();
+        ended.wait().unwrap();
         let gate = ctx.user_event().unwrap();
         gate.fail(CANCELLED).unwrap();
-        let err = queue.after(&[gate.event()]).fill(&buf, 1).unwrap_err();
+        let err = queue.after(&[&ended, gate.event()]).fill(&buf, 1).unwrap_err();
         assert!(
             matches!(
                 err,
                 Error::DependencyFailed {
                     command: CommandKind::User,
-                    status
+                    status,
+                    buffer: None,
+                    dependency: Some(1),
                 } if status.0 == CANCELLED
             ),
             "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("user event (gate) given to Queue::after at index 1"),
+            "{text}"
         );
         // Nothing was enqueued: the queue, the buffer and the context all go on.
         queue.fill(&buf, 7).unwrap().wait().unwrap();
@@ -610,18 +619,32 @@ fn failed_fill(ctx: &Context, queue: &Queue) -> cl_lifetime::ClBuffer<u32> {
     buf
 }
 
+/// Checks that `result` is the error of the failed fill of [`failed_fill`]'s buffer,
+/// naming the buffer by where it was allocated.
+#[track_caller]
 fn names_the_failed_fill(result: Result<impl std::fmt::Debug, Error>) {
     match result {
-        Err(Error::DependencyFailed {
-            command: CommandKind::Fill,
-            ..
-        }) => {}
-        other => panic!("expected DependencyFailed naming the fill, got {other:?}"),
+        Err(
+            err @ Error::DependencyFailed {
+                command: CommandKind::Fill,
+                buffer: Some(site),
+                dependency: None,
+                ..
+            },
+        ) => {
+            assert!(site.file().ends_with("failures.rs"), "{site}");
+            let text = err.to_string();
+            assert!(
+                text.contains(&format!("the buffer allocated at {site}")) && text.contains("Fill"),
+                "{text}"
+            );
+        }
+        other => panic!("expected DependencyFailed naming the fill and its buffer, got {other:?}"),
     }
 }
 
 isolated_test! {
-    fn a_read_after_a_failed_write_is_an_error_naming_that_write() {
+    fn a_read_after_a_failed_write_is_an_error_naming_that_write_and_its_buffer() {
         let ctx = device!();
         let (queue, other_queue) = queues(&ctx);
         let buf = failed_fill(&ctx, &queue);

@@ -2095,3 +2095,51 @@ fn a_pooled_block_whose_views_went_to_kernels_returns_to_its_pool_with_no_sub_bu
     ctx.wait_deferred();
     assert_eq!(ctx.memory_stats().driver_allocations, 1);
 }
+
+// A clone of a pool is the same pool: a block let go through one is handed out by the
+// other (from another thread too), both see the same statistics, and the pool stays open
+// until its last clone is dropped, which releases what it keeps.
+#[test]
+fn clones_of_a_pool_share_its_blocks_and_the_last_drop_closes_it() {
+    let ctx = device!();
+    let pool = Pool::new(&ctx, PoolOptions::default()).unwrap();
+    let clone = pool.clone();
+    let first = pool.acquire::<u32>(1024).unwrap();
+    let raw = first.as_raw() as usize;
+    first.release().unwrap();
+    assert_eq!(clone.stats(), pool.stats());
+    assert_eq!(clone.stats().pooled_blocks, 1);
+
+    let other = clone.clone();
+    let again = thread::spawn(move || {
+        let buf = other.acquire::<u32>(1024).unwrap();
+        let raw = buf.as_raw() as usize;
+        buf.release().unwrap();
+        raw
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        again, raw,
+        "the clone made a new block instead of reusing the pool's"
+    );
+    assert_eq!(ctx.memory_stats().driver_allocations, 1);
+
+    // Dropping one clone closes nothing: the block stays pooled and is reused.
+    drop(pool);
+    assert_eq!(clone.stats().pooled_blocks, 1);
+    let reused = clone.acquire::<u32>(1024).unwrap();
+    assert_eq!(reused.as_raw() as usize, raw);
+    reused.release().unwrap();
+    assert_eq!(ctx.memory_stats().driver_allocations, 1);
+
+    // The last one releases the pooled block.
+    drop(clone);
+    ctx.wait_deferred();
+    let ms = ctx.memory_stats();
+    assert_eq!(
+        (ms.live_bytes, ms.pending_release_bytes, ms.pooled_bytes),
+        (0, 0, 0),
+        "{ms:?}"
+    );
+}

@@ -176,7 +176,11 @@ pub fn on_pocl(ctx: &Context) -> bool {
 /// `ctx`'s device, which the child selects by name; where the emulator is not built, says
 /// the test did not run.
 pub fn under_emulation(ctx: Context, name: &str, profile: &str, body: impl FnOnce()) {
-    let emulator = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/emulate");
+    // Where `make emulate` built it: CARGO_TARGET_DIR (relative to the package) or target/.
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into());
+    let emulator = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(target_dir)
+        .join("emulate");
     if !emulator.join("libOpenCL.so.1").exists() {
         not_run("the driver emulator is not built here (make emulate)");
         return;
