@@ -31,6 +31,11 @@ pub(crate) struct ArenaInner {
 /// it is written, as a new buffer does (the *zeroed carves* rule), whatever earlier
 /// carves over the same bytes held before a [`reset`](Arena::reset).
 ///
+/// On NVIDIA's driver (580), kernels on [views](crate::View) of carves, with carves
+/// released and carved again, crash the driver now and then (design trap "overlapping
+/// sub-buffers on NVIDIA", open): there, pass a carve whole, with
+/// [`Arg::read_range`](crate::Arg::read_range) and its kin for the part a kernel touches.
+///
 /// # Examples
 ///
 /// ```
