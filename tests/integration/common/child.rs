@@ -162,7 +162,11 @@ pub fn rss_bytes() -> Option<u64> {
 /// offsets go to `addr2line`), then dies of the same signal. The report goes to stderr,
 /// which the parent shows, and, when `CL_LIFETIME_CRASH_DIR` names a folder, to
 /// `crash-<pid>.txt` there. A diagnostic that runs only in a process already crashing: it
-/// allocates and reads a file, which is not async-signal-safe, and may itself fail.
+/// allocates and reads a file, which is not async-signal-safe, and may itself fail. A
+/// driver may put its own handlers in front: PoCL's LLVM installs handlers when it compiles
+/// a kernel that, for a SIGABRT, restore the earlier ones and return, so an abort of PoCL's
+/// (an assertion) goes unreported here; the test still fails by name, with the driver's
+/// message. A fault (SIGSEGV) runs its instruction again and reaches this handler.
 mod crash_report {
     use std::ffi::c_void;
     use std::io::Write;
