@@ -1451,85 +1451,98 @@ fn run_program(env: &SvmEnv, plan: &SvmPlan) -> Result<(), String> {
 /// it, `CL_LIFETIME_SVM_SCHEDULES=<n>` sets how many run (default 20,000).
 #[test]
 fn svm_random_programs_match_a_sequential_model() {
-    let ctx = device!();
-    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) || kinds(&ctx).is_empty() {
-        return;
-    }
-    let number = |var: &str| {
-        let value = std::env::var(var).ok()?;
-        Some(
-            value
-                .trim()
-                .parse::<u64>()
-                .unwrap_or_else(|e| panic!("{var}={value}: {e}")),
-        )
-    };
-    let replay = number(SVM_SEED_VAR);
-    let two = match replay {
-        Some(seed) if seed & 1 == 0 => None,
-        _ => common::two_devices_for(Some("its programs on two devices")),
-    };
-    // Where the driver runs no SVM kernel in a context of two devices, the library
-    // refuses SVM there (NVIDIA's, over two GPUs): those programs do not run, by name.
-    let two = two.filter(|two| {
-        let refused = kinds(two)
-            .into_iter()
-            .find_map(|kind| two.svm::<i32>(1, kind).err());
-        if let Some(e) = &refused {
-            common::not_run(format_args!("its programs on two devices: {e}"));
-        }
-        refused.is_none()
-    });
-    if replay.is_some_and(|seed| seed & 1 == 1) && two.is_none() {
-        return;
-    }
-    let envs = [
-        Some(SvmEnv::new(ctx, "1 device")),
-        two.map(|two| SvmEnv::new(two, "2 devices")),
-    ];
-    let count = number(SVM_PROGRAMS_VAR).map_or(SVM_DEFAULT_PROGRAMS as u64, |n| n);
-    let devices = if envs[1].is_some() { 2 } else { 1 };
-    let seeds: Vec<u64> = match replay {
-        Some(seed) => vec![seed],
-        None => (0..count)
-            .map(|i| common::mix(0x5F3D ^ i) & !1 | (i % devices))
-            .collect(),
-    };
-    let (start, mut counts, mut failures) = (std::time::Instant::now(), [0; 2], Vec::new());
-    for &seed in &seeds {
-        let env = envs[(seed & 1) as usize]
-            .as_ref()
-            .expect("a context for the seed");
-        counts[(seed & 1) as usize] += 1;
-        if std::env::var_os(SVM_TRAIL_VAR).is_some() {
-            eprintln!("SVM program seed {seed} ({})", env.label);
-        }
-        let plan = plan_program(seed, env);
-        let run =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_program(env, &plan)));
-        let failure = run.unwrap_or_else(|_| Err("panicked (the message is above)".to_string()));
-        if let Err(failure) = failure {
-            let replay = format!("{SVM_SEED_VAR}={seed}");
-            failures.push(format!(
-                "{} failed; replay with {replay}:\n{failure}\n{plan}",
-                env.label
-            ));
-            if failures.len() == 3 {
-                break;
+    // In a child process: beside `transfers::a_failed_staged_read_mapping_leaves_the_
+    // buffer_unmapped` in one process, PoCL 3.1 aborted in `pocl_update_event_failed` (a
+    // path to the abort of design trap "PoCL's failed command behind a pending one" not yet
+    // found); there such an abort is this test's failure, and the rest of the suite runs.
+    common::isolated(
+        &test_path!(svm_random_programs_match_a_sequential_model),
+        std::time::Duration::from_secs(300),
+        &[],
+        || {
+            let ctx = device!();
+            if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) || kinds(&ctx).is_empty() {
+                return;
             }
-        }
-    }
-    let [one, two] = counts;
-    println!(
-        "{} SVM programs ({one} on 1 device, {two} on 2) in {:.1?}",
-        one + two,
-        start.elapsed()
-    );
-    assert!(
-        failures.is_empty(),
-        "{} program(s) failed (stopped at 3):\n\n{}",
-        failures.len(),
-        failures.join("\n\n")
+            let number = |var: &str| {
+                let value = std::env::var(var).ok()?;
+                Some(
+                    value
+                        .trim()
+                        .parse::<u64>()
+                        .unwrap_or_else(|e| panic!("{var}={value}: {e}")),
+                )
+            };
+            let replay = number(SVM_SEED_VAR);
+            let two = match replay {
+                Some(seed) if seed & 1 == 0 => None,
+                _ => common::two_devices_for(Some("its programs on two devices")),
+            };
+            // Where the driver runs no SVM kernel in a context of two devices, the library
+            // refuses SVM there (NVIDIA's, over two GPUs): those programs do not run, by name.
+            let two = two.filter(|two| {
+                let refused = kinds(two)
+                    .into_iter()
+                    .find_map(|kind| two.svm::<i32>(1, kind).err());
+                if let Some(e) = &refused {
+                    common::not_run(format_args!("its programs on two devices: {e}"));
+                }
+                refused.is_none()
+            });
+            if replay.is_some_and(|seed| seed & 1 == 1) && two.is_none() {
+                return;
+            }
+            let envs = [
+                Some(SvmEnv::new(ctx, "1 device")),
+                two.map(|two| SvmEnv::new(two, "2 devices")),
+            ];
+            let count = number(SVM_PROGRAMS_VAR).map_or(SVM_DEFAULT_PROGRAMS as u64, |n| n);
+            let devices = if envs[1].is_some() { 2 } else { 1 };
+            let seeds: Vec<u64> = match replay {
+                Some(seed) => vec![seed],
+                None => (0..count)
+                    .map(|i| common::mix(0x5F3D ^ i) & !1 | (i % devices))
+                    .collect(),
+            };
+            let (start, mut counts, mut failures) = (std::time::Instant::now(), [0; 2], Vec::new());
+            for &seed in &seeds {
+                let env = envs[(seed & 1) as usize]
+                    .as_ref()
+                    .expect("a context for the seed");
+                counts[(seed & 1) as usize] += 1;
+                if std::env::var_os(SVM_TRAIL_VAR).is_some() {
+                    eprintln!("SVM program seed {seed} ({})", env.label);
+                }
+                let plan = plan_program(seed, env);
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run_program(env, &plan)
+                }));
+                let failure =
+                    run.unwrap_or_else(|_| Err("panicked (the message is above)".to_string()));
+                if let Err(failure) = failure {
+                    let replay = format!("{SVM_SEED_VAR}={seed}");
+                    failures.push(format!(
+                        "{} failed; replay with {replay}:\n{failure}\n{plan}",
+                        env.label
+                    ));
+                    if failures.len() == 3 {
+                        break;
+                    }
+                }
+            }
+            let [one, two] = counts;
+            println!(
+                "{} SVM programs ({one} on 1 device, {two} on 2) in {:.1?}",
+                one + two,
+                start.elapsed()
+            );
+            assert!(
+                failures.is_empty(),
+                "{} program(s) failed (stopped at 3):\n\n{}",
+                failures.len(),
+                failures.join("\n\n")
+            );
+        },
     );
 }
 

@@ -597,15 +597,20 @@ fn a_staged_read_mapping_waits_for_the_write_before_it() {
     assert_eq!(common::contents(&writer, &buf), vec![1; 256]);
 }
 
-/// A staged read mapping of data whose write failed is an error, and leaves the buffer
-/// unmapped: later commands are not refused as mapped.
-#[test]
-fn a_failed_staged_read_mapping_leaves_the_buffer_unmapped() {
-    let ctx = device!();
-    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
-        return;
+// In a child process: beside `svm::svm_random_programs_match_a_sequential_model` in one
+// process, PoCL 3.1 aborted in `pocl_update_event_failed` (a path to the abort of design
+// trap "PoCL's failed command behind a pending one" not yet found); there such an abort is
+// this test's failure, and the rest of the suite runs.
+isolated_test! {
+    /// A staged read mapping of data whose write failed is an error, and leaves the buffer
+    /// unmapped: later commands are not refused as mapped.
+    fn a_failed_staged_read_mapping_leaves_the_buffer_unmapped() {
+        let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+            return;
+        }
+        map_behind_a_failed_fill(&ctx, staging_queue(&ctx), "a staged map");
     }
-    map_behind_a_failed_fill(&ctx, staging_queue(&ctx), "a staged map");
 }
 
 /// A read mapping of a buffer adopted from other code goes to the driver even on a queue
