@@ -32,8 +32,7 @@ use opencl3::memory::{self as clm, CL_MEM_READ_WRITE};
 use opencl3::types::{cl_buffer_region, cl_command_queue, cl_mem};
 
 mod common;
-use common::{ProgramHandle, cl_err, print_device, raw_queue, release_event, set_arg};
-use opencl3::kernel::Kernel as RawKernel;
+use common::{ProgramHandle, add_const_and_wait, cl_err, print_device, raw_queue, release_event};
 
 /// How a case uses a carve's views.
 #[derive(Clone, Copy, PartialEq)]
@@ -185,9 +184,13 @@ fn run(views: Views, steps: usize, seed: u64) -> anyhow::Result<()> {
                     Views::None => carve.units * unit,
                     _ => (end - start) * unit,
                 };
-                match views {
-                    Views::Fill => fill(queue, mem, bytes)?,
-                    _ => add_const(queue, &add, mem, bytes)?,
+                if views == Views::Fill {
+                    fill(queue, mem, bytes)?;
+                } else {
+                    let n = (bytes / size_of::<i32>()) as u32;
+                    // SAFETY: `add` is `add_const`, used by this thread only; `mem` holds
+                    // `bytes`, `n` ints.
+                    unsafe { add_const_and_wait(queue, add.get(), mem, 1, n) }?;
                 }
             }
             2 if !live.is_empty() => {
@@ -239,40 +242,6 @@ fn fill(queue: cl_command_queue, mem: cl_mem, bytes: usize) -> anyhow::Result<()
         )
     }
     .map_err(cl_err("clEnqueueFillBuffer"))?;
-    opencl3::event::wait_for_events(&[event]).map_err(cl_err("clWaitForEvents"))?;
-    release_event(event)
-}
-
-/// Runs `add_const` (adds 1) over the `bytes` of `mem` and waits.
-fn add_const(
-    queue: cl_command_queue,
-    add: &RawKernel,
-    mem: cl_mem,
-    bytes: usize,
-) -> anyhow::Result<()> {
-    let n = (bytes / size_of::<i32>()) as u32;
-    // SAFETY: `add_const(__global int *data, int c, uint n)`: a buffer of at least `n` ints,
-    // an int and a uint; the kernel is used by this thread only.
-    unsafe {
-        set_arg(add.get(), 0, &mem)?;
-        set_arg(add.get(), 1, &1i32)?;
-        set_arg(add.get(), 2, &n)?;
-    }
-    // SAFETY: every argument is set; one dimension of 64 items (the kernel strides); no wait
-    // list; the event is waited for and released below.
-    let event = unsafe {
-        clq::enqueue_nd_range_kernel(
-            queue,
-            add.get(),
-            1,
-            ptr::null(),
-            [64usize].as_ptr(),
-            ptr::null(),
-            0,
-            ptr::null(),
-        )
-    }
-    .map_err(cl_err("clEnqueueNDRangeKernel"))?;
     opencl3::event::wait_for_events(&[event]).map_err(cl_err("clWaitForEvents"))?;
     release_event(event)
 }

@@ -28,7 +28,7 @@ use opencl3::memory::{self as clm, CL_MEM_READ_WRITE};
 use opencl3::types::{cl_buffer_region, cl_mem};
 
 mod common;
-use common::{ProgramHandle, cl_err, print_device, raw_queue, release_event, set_arg};
+use common::{ProgramHandle, add_const_and_wait, cl_err, print_device, raw_queue};
 
 /// Bytes of the buffer both sub-buffers are made of.
 const BYTES: usize = 4096;
@@ -74,30 +74,8 @@ fn main() -> anyhow::Result<()> {
     let (first, second) = (sub(a)?, sub(b)?);
     for (mem, size) in [(first, a.1), (second, b.1)] {
         let n = (size / size_of::<i32>()) as u32;
-        // SAFETY: `add_const(__global int *data, int c, uint n)`: a buffer of at least `n`
-        // ints, an int and a uint; the kernel is used by this thread only.
-        unsafe {
-            set_arg(add.get(), 0, &mem)?;
-            set_arg(add.get(), 1, &1i32)?;
-            set_arg(add.get(), 2, &n)?;
-        }
-        // SAFETY: every argument is set; one dimension of 64 items (the kernel strides);
-        // no wait list; the event is waited for and released below.
-        let event = unsafe {
-            clq::enqueue_nd_range_kernel(
-                queue,
-                add.get(),
-                1,
-                ptr::null(),
-                [64usize].as_ptr(),
-                ptr::null(),
-                0,
-                ptr::null(),
-            )
-        }
-        .map_err(cl_err("clEnqueueNDRangeKernel"))?;
-        opencl3::event::wait_for_events(&[event]).map_err(cl_err("clWaitForEvents"))?;
-        release_event(event)?;
+        // SAFETY: `add` is `add_const`, used by this thread only; `mem` holds `size` bytes.
+        unsafe { add_const_and_wait(queue, add.get(), mem, 1, n) }?;
     }
     let order = if older_first {
         [first, second]

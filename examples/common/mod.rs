@@ -48,6 +48,46 @@ pub unsafe fn set_arg<T: Copy>(kernel: cl_kernel, index: u32, value: &T) -> anyh
         .map_err(cl_err("clSetKernelArg"))
 }
 
+/// Runs `add_const` of `schedule.cl` (adds `c` to each of the first `n` ints) on `mem`
+/// through `queue`, and waits for it.
+///
+/// # Safety
+///
+/// `kernel` is `add_const(__global int *data, int c, uint n)`, used by this thread only;
+/// `mem` is a live buffer of `queue`'s context holding at least `n` ints.
+pub unsafe fn add_const_and_wait(
+    queue: opencl3::types::cl_command_queue,
+    kernel: cl_kernel,
+    mem: cl_mem,
+    c: i32,
+    n: u32,
+) -> anyhow::Result<()> {
+    // SAFETY: the argument types are `add_const`'s, and the kernel is this thread's (the
+    // caller vouches).
+    unsafe {
+        set_arg(kernel, 0, &mem)?;
+        set_arg(kernel, 1, &c)?;
+        set_arg(kernel, 2, &n)?;
+    }
+    // SAFETY: every argument is set; one dimension of 64 items (the kernel strides); no wait
+    // list; the event is waited for and released below.
+    let event = unsafe {
+        opencl3::command_queue::enqueue_nd_range_kernel(
+            queue,
+            kernel,
+            1,
+            ptr::null(),
+            [64usize].as_ptr(),
+            ptr::null(),
+            0,
+            ptr::null(),
+        )
+    }
+    .map_err(cl_err("clEnqueueNDRangeKernel"))?;
+    cle::wait_for_events(&[event]).map_err(cl_err("clWaitForEvents"))?;
+    release_event(event)
+}
+
 /// A raw queue on the context's device with the `CL_QUEUE_PROPERTIES` bits `flags` (0: in
 /// order, no profiling).
 pub fn raw_queue(ctx: &Context, flags: u64) -> anyhow::Result<opencl3::types::cl_command_queue> {
