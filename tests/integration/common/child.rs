@@ -163,10 +163,10 @@ pub fn rss_bytes() -> Option<u64> {
 /// which the parent shows, and, when `CL_LIFETIME_CRASH_DIR` names a folder, to
 /// `crash-<pid>.txt` there. A diagnostic that runs only in a process already crashing: it
 /// allocates and reads a file, which is not async-signal-safe, and may itself fail. A
-/// driver may put its own handlers in front: PoCL's LLVM installs handlers when it compiles
-/// a kernel that, for a SIGABRT, restore the earlier ones and return, so an abort of PoCL's
-/// (an assertion) goes unreported here; the test still fails by name, with the driver's
-/// message. A fault (SIGSEGV) runs its instruction again and reaches this handler.
+/// driver may put handlers of its own in front: on PoCL (whose LLVM installs signal
+/// handlers) a SIGABRT sent to a child was swallowed, and an assertion of PoCL's printed no
+/// report; the test still fails by name, with the driver's message. A fault (SIGSEGV) runs
+/// its instruction again and reaches this handler.
 mod crash_report {
     use std::ffi::c_void;
     use std::io::Write;
