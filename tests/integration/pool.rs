@@ -121,60 +121,69 @@ fn released_deferred_behind_a_gate(ctx: &Context, queue: &Queue) -> (UserEvent, 
 /// gets there first is up to timing, so the round is repeated until the allocation does.
 #[test]
 fn a_new_buffer_takes_over_a_deferred_release_only_once_its_commands_have_ended() {
-    let ctx = device!();
-    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
-        return;
-    }
-    let queue = ctx.queue().unwrap();
-    let mut taken = None;
-    for round in 0..50 {
-        let (gate, fill, watch) = released_deferred_behind_a_gate(&ctx, &queue);
-        let early = ctx.buffer::<u32>(1000).unwrap();
-        let stats = ctx.memory_stats();
-        assert_eq!(
-            (stats.reclaimed, stats.pending_release_bytes),
-            (0, 4000),
-            "round {round}: a new buffer took over memory whose fill was gated: {stats:?}"
-        );
-        gate.complete().unwrap();
-        fill.wait().unwrap();
-        // Its handle would keep the memory on rusticl (design trap "rusticl's events keep
-        // their buffers").
-        drop(fill);
-        let new = ctx.buffer::<u32>(1000).unwrap();
-        early.release().unwrap();
-        if ctx.memory_stats().reclaimed == 1 {
-            taken = Some((round, new, watch));
-            break;
-        }
-        // The reaper began the release first.
-        new.release().unwrap();
-        ctx.wait_deferred();
-        watch.assert_released_after_events();
-    }
-    let (round, new, watch) =
-        taken.expect("in 50 rounds no new buffer took over a deferred release that had ended");
-    eprintln!("taken over in round {round}");
-    let stats = ctx.memory_stats();
-    assert_eq!(
-        (stats.live_bytes, stats.pending_release_bytes),
-        (4000, 0),
-        "{stats:?}"
+    // In a child process, away from the tests beside it in the suite's process: in a loaded
+    // full run (the emulated-mesa row) all 50 rounds once lost the race to the reaper.
+    common::isolated(
+        &test_path!(a_new_buffer_takes_over_a_deferred_release_only_once_its_commands_have_ended),
+        common::CHILD_LIMIT,
+        &[],
+        || {
+            let ctx = device!();
+            if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+                return;
+            }
+            let queue = ctx.queue().unwrap();
+            let mut taken = None;
+            for round in 0..50 {
+                let (gate, fill, watch) = released_deferred_behind_a_gate(&ctx, &queue);
+                let early = ctx.buffer::<u32>(1000).unwrap();
+                let stats = ctx.memory_stats();
+                assert_eq!(
+                    (stats.reclaimed, stats.pending_release_bytes),
+                    (0, 4000),
+                    "round {round}: a new buffer took over memory whose fill was gated: {stats:?}"
+                );
+                gate.complete().unwrap();
+                fill.wait().unwrap();
+                // Its handle would keep the memory on rusticl (design trap "rusticl's events keep
+                // their buffers").
+                drop(fill);
+                let new = ctx.buffer::<u32>(1000).unwrap();
+                early.release().unwrap();
+                if ctx.memory_stats().reclaimed == 1 {
+                    taken = Some((round, new, watch));
+                    break;
+                }
+                // The reaper began the release first.
+                new.release().unwrap();
+                ctx.wait_deferred();
+                watch.assert_released_after_events();
+            }
+            let (round, new, watch) = taken
+                .expect("in 50 rounds no new buffer took over a deferred release that had ended");
+            eprintln!("taken over in round {round}");
+            let stats = ctx.memory_stats();
+            assert_eq!(
+                (stats.live_bytes, stats.pending_release_bytes),
+                (4000, 0),
+                "{stats:?}"
+            );
+            ctx.wait_deferred();
+            assert!(
+                !watch.fired(),
+                "the reaper freed memory that a buffer holds"
+            );
+            queue.fill(&new, 9).unwrap();
+            assert_eq!(contents(&queue, &new), vec![9; 1000]);
+            let report = new.release().unwrap();
+            assert!(report.freed && report.failed.is_empty(), "{report:?}");
+            assert!(
+                common::eventually(|| watch.fired()),
+                "the memory taken over was not freed with its new owner"
+            );
+            assert_eq!(ctx.memory_stats().live_bytes, 0);
+        },
     );
-    ctx.wait_deferred();
-    assert!(
-        !watch.fired(),
-        "the reaper freed memory that a buffer holds"
-    );
-    queue.fill(&new, 9).unwrap();
-    assert_eq!(contents(&queue, &new), vec![9; 1000]);
-    let report = new.release().unwrap();
-    assert!(report.freed && report.failed.is_empty(), "{report:?}");
-    assert!(
-        common::eventually(|| watch.fired()),
-        "the memory taken over was not freed with its new owner"
-    );
-    assert_eq!(ctx.memory_stats().live_bytes, 0);
 }
 
 /// Issue 50: a buffer that took over a deferred release (made by `ctx.buffer`, or by
@@ -183,70 +192,85 @@ fn a_new_buffer_takes_over_a_deferred_release_only_once_its_commands_have_ended(
 /// until the allocation gets there before the reaper.
 #[test]
 fn a_buffer_that_takes_over_a_deferred_release_starts_with_no_sub_buffers_of_the_old_one() {
-    let ctx = device!();
-    let queue = ctx.queue().unwrap();
-    let increment = common::busy(&ctx).kernel("increment").unwrap();
-    let unit = common::sub_buffer_unit(&ctx);
-    let len = 4 * unit;
-    for resize in [false, true] {
-        let mut taken = None;
-        for _round in 0..50 {
-            let old = ctx.buffer::<i32>(len).unwrap();
-            // SAFETY: increment touches element i of the view only where i < 2 * unit, its length.
-            unsafe {
-                queue.launch(
-                    &increment,
-                    &[2 * unit],
-                    &[
-                        Arg::read_write(old.view(..2 * unit).unwrap()),
-                        Arg::scalar(2 * unit as u32),
-                    ],
-                )
+    // In a child process, away from the tests beside it in the suite's process: in a loaded
+    // full run (the emulated-mesa row) all 50 rounds once lost the race to the reaper.
+    common::isolated(
+        &test_path!(
+            a_buffer_that_takes_over_a_deferred_release_starts_with_no_sub_buffers_of_the_old_one
+        ),
+        common::CHILD_LIMIT,
+        &[],
+        || {
+            let ctx = device!();
+            let queue = ctx.queue().unwrap();
+            let increment = common::busy(&ctx).kernel("increment").unwrap();
+            let unit = common::sub_buffer_unit(&ctx);
+            let len = 4 * unit;
+            for resize in [false, true] {
+                let mut taken = None;
+                for _round in 0..50 {
+                    let old = ctx.buffer::<i32>(len).unwrap();
+                    // SAFETY: increment touches element i of the view only where i < 2 * unit, its length.
+                    unsafe {
+                        queue.launch(
+                            &increment,
+                            &[2 * unit],
+                            &[
+                                Arg::read_write(old.view(..2 * unit).unwrap()),
+                                Arg::scalar(2 * unit as u32),
+                            ],
+                        )
+                    }
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+                    assert_eq!(old.kept_sub_buffers(), 1);
+                    // Made first: between the release and the allocation, as little as can be.
+                    let small = resize.then(|| ctx.buffer::<i32>(unit).unwrap());
+                    let reclaimed = ctx.memory_stats().reclaimed;
+                    old.release_deferred();
+                    let new = match small {
+                        Some(mut new) => {
+                            new.resize(&queue, len).unwrap();
+                            new
+                        }
+                        None => ctx.buffer::<i32>(len).unwrap(),
+                    };
+                    if ctx.memory_stats().reclaimed > reclaimed {
+                        taken = Some(new);
+                        break;
+                    }
+                    // The reaper began the release first.
+                    drop(new);
+                    ctx.wait_deferred();
+                }
+                let new = taken.unwrap_or_else(|| {
+                    panic!(
+                        "resize {resize}: in 50 rounds no new buffer took over a deferred release"
+                    )
+                });
+                queue.fill(&new, 0).unwrap();
+                // Across the old buffer's view: a valid view of the new buffer.
+                // SAFETY: increment touches element i of the view only where i < 2 * unit, its length.
+                unsafe {
+                    queue.launch(
+                        &increment,
+                        &[2 * unit],
+                        &[
+                            Arg::read_write(new.view(unit..3 * unit).unwrap()),
+                            Arg::scalar(2 * unit as u32),
+                        ],
+                    )
+                }
+                .unwrap_or_else(|e| panic!("resize {resize}: {e}"));
+                assert_eq!(new.kept_sub_buffers(), 1, "resize {resize}");
+                let mut expected = vec![0i32; len];
+                expected[unit..3 * unit].fill(1);
+                assert_eq!(contents(&queue, &new), expected, "resize {resize}");
+                assert!(new.release().unwrap().freed);
             }
-            .unwrap()
-            .wait()
-            .unwrap();
-            assert_eq!(old.kept_sub_buffers(), 1);
-            let reclaimed = ctx.memory_stats().reclaimed;
-            old.release_deferred();
-            let new = if resize {
-                let mut new = ctx.buffer::<i32>(unit).unwrap();
-                new.resize(&queue, len).unwrap();
-                new
-            } else {
-                ctx.buffer::<i32>(len).unwrap()
-            };
-            if ctx.memory_stats().reclaimed > reclaimed {
-                taken = Some(new);
-                break;
-            }
-            // The reaper began the release first.
-            drop(new);
-            ctx.wait_deferred();
-        }
-        let new = taken.unwrap_or_else(|| {
-            panic!("resize {resize}: in 50 rounds no new buffer took over a deferred release")
-        });
-        queue.fill(&new, 0).unwrap();
-        // Across the old buffer's view: a valid view of the new buffer.
-        // SAFETY: increment touches element i of the view only where i < 2 * unit, its length.
-        unsafe {
-            queue.launch(
-                &increment,
-                &[2 * unit],
-                &[
-                    Arg::read_write(new.view(unit..3 * unit).unwrap()),
-                    Arg::scalar(2 * unit as u32),
-                ],
-            )
-        }
-        .unwrap_or_else(|e| panic!("resize {resize}: {e}"));
-        assert_eq!(new.kept_sub_buffers(), 1, "resize {resize}");
-        let mut expected = vec![0i32; len];
-        expected[unit..3 * unit].fill(1);
-        assert_eq!(contents(&queue, &new), expected, "resize {resize}");
-        assert!(new.release().unwrap().freed);
-    }
+        },
+    );
 }
 
 /// The reaper's *reclaim* rule: memory whose last command failed is not taken over; the
