@@ -32,10 +32,10 @@ use cl_lifetime::Context;
 use opencl3::command_queue as clq;
 use opencl3::event as cle;
 use opencl3::memory as clm;
-use opencl3::types::{cl_command_queue, cl_event, cl_int, cl_mem};
+use opencl3::types::{cl_event, cl_int, cl_mem};
 
 mod common;
-use common::{cl_err, print_device, raw_buffer, raw_queue, release_event};
+use common::{cl_err, gated_fill, print_device, raw_buffer, raw_queue, release_event};
 
 /// Where the fill behind the closed gate goes, relative to the failed fill.
 #[derive(Clone, Copy)]
@@ -110,26 +110,6 @@ fn status(event: cl_event) -> anyhow::Result<cl_int> {
     )
 }
 
-/// A fill of all 4 KiB of `buffer` on `queue` behind `gate`.
-fn fill(queue: cl_command_queue, buffer: cl_mem, gate: cl_event) -> anyhow::Result<cl_event> {
-    let value = 7u32;
-    // SAFETY: the queue and buffer are live; the pattern is 4 bytes copied before the call
-    // returns; the gate is live.
-    unsafe {
-        clq::enqueue_fill_buffer(
-            queue,
-            buffer,
-            (&raw const value).cast(),
-            4,
-            0,
-            4096,
-            1,
-            &gate,
-        )
-    }
-    .map_err(cl_err("clEnqueueFillBuffer"))
-}
-
 fn run(name: &str, gated: Gated) -> anyhow::Result<()> {
     let ctx = Context::from_env()?;
     let queue = raw_queue(&ctx, 0)?;
@@ -139,13 +119,13 @@ fn run(name: &str, gated: Gated) -> anyhow::Result<()> {
     let fails = cle::create_user_event(ctx.as_raw()).map_err(cl_err("clCreateUserEvent"))?;
     let mut first = None;
     match gated {
-        Gated::Ahead => first = Some(fill(queue, kept, closed)?),
-        Gated::OtherQueue => first = Some(fill(other, kept, closed)?),
+        Gated::Ahead => first = Some(gated_fill(queue, kept, closed)?),
+        Gated::OtherQueue => first = Some(gated_fill(other, kept, closed)?),
         Gated::None | Gated::Behind => {}
     }
-    let failed = fill(queue, failing, fails)?;
+    let failed = gated_fill(queue, failing, fails)?;
     if let Gated::Behind = gated {
-        first = Some(fill(queue, kept, closed)?);
+        first = Some(gated_fill(queue, kept, closed)?);
     }
     clq::flush(queue).map_err(cl_err("clFlush"))?;
     clq::flush(other).map_err(cl_err("clFlush"))?;

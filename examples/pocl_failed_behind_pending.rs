@@ -29,7 +29,7 @@ use opencl3::memory as clm;
 use opencl3::types::{cl_event, cl_int, cl_mem};
 
 mod common;
-use common::{cl_err, print_device, raw_buffer, raw_queue, release_event};
+use common::{cl_err, gated_fill, print_device, raw_buffer, raw_queue, release_event};
 
 /// The cases: (name, release the failed second fill's event before the first gate is set,
 /// the status the first gate is set to).
@@ -84,24 +84,7 @@ fn run(release: bool, first_status: cl_int) -> anyhow::Result<()> {
     let (a, b) = (raw_buffer(&ctx, 4096)?, raw_buffer(&ctx, 4096)?);
     let first_gate = cle::create_user_event(ctx.as_raw()).map_err(cl_err("clCreateUserEvent"))?;
     let second_gate = cle::create_user_event(ctx.as_raw()).map_err(cl_err("clCreateUserEvent"))?;
-    let value = 7u32;
-    let fill = |buffer: cl_mem, gate: cl_event| -> anyhow::Result<cl_event> {
-        // SAFETY: the queue and buffer are live; the pattern is 4 bytes copied before the
-        // call returns; the gate is live.
-        unsafe {
-            clq::enqueue_fill_buffer(
-                queue,
-                buffer,
-                (&raw const value).cast(),
-                4,
-                0,
-                4096,
-                1,
-                &gate,
-            )
-        }
-        .map_err(cl_err("clEnqueueFillBuffer"))
-    };
+    let fill = |buffer: cl_mem, gate: cl_event| gated_fill(queue, buffer, gate);
     let first = fill(a, first_gate)?;
     let second = fill(b, second_gate)?;
     clq::flush(queue).map_err(cl_err("clFlush"))?;

@@ -88,6 +88,30 @@ pub unsafe fn add_const_and_wait(
     release_event(event)
 }
 
+/// A fill of 7s over all 4 KiB of `buffer` on `queue` behind `gate`.
+pub fn gated_fill(
+    queue: opencl3::types::cl_command_queue,
+    buffer: cl_mem,
+    gate: cl_event,
+) -> anyhow::Result<cl_event> {
+    let value = 7u32;
+    // SAFETY: the queue and buffer are live; the pattern is 4 bytes copied before the call
+    // returns; the gate is live.
+    unsafe {
+        opencl3::command_queue::enqueue_fill_buffer(
+            queue,
+            buffer,
+            (&raw const value).cast(),
+            4,
+            0,
+            4096,
+            1,
+            &gate,
+        )
+    }
+    .map_err(cl_err("clEnqueueFillBuffer"))
+}
+
 /// A raw queue on the context's device with the `CL_QUEUE_PROPERTIES` bits `flags` (0: in
 /// order, no profiling).
 pub fn raw_queue(ctx: &Context, flags: u64) -> anyhow::Result<opencl3::types::cl_command_queue> {
