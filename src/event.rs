@@ -227,14 +227,12 @@ impl Drop for EventInner {
     }
 }
 
-/// Releases one reference to `raw`, logging a failure.
+/// Releases one reference to `raw`, logging a failure (held back while a gate fails: the
+/// gates' *failure in flight* rule).
 fn release_raw(raw: cl_event) {
     // SAFETY: the caller owns one reference to `raw` (taken in `from_raw`,
     // `from_enqueue` or `UserEvent::new`) and gives it up here, exactly once.
-    if let Err(e) = unsafe { ffi::release_event(raw) } {
-        log::error!(target: "cl_lifetime::event", "{e}");
-    }
-    census::event_given_up();
+    unsafe { crate::core::gates::release_event(raw, true) }
 }
 
 /// Drops a list of events without recursing through their own dependency lists, which

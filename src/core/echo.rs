@@ -369,11 +369,9 @@ impl Watched for RawEvent {
 impl Drop for RawEvent {
     fn drop(&mut self) {
         // SAFETY: one reference was taken in `retain` or handed over to `own`, and is
-        // given up here, once.
-        if let Err(e) = unsafe { ffi::release_event(self.0) } {
-            log::error!(target: "cl_lifetime::queue", "{e}");
-        }
-        census::event_given_up();
+        // given up here, once (held back while a gate fails: the gates' *failure in
+        // flight* rule).
+        unsafe { super::gates::release_event(self.0, true) }
     }
 }
 

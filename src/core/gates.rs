@@ -21,12 +21,26 @@
 //!   event queued for good). A gate failed from inside an enqueue on the same thread (a
 //!   raw enqueue's closure) is not waited for. Events that other code can set never
 //!   enter the library's wait lists at all (`event::gate`, the *raw handles* rule).
+//! - **Failure in flight.** A driver may still be inside a gate's failure after the
+//!   commands behind it read failed: PoCL 3.1 sets a failed command's status, wakes its
+//!   waiters, drops its queue's reference to the event and only then locks the event
+//!   again, all inside the `clSetUserEventStatus` that failed the gate, so a waiter that
+//!   releases the event in between frees an event PoCL still uses (design trap "PoCL's
+//!   failed event released mid-propagation", `examples/pocl_failed_release_race.rs`). So
+//!   while a gate is being failed through the library ([`failing`]), every event reference
+//!   the library gives up is held back ([`release_event`]) until each failure that was
+//!   running when it was given up has returned, and released then by the thread that
+//!   failed the last of them. A path correct on every driver: it costs one atomic load
+//!   per release, and a short list while a gate fails.
 //! - **Open gates.** Each context counts its user events not set yet, with where each was
 //!   created: a wait behind one lasts until the host sets it, so a buffer's drop does not
 //!   wait behind them, and a stalled release names them in the log.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
+
+use crate::census;
+use crate::ffi::{self, cl_event};
 
 /// Counts failures seen anywhere (a gate failed, a failed status read), so a record need
 /// look for failed events (the tracker's *shadow* rule) only after one has happened.
@@ -90,15 +104,117 @@ impl Drop for Enqueuing {
 /// new enqueues from reading statuses until it has returned (the *no failure mid-enqueue*
 /// rule). An enqueue of this thread's own (a raw enqueue's closure failing a gate) is not
 /// waited for: it could not end first.
+///
+/// Event releases given up meanwhile wait for it to return (the *failure in flight*
+/// rule), and those it was the last to hold back are released here.
 pub(crate) fn failing<R>(fail: impl FnOnce() -> R) -> R {
+    // Registered before the count: a release that reads the count non-zero finds it.
+    let ticket = lock_in_flight().start();
     FAILING.fetch_add(1, Ordering::SeqCst);
     let own = usize::from(ENQUEUING_HERE.get() > 0);
     while ENQUEUING.load(Ordering::SeqCst) > own {
         std::thread::yield_now();
     }
     let result = fail();
+    let free = lock_in_flight().end(ticket);
     FAILING.fetch_sub(1, Ordering::SeqCst);
+    for held in free {
+        release_now(held);
+    }
     result
+}
+
+/// Gives up the library's reference to the event `raw` (one `clReleaseEvent`, logged if
+/// refused, and counted in the census if `counted`: taken with `census::event_taken`), or,
+/// while a gate is being failed through the library, holds it back until that failure has
+/// returned (the *failure in flight* rule).
+///
+/// # Safety
+///
+/// The caller owns one reference to `raw` and gives it up here: it does not use `raw`
+/// again.
+pub(crate) unsafe fn release_event(raw: cl_event, counted: bool) {
+    let held = Held { raw, counted };
+    // `SeqCst`, after the caller saw the event's command end: a failure that ended it
+    // counted itself before it failed anything.
+    if FAILING.load(Ordering::SeqCst) == 0 {
+        release_now(held);
+    } else if let Err(held) = lock_in_flight().hold(held) {
+        release_now(held);
+    }
+}
+
+/// `clReleaseEvent` of a reference given up, logged if refused.
+fn release_now(held: Held) {
+    // SAFETY: the caller of `release_event` gave this reference up, and it is released
+    // once: either here at once, or once from the held list.
+    if let Err(e) = unsafe { ffi::release_event(held.raw) } {
+        log::error!(target: "cl_lifetime::event", "{e}");
+    }
+    if held.counted {
+        census::event_given_up();
+    }
+}
+
+/// An event reference held back by the *failure in flight* rule.
+struct Held {
+    raw: cl_event,
+    /// Counted in the census.
+    counted: bool,
+}
+
+// SAFETY: an OpenCL event handle may be used, and released, from any thread (OpenCL 3.0
+// appendix A.2); `Held` owns one reference and nothing else.
+unsafe impl Send for Held {}
+
+/// Gate failures running now, by ticket, and the releases held back behind them.
+struct InFlight {
+    next: u64,
+    running: Vec<u64>,
+    /// Each with the first ticket not running when it was given up: it waits for every
+    /// ticket below that one.
+    held: Vec<(u64, Held)>,
+}
+
+static IN_FLIGHT: Mutex<InFlight> = Mutex::new(InFlight {
+    next: 0,
+    running: Vec::new(),
+    held: Vec::new(),
+});
+
+fn lock_in_flight() -> std::sync::MutexGuard<'static, InFlight> {
+    IN_FLIGHT.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl InFlight {
+    /// A failure begins: its ticket.
+    fn start(&mut self) -> u64 {
+        let ticket = self.next;
+        self.next += 1;
+        self.running.push(ticket);
+        ticket
+    }
+
+    /// Failure `ticket` returned: the releases that no running failure holds back now.
+    fn end(&mut self, ticket: u64) -> Vec<Held> {
+        self.running.retain(|&t| t != ticket);
+        let oldest = self.running.iter().copied().min().unwrap_or(self.next);
+        let (free, still): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|&(after, _)| oldest >= after);
+        self.held = still;
+        free.into_iter().map(|(_, held)| held).collect()
+    }
+
+    /// Holds `held` back if a failure is running; gives it back (the caller releases it)
+    /// if none is.
+    fn hold(&mut self, held: Held) -> Result<(), Held> {
+        if self.running.is_empty() {
+            return Err(held);
+        }
+        self.held.push((self.next, held));
+        Ok(())
+    }
 }
 
 /// See [`FAILURES_POSSIBLE`].
@@ -192,5 +308,64 @@ impl OpenGates {
             self.count.store(open.len(), Ordering::Release);
         }
         super::waiter::waiter().kick(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Held, InFlight};
+
+    fn held(tag: usize) -> Held {
+        Held {
+            raw: std::ptr::without_provenance_mut(tag),
+            counted: false,
+        }
+    }
+
+    fn tags(free: &[Held]) -> Vec<usize> {
+        free.iter().map(|h| h.raw.addr()).collect()
+    }
+
+    fn in_flight() -> InFlight {
+        InFlight {
+            next: 0,
+            running: Vec::new(),
+            held: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_release_with_no_failure_running_is_not_held() {
+        let mut flight = in_flight();
+        assert!(flight.hold(held(1)).is_err());
+        let a = flight.start();
+        assert!(flight.end(a).is_empty());
+        assert!(flight.hold(held(2)).is_err());
+    }
+
+    #[test]
+    fn a_held_release_waits_for_every_failure_running_when_it_was_given_up() {
+        let mut flight = in_flight();
+        let a = flight.start();
+        let b = flight.start();
+        assert!(flight.hold(held(1)).is_ok());
+        assert!(flight.end(b).is_empty(), "`a` still runs");
+        assert_eq!(tags(&flight.end(a)), [1]);
+        assert!(flight.held.is_empty());
+    }
+
+    #[test]
+    fn a_held_release_does_not_wait_for_a_failure_that_began_after_it() {
+        let mut flight = in_flight();
+        let a = flight.start();
+        assert!(flight.hold(held(1)).is_ok());
+        let b = flight.start();
+        assert!(flight.hold(held(2)).is_ok());
+        assert_eq!(
+            tags(&flight.end(a)),
+            [1],
+            "only `b` runs, which began after 1"
+        );
+        assert_eq!(tags(&flight.end(b)), [2]);
     }
 }

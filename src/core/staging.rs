@@ -74,8 +74,10 @@ impl Pinned {
         };
         ffi::wait_terminal(&[event]);
         let status = ffi::execution_status(event);
-        // SAFETY: the map's event, owned here and released once.
-        let _ = unsafe { ffi::release_event(event) };
+        // SAFETY: the map's event, owned here and released once (it waits behind the
+        // queue's commands, so it may fail as a gate fails: the gates' *failure in flight*
+        // rule).
+        unsafe { super::gates::release_event(event, false) };
         let pinned = Pinned { mem, ptr, bytes };
         match status {
             Ok(ffi::CL_COMPLETE) => Ok(pinned),
@@ -93,8 +95,9 @@ impl Pinned {
             match unsafe { ffi::enqueue_unmap(queue, self.mem, self.ptr, &[]) } {
                 Ok(event) => {
                     ffi::wait_terminal(&[event]);
-                    // SAFETY: the unmap's event, owned here and released once.
-                    let _ = unsafe { ffi::release_event(event) };
+                    // SAFETY: the unmap's event, owned here and released once (as the
+                    // map's).
+                    unsafe { super::gates::release_event(event, false) };
                 }
                 Err(e) => {
                     log::warn!(target: "cl_lifetime::queue", "unmapping a staging block: {e}")
