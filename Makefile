@@ -1,4 +1,4 @@
-# Developer entry points for cl-lifetime: make setup | demo | examples | bench | test | test-all | stress | soak | leakcheck | trace | trace-picture | package-check | lint | clean.
+# Developer entry points for cl-lifetime: make setup | setup-all | demo | examples | bench | test | test-all | stress | soak | leakcheck | trace | trace-picture | package-check | lint | clean.
 CARGO ?= cargo
 # Fall back to a rustup install whose bin directory is not on PATH yet.
 export PATH := $(PATH):$(HOME)/.cargo/bin
@@ -6,10 +6,17 @@ export PATH := $(PATH):$(HOME)/.cargo/bin
 # it is set, else target/ of the checkout.
 CARGO_TARGET_DIR ?= target
 
-.PHONY: setup demo examples test test-all lint clean bench cl-calls emulate package-check soak stress leakcheck trace trace-picture
+.PHONY: setup setup-all demo examples test test-all lint clean bench cl-calls emulate package-check soak stress leakcheck trace trace-picture
 
+# What `make demo` and `make test` need: the OpenCL loader, PoCL when no platform is
+# registered, a C compiler (scripts/setup.sh says what it installs).
 setup:
 	bash scripts/setup.sh
+
+# And what `make test-all`, `make leakcheck` and CI use: Oclgrind, Mesa's rusticl, CLBlast,
+# valgrind, clinfo, and Intel's OpenCL CPU runtime into .opencl/intel (about 800 MB).
+setup-all:
+	bash scripts/setup.sh --all
 
 demo: setup
 	$(CARGO) run --release --example tour
@@ -105,14 +112,14 @@ clean:
 
 # The whole suite on every OpenCL implementation installed: PoCL with one device and with
 # two, Mesa rusticl (llvmpipe), Oclgrind with its checks on, Intel's CPU runtime (which
-# `make setup` installs into .opencl/intel), and PoCL with CL_LIFETIME_DRIVER=unknown
+# `make setup-all` installs into .opencl/intel), and PoCL with CL_LIFETIME_DRIVER=unknown
 # (scripts/test-all.sh);
 # ONLY="pocl-1 rusticl" picks some. Logs and the summary go to $(CARGO_TARGET_DIR)/test-all/.
-test-all: setup
+test-all: setup-all
 	bash scripts/test-all.sh
 
 # The tour, the four examples, the traced pipeline and the stress test under valgrind's memcheck (scripts/leakcheck.sh):
 # any memory error or leak fails, beyond the driver noise listed in scripts/valgrind.supp.
 # Logs go to $(CARGO_TARGET_DIR)/leakcheck/; ONLY="tour stress" picks some, OPS sizes the stress test.
-leakcheck: setup
+leakcheck: setup-all
 	bash scripts/leakcheck.sh

@@ -18,7 +18,7 @@ start=$SECONDS
 
 if ! command -v valgrind >/dev/null 2>&1; then
   echo "leakcheck: valgrind not found; install it (Debian/Ubuntu: apt-get install valgrind," >&2
-  echo "leakcheck: which \`make setup\` does)." >&2
+  echo "leakcheck: which \`make setup-all\` does)." >&2
   exit 1
 fi
 

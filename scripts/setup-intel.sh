@@ -22,7 +22,7 @@ fi
 py=$(command -v python3 || true)
 if [ -z "$py" ] || ! "$py" -m pip --version >/dev/null 2>&1; then
   say "python3 with pip not found: Intel's OpenCL CPU runtime is not installed (make test-all skips it)."
-  say "  Debian/Ubuntu: apt-get install python3-pip, then run make setup again."
+  say "  Debian/Ubuntu: apt-get install python3-pip, then run make setup-all again."
   exit 0
 fi
 

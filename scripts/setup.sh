@@ -1,11 +1,26 @@
 #!/usr/bin/env bash
-# Makes a Debian/Ubuntu machine ready to build and test cl-lifetime: checks
-# for a Rust toolchain and installs an OpenCL ICD loader, its development
-# files and PoCL (a CPU OpenCL platform) when they are missing.
-# Idempotent, never prompts, and quiet when everything is already there.
+# Makes a Debian/Ubuntu machine ready to build and test cl-lifetime: checks for a Rust
+# toolchain and installs what is missing of an OpenCL ICD loader, its development files,
+# PoCL (a CPU OpenCL platform; only when no platform is registered) and a C compiler (the
+# linker Rust needs, and `make test`'s driver emulator): what `make demo` and `make test`
+# need.
+#   --all   also what `make test-all`, `make leakcheck` and CI use: Oclgrind and Mesa's
+#           rusticl (two more OpenCL platforms), CLBlast, valgrind and clinfo with apt-get,
+#           and Intel's OpenCL CPU runtime from PyPI into .opencl/intel of this checkout
+#           (about 270 MB downloaded, 800 MB unpacked).
+# Idempotent, never prompts, says what it installs, and is quiet when everything is there.
 set -euo pipefail
 
 say() { echo "setup: $*" >&2; }
+all=0
+case "${1:-}" in
+  --all) all=1 ;;
+  "") ;;
+  *)
+    say "unknown argument '$1' (use --all for what make test-all needs)"
+    exit 2
+    ;;
+esac
 
 # --- Rust toolchain (>= 1.85 for edition 2024); never downloaded here ---
 if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
@@ -46,30 +61,54 @@ have_devlink() {
 }
 
 pkgs=()
-if ! have_loader || ! have_devlink; then pkgs+=(ocl-icd-libopencl1 ocl-icd-opencl-dev); fi
-if ! have_icd; then pkgs+=(pocl-opencl-icd); fi
-# Oclgrind: an OpenCL 1.2 platform the tests use (registered only for their child
-# processes, never system-wide).
-if [ ! -e /usr/lib/oclgrind/liboclgrind-rt-icd.so ] && command -v apt-get >/dev/null 2>&1; then
-  pkgs+=(oclgrind)
+why=()
+if ! have_loader || ! have_devlink; then
+  pkgs+=(ocl-icd-libopencl1 ocl-icd-opencl-dev)
+  why+=("the OpenCL ICD loader and its libOpenCL.so")
 fi
-# Mesa's rusticl: the open-source OpenCL of AMD and Intel GPUs, with a CPU device
-# (RUSTICL_ENABLE=llvmpipe) that `make test-all` runs the suite on.
-if [ ! -e /etc/OpenCL/vendors/rusticl.icd ] && command -v apt-get >/dev/null 2>&1; then
-  pkgs+=(mesa-opencl-icd)
+if ! have_icd; then
+  pkgs+=(pocl-opencl-icd)
+  why+=("PoCL, a CPU OpenCL platform (none is registered)")
 fi
-# CLBlast: a library the tests run commands of through the raw-command entry point
-# (loaded at run time; the tests that need it say so and skip where it is absent).
-if ! exists_any /usr/lib/*/libclblast.so.1 /usr/lib64/libclblast.so.1 /usr/local/lib/libclblast.so.1 &&
-  command -v apt-get >/dev/null 2>&1; then
-  pkgs+=(libclblast1)
+# The linker Rust calls, and the compiler of `make test`'s driver emulator.
+if ! command -v cc >/dev/null 2>&1; then
+  pkgs+=(gcc libc6-dev)
+  why+=("a C compiler (cargo links through cc)")
 fi
-# Valgrind: `make leakcheck` runs the examples and the stress test under its memcheck.
-if ! command -v valgrind >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-  pkgs+=(valgrind)
+if [ "$all" = 1 ] && command -v apt-get >/dev/null 2>&1; then
+  # Oclgrind: an OpenCL 1.2 platform one test uses (registered only for the tests' child
+  # processes, never system-wide), and the checked platform of `make test-all`.
+  if [ ! -e /usr/lib/oclgrind/liboclgrind-rt-icd.so ]; then
+    pkgs+=(oclgrind)
+    why+=("Oclgrind (make test-all)")
+  fi
+  # Mesa's rusticl: the open-source OpenCL of AMD and Intel GPUs, with a CPU device
+  # (RUSTICL_ENABLE=llvmpipe) that `make test-all` runs the suite on.
+  if [ ! -e /etc/OpenCL/vendors/rusticl.icd ]; then
+    pkgs+=(mesa-opencl-icd)
+    why+=("Mesa's rusticl (make test-all)")
+  fi
+  # CLBlast: a library one test runs commands of through the raw-command entry point
+  # (loaded at run time; without it that test says so and does not run).
+  if ! exists_any /usr/lib/*/libclblast.so.1 /usr/lib64/libclblast.so.1 /usr/local/lib/libclblast.so.1; then
+    pkgs+=(libclblast1)
+    why+=("CLBlast (one test)")
+  fi
+  # Valgrind: `make leakcheck` runs the examples and the stress test under its memcheck.
+  if ! command -v valgrind >/dev/null 2>&1; then
+    pkgs+=(valgrind)
+    why+=("valgrind (make leakcheck)")
+  fi
+  if ! command -v clinfo >/dev/null 2>&1; then
+    pkgs+=(clinfo)
+    why+=("clinfo (lists the platforms)")
+  fi
+  # pip fetches Intel's runtime below (a download only: nothing is installed with it).
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    pkgs+=(python3-pip)
+    why+=("pip (downloads Intel's OpenCL CPU runtime)")
+  fi
 fi
-if [ ${#pkgs[@]} -gt 0 ] && ! command -v cc >/dev/null 2>&1; then pkgs+=(gcc libc6-dev); fi
-if [ ${#pkgs[@]} -gt 0 ] && ! command -v clinfo >/dev/null 2>&1; then pkgs+=(clinfo); fi
 
 if [ ${#pkgs[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
@@ -90,7 +129,8 @@ if [ ${#pkgs[@]} -gt 0 ]; then
     say "  apt-get update && apt-get install -y --no-install-recommends ${pkgs[*]}"
     exit 1
   fi
-  say "installing: ${pkgs[*]}"
+  say "installing with apt-get: ${pkgs[*]}"
+  for w in "${why[@]}"; do say "  for $w"; done
   ${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   ${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -qq --no-install-recommends "${pkgs[@]}" </dev/null
@@ -107,14 +147,18 @@ if [ -n "${OCL_ICD_VENDORS:-}" ] && ! vendors_has_icd; then
 fi
 
 # --- Intel's OpenCL CPU runtime, into .opencl/intel of this checkout (for make test-all) ---
-bash "$(dirname "$0")/setup-intel.sh"
+if [ "$all" = 1 ]; then
+  bash "$(dirname "$0")/setup-intel.sh"
+fi
 
 # --- One-line summary ---
 if command -v clinfo >/dev/null 2>&1; then
+  # Each platform with its device count (rusticl lists none until RUSTICL_ENABLE names one).
   found=$(clinfo -l 2>/dev/null | awk '
-    /^Platform #/ { sub(/^Platform #[0-9]+: */, ""); p = p (p ? "; " : "") $0; next }
+    function flush() { if (name != "") out = out (out ? "; " : "") name " (" (d ? d " device" (d == 1 ? "" : "s") : "no device") ")" }
+    /^Platform #/ { flush(); name = $0; sub(/^Platform #[0-9]+: */, "", name); d = 0; next }
     /Device #/    { d++ }
-    END { if (p) printf "%s (%d device%s)", p, d, d == 1 ? "" : "s"; else printf "no platform reported by clinfo" }') || true
+    END { flush(); if (out) printf "%s", out; else printf "no platform reported by clinfo" }') || true
 else
   found="loader and ICD present (install clinfo to list platforms)"
 fi

@@ -102,7 +102,7 @@ else
   echo "=== oclgrind: not installed (apt-get install oclgrind); not run" | tee -a "$out/summary.tsv"
 fi
 
-# Intel's OpenCL CPU runtime, a closed vendor driver, from the folder `make setup` fills
+# Intel's OpenCL CPU runtime, a closed vendor driver, from the folder `make setup-all` fills
 # (scripts/setup-intel.sh): registered only for this run, never system-wide.
 intel=$PWD/.opencl/intel
 if [ -e "$intel/lib/libintelocl.so" ]; then
@@ -114,7 +114,7 @@ if [ -e "$intel/lib/libintelocl.so" ]; then
     LD_LIBRARY_PATH="$intel/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CL_LIFETIME_DEVICE=intel \
     CL_LIFETIME_DRIVER=unknown
 else
-  echo "=== intel: not installed (make setup installs it from PyPI; needs python3 with pip); not run" |
+  echo "=== intel: not installed (make setup-all installs it from PyPI; needs python3 with pip); not run" |
     tee -a "$out/summary.tsv"
 fi
 # PoCL again, with every device treated as unknown (CL_LIFETIME_DRIVER=unknown): the careful

@@ -570,7 +570,7 @@ fn clblast_sgemm() -> Option<Sgemm> {
     // SAFETY: a NUL-terminated name; dlopen reports failure with null.
     let lib = unsafe { dlopen(c"libclblast.so.1".as_ptr(), RTLD_NOW) };
     if lib.is_null() {
-        let missing = "CLBlast (libclblast.so.1) is not installed; `make setup` installs it";
+        let missing = "CLBlast (libclblast.so.1) is not installed; `make setup-all` installs it";
         assert!(
             std::env::var("CL_LIFETIME_REQUIRE_CLBLAST").as_deref() != Ok("1"),
             "{missing} (CL_LIFETIME_REQUIRE_CLBLAST=1)"
