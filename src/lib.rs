@@ -115,7 +115,7 @@
 //! | call | blocks until | async form |
 //! |---|---|---|
 //! | [`Event::wait`], [`wait_all`] | the command ends (for ever behind a user event never set) | `.await` on the [`Event`] |
-//! | [`PendingRead::wait`], and its drop before the read ended | the read ends (the drop does not wait while a user event of the context is unset) | `.await` on the [`PendingRead`] |
+//! | [`PendingRead::wait`] | the read ends (its drop never waits: its memory goes to the library's thread) | `.await` on the [`PendingRead`] |
 //! | [`Queue::read`], [`Queue::write`] (and their `_at` forms) | the transfer and the commands it waits on end | [`After::read_owned`] or [`After::write_owned`], then `.await` |
 //! | [`Queue::map`], [`Queue::map_mut`], [`Queue::finish`] | the buffer's writers (and readers, for `map_mut`), or every command of the queue, end | [`unblock`] |
 //! | [`ClBuffer::release`], and a buffer's drop | its commands end, then up to the context's [free grace](Context::free_grace) (2 s) for the driver's free; NVIDIA's `clReleaseMemObject` also until the context's running kernels end; on Intel's CPU runtime, after one of its commands failed, also until the commands before that one on its queue end | [`ClBuffer::release_async`], or [`ClBuffer::release_deferred`] |

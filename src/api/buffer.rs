@@ -354,11 +354,10 @@ impl Drop for ReleasedIfDropped {
 /// A non-blocking read into an owned `Vec`; [`PendingRead::wait`] returns it, and
 /// `.await` on it does the same without blocking (see [`ReadFuture`]).
 ///
-/// Dropping it without waiting blocks until the read has ended, since the device is
-/// writing into its memory; but where the read may be behind a user event of its context
-/// that is not set (the caller may be about to set it, or unwinding past it), the drop
-/// returns at once and the memory goes to the library's thread, which frees it once the
-/// read has ended (and says so in the log).
+/// Dropping it without waiting never blocks, as for a [`PendingWrite`]: the device may
+/// still be writing into its memory, which goes to the library's thread and is freed once
+/// the read has ended ([`Context::wait_deferred`](crate::Context::wait_deferred) waits for
+/// that).
 ///
 /// # Examples
 ///
@@ -434,24 +433,17 @@ impl<T: Pod, H: HostMemory<T>> Drop for PendingRead<T, H> {
         if self.data.is_none() || ffi::has_ended(self.event.raw()) {
             return;
         }
-        // The device may still be writing into `data`. Behind an unset gate, waiting here
-        // could be forever (the *drop behind a gate* rule, as for a buffer's drop).
-        if let Some(queue) = self.event.inner.queue.as_ref() {
-            let gates = &queue.ctx.gates;
-            if gates.count() > 0 {
-                log::info!(
-                    target: "cl_lifetime::buffer",
-                    "a pending read of {} elements was dropped while user events of its \
-                     context are not set (created at {}); its memory is freed on the \
-                     library's thread once the read has ended",
-                    self.len,
-                    crate::util::sites(&gates.sites())
-                );
-                self.hand_over();
-                return;
-            }
-        }
-        ffi::wait_terminal(&[self.event.raw()]);
+        // The device may still be writing into `data`: it goes to the library's thread,
+        // never freed under the read, and this drop does not wait (on an async executor's
+        // worker, or behind a gate the caller is about to set, waiting here would block
+        // what the read waits for).
+        log::debug!(
+            target: "cl_lifetime::buffer",
+            "a pending read of {} elements was dropped before it ended; its memory is freed on \
+             the library's thread once the read has ended",
+            self.len
+        );
+        self.hand_over();
     }
 }
 
@@ -749,7 +741,7 @@ impl<T: Pod, H: HostMemory<T>> std::future::Future for WriteFuture<T, H> {
 }
 
 /// Host memory a command still uses, kept by the library's thread until the command has
-/// ended (a pending read dropped behind an unset gate, a lent write dropped early).
+/// ended (a pending read or a lent write dropped before it ended).
 struct KeptUntilEnded {
     event: Event,
     _memory: Box<dyn Send>,

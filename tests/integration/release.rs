@@ -88,8 +88,8 @@ fn release_waits_for_a_host_read_itself_not_only_for_a_later_command_of_its_queu
         queue.flush().unwrap();
         let watch = common::watch(&buf, &[&host, &fill]);
         // The handles would keep the memory on rusticl (design trap "rusticl's events
-        // keep their buffers"); the read's goes once the gate is open (dropping it waits
-        // for the read).
+        // keep their buffers"); the read's goes once the gate is open (dropping it hands
+        // it to the library's thread, which lets go of it once the read has ended).
         drop((host, fill));
         let report = common::returns_only_after(
             &format!("the release of a buffer with a gated {what}"),
