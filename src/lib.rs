@@ -120,7 +120,8 @@
 //! | [`Queue::map`], [`Queue::map_mut`], [`Queue::finish`] | the buffer's writers (and readers, for `map_mut`), or every command of the queue, end | [`unblock`] |
 //! | [`ClBuffer::release`], and a buffer's drop | its commands end, then up to the context's [free grace](Context::free_grace) (2 s) for the driver's free; NVIDIA's `clReleaseMemObject` also until the context's running kernels end; on Intel's CPU runtime, after one of its commands failed, also until the commands before that one on its queue end | [`ClBuffer::release_async`], or [`ClBuffer::release_deferred`] |
 //! | [`SvmBuffer::release`], and its drop | its commands end (`clSVMFree` frees at once) | [`SvmBuffer::release_async`], or [`SvmBuffer::release_deferred`] |
-//! | [`Queue::read_svm`], [`Queue::write_svm`], [`Queue::map_svm`], [`Queue::map_svm_mut`] | as their buffer forms | [`unblock`] |
+//! | [`Queue::read_svm`], [`Queue::write_svm`] | as their buffer forms | [`Queue::read_svm_into`] or [`Queue::write_svm_lent`], then `.await` |
+//! | [`Queue::map_svm`], [`Queue::map_svm_mut`] | as their buffer forms | [`unblock`] |
 //! | [`Pool::acquire`] at [`PoolOptions::max_bytes`] | the pool's blocks being let go are freed | [`Pool::acquire_async`] |
 //! | [`Context::wait_deferred`], the last handle of a [`Context`] dropped | every deferred release is done | [`unblock`] |
 //! | enqueues ([`Queue::launch`], [`Queue::fill`], ...) | never on the device; a driver may block them inside its own call (NVIDIA's, 11 to 32 ms, with many commands queued) | [`unblock`] |

@@ -311,6 +311,34 @@ impl Queue {
         self.after(&[]).write_lent(buffer, data)
     }
 
+    /// Copies `data` into the start of shared virtual memory without blocking, and hands
+    /// it back once the copy has ended; see [`After::write_svm_lent`].
+    ///
+    /// # Errors
+    ///
+    /// As [`After::write_svm_lent`].
+    pub fn write_svm_lent<'v, T: Pod, H: HostMemory<T>>(
+        &self,
+        svm: impl IntoSvm<'v, T>,
+        data: H,
+    ) -> Result<PendingWrite<T, H>> {
+        self.after(&[]).write_svm_lent(svm, data)
+    }
+
+    /// Copies all of shared virtual memory into `data` without blocking; see
+    /// [`After::read_svm_into`].
+    ///
+    /// # Errors
+    ///
+    /// As [`After::read_svm_into`].
+    pub fn read_svm_into<'v, T: Pod, H: HostMemory<T>>(
+        &self,
+        svm: impl IntoSvm<'v, T>,
+        data: H,
+    ) -> Result<PendingRead<T, H>> {
+        self.after(&[]).read_svm_into(svm, data)
+    }
+
     /// Reads the whole buffer into `data` (a `Vec`'s allocation, or a
     /// [`HostBuffer`](crate::HostBuffer)) without blocking; see [`After::read_into`].
     ///

@@ -49,7 +49,9 @@ use std::ops::{Range, RangeBounds};
 use std::panic::Location;
 use std::ptr;
 
+use super::buffer::{PendingRead, PendingWrite};
 use super::context::Context;
+use super::host::HostMemory;
 use super::queue::After;
 use super::transfer::{check_range, check_span, span_of};
 use super::view::resolve;
@@ -73,7 +75,8 @@ use crate::tracker::{Access, Span};
 /// Create one with [`Context::svm`]. Kernels take it (or an [`SvmView`] of it) as a
 /// pointer argument through [`Arg`]; the host reaches it through maps
 /// ([`After::map_svm`], [`After::map_svm_mut`]) and transfers ([`After::write_svm`],
-/// [`After::read_svm`]); [`After::copy_svm`] and [`After::fill_svm`] run on the device.
+/// [`After::read_svm`], and for async code [`After::write_svm_lent`] and
+/// [`After::read_svm_into`]); [`After::copy_svm`] and [`After::fill_svm`] run on the device.
 ///
 /// # Examples
 ///
@@ -446,15 +449,58 @@ impl After<'_> {
     /// # }
     /// ```
     pub fn write_svm<'v, T: Pod>(&self, svm: impl IntoSvm<'v, T>, data: &[T]) -> Result<()> {
-        let view = svm.into_svm();
+        // `data` is borrowed until the copy has ended: waited for here.
+        self.enqueue_svm_write(svm.into_svm(), data)?.wait()
+    }
+
+    /// Copies `data` (a `Vec` or a [`HostBuffer`](crate::HostBuffer)) into the start of
+    /// `svm` without blocking, and hands `data` back once the copy has ended
+    /// ([`PendingWrite::wait`], or `.await`): the form of [`After::write_svm`] for async
+    /// code, which keeps neither the allocation nor a borrow of it across the await.
+    ///
+    /// # Errors
+    ///
+    /// As [`After::write_svm`], except that a failed copy is reported by
+    /// [`PendingWrite::wait`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cl_lifetime::Error> {
+    /// use cl_lifetime::SvmKind;
+    /// let ctx = cl_lifetime::Context::from_env()?;
+    /// let queue = ctx.queue()?;
+    /// let Ok(svm) = ctx.svm::<f32>(2, SvmKind::Coarse) else { return Ok(()) };
+    /// let written = queue.write_svm_lent(&svm, vec![0.5f32, 1.5])?; // returns at once
+    /// let data = pollster::block_on(written)?; // or `.await`: the same `Vec` back
+    /// let read = pollster::block_on(queue.read_svm_into(&svm, data)?)?;
+    /// assert_eq!(read, [0.5, 1.5]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn write_svm_lent<'v, T: Pod, H: HostMemory<T>>(
+        &self,
+        svm: impl IntoSvm<'v, T>,
+        data: H,
+    ) -> Result<PendingWrite<T, H>> {
+        // The device reads `data`'s elements, which moving `data` does not move; the
+        // `PendingWrite` owns them until the copy has ended (the *lent host memory* rule).
+        let event = self.enqueue_svm_write(svm.into_svm(), data.elements())?;
+        Ok(PendingWrite::new(event, data))
+    }
+
+    /// Enqueues the copy of `data` into the start of `view`; the caller keeps `data`'s
+    /// elements alive and unmoved until the returned event has ended.
+    fn enqueue_svm_write<T: Pod>(&self, view: SvmView<'_, T>, data: &[T]) -> Result<Event> {
         let at = view.at(Transfer::Write, 0, data.len())?;
         let block = view.block();
         let covers = data.len() == view.svm.len;
         let touch = Touch::host(block, Access::Write, covers).within(view.span(at, data.len()));
-        let event = self.submit().run(&[touch], |wait| {
+        self.submit().run(&[touch], |wait| {
             // SAFETY: the queue and the allocation are live (borrowed); the range was
-            // checked against it; `data` is borrowed until the copy has ended (waited for
-            // below); host and SVM memory do not overlap; the wait list holds live events.
+            // checked against it; `data` stays alive and unmoved until the copy has ended
+            // (the caller vouches); host and SVM memory do not overlap; the wait list
+            // holds live events.
             unsafe {
                 ffi::enqueue_svm_copy(
                     self.queue.core.raw(),
@@ -464,8 +510,7 @@ impl After<'_> {
                     wait,
                 )
             }
-        })?;
-        event.wait()
+        })
     }
 
     /// Copies the start of `svm` into `out` (`clEnqueueSVMMemcpy`) and blocks until the
@@ -479,30 +524,70 @@ impl After<'_> {
     /// [`Error::DependencyFailed`](crate::Error::DependencyFailed) when a write of the
     /// bytes it reads failed.
     pub fn read_svm<'v, T: Pod>(&self, svm: impl IntoSvm<'v, T>, out: &mut [T]) -> Result<()> {
-        let view = svm.into_svm();
-        let at = view.at(Transfer::Read, 0, out.len())?;
-        let block = view.block();
-        let touch = Touch::host(block, Access::Read, false).within(view.span(at, out.len()));
-        let (dst, bytes) = (out.as_mut_ptr(), size_of_val(out));
         let mut writers = Writes::default();
-        let event = self.submit().run_reading(
+        let event =
+            self.enqueue_svm_read(svm.into_svm(), out.as_mut_ptr(), out.len(), &mut writers)?;
+        // `out` is borrowed mutably until the copy has ended: settled here.
+        settle(&event, &writers)
+    }
+
+    /// Copies all of `svm` into `data` (a `Vec`'s allocation, reused and grown if it is
+    /// too small, or a [`HostBuffer`](crate::HostBuffer)) without blocking:
+    /// [`PendingRead::wait`], or `.await`, hands it back filled. The form of
+    /// [`After::read_svm`] for async code; see [`After::write_svm_lent`].
+    ///
+    /// # Errors
+    ///
+    /// As [`After::read_svm`], except that a failed copy, or a failed write of what it
+    /// reads, is reported by [`PendingRead::wait`].
+    pub fn read_svm_into<'v, T: Pod, H: HostMemory<T>>(
+        &self,
+        svm: impl IntoSvm<'v, T>,
+        mut data: H,
+    ) -> Result<PendingRead<T, H>> {
+        let view = svm.into_svm();
+        let len = view.len;
+        let room = data.room_for(len)?;
+        // The device fills the room, which moving `data` does not move; the `PendingRead`
+        // owns it until the copy has ended (the *lent host memory* rule).
+        let mut writers = Writes::default();
+        let event = self.enqueue_svm_read(view, room, len, &mut writers)?;
+        Ok(PendingRead::new(event, writers, data, len))
+    }
+
+    /// Enqueues the copy of the first `len` elements of `view` to `dst`, with the writes
+    /// it reads in `writers`; the caller keeps `dst` valid for `len` elements, and unused
+    /// by anything else, until the returned event has ended.
+    fn enqueue_svm_read<T: Pod>(
+        &self,
+        view: SvmView<'_, T>,
+        dst: *mut T,
+        len: usize,
+        writers: &mut Writes,
+    ) -> Result<Event> {
+        let at = view.at(Transfer::Read, 0, len)?;
+        let block = view.block();
+        let touch = Touch::host(block, Access::Read, false).within(view.span(at, len));
+        self.submit().run_reading(
             &[touch],
             |wait| {
-                // SAFETY: as in `write_svm`; `out` is borrowed mutably until the copy has
-                // ended (settled below), and every bit pattern is a valid `T: Pod`.
+                // SAFETY: the queue and the allocation are live (borrowed); the range was
+                // checked against it; `dst` is valid for `len` elements and used by nothing
+                // else until the copy has ended (the caller vouches), and every bit pattern
+                // is a valid `T: Pod`; host and SVM memory do not overlap; the wait list
+                // holds live events.
                 unsafe {
                     ffi::enqueue_svm_copy(
                         self.queue.core.raw(),
                         dst.cast(),
                         block.svm_at(at * size_of::<T>()),
-                        bytes,
+                        len * size_of::<T>(),
                         wait,
                     )
                 }
             },
-            Some(&mut writers),
-        )?;
-        settle(&event, &writers)
+            Some(writers),
+        )
     }
 
     /// Copies all of `src` to the start of `dst` on the device (`clEnqueueSVMMemcpy`),

@@ -1584,3 +1584,85 @@ fn a_kernel_given_svm_then_a_buffer_runs_on_the_buffer() {
         }
     }
 }
+
+/// From async code, shared virtual memory is written and read without moving the
+/// allocation or holding a borrow of it across an await (before, only the blocking
+/// `write_svm`/`read_svm` existed, and a task moved the allocation into `unblock` and back):
+/// on many tasks at once, each through its own view of one allocation, the data round-trips,
+/// and a view's data is where a blocking read finds it.
+#[test]
+fn svm_is_written_and_read_from_async_tasks_through_lent_memory() {
+    let ctx = device!();
+    for kind in kinds(&ctx) {
+        let svm = Arc::new(ctx.svm::<i32>(64 * 16, kind).expect("an SVM allocation"));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .expect("a runtime");
+        let tasks: Vec<_> = (0..16)
+            .map(|t| {
+                let (queue, svm) = (ctx.queue().expect("a queue"), svm.clone());
+                runtime.spawn(async move {
+                    let view = svm.view(t * 64..(t + 1) * 64).expect("a view");
+                    let data: Vec<i32> = (0..64).map(|i| (t * 1000 + i) as i32).collect();
+                    let back = queue.write_svm_lent(view, data).expect("the write").await?;
+                    assert_eq!(back.len(), 64, "the write hands its `Vec` back");
+                    let view = svm.view(t * 64..(t + 1) * 64).expect("a view");
+                    queue.read_svm_into(view, back).expect("the read").await
+                })
+            })
+            .collect();
+        for (t, task) in tasks.into_iter().enumerate() {
+            let read = runtime.block_on(task).expect("the task").expect("the read");
+            let want: Vec<i32> = (0..64).map(|i| (t * 1000 + i) as i32).collect();
+            assert_eq!(read, want, "{kind:?}: task {t}");
+        }
+        let queue = ctx.queue().expect("a queue");
+        let mut all = vec![0; 64 * 16];
+        queue.read_svm(&*svm, &mut all).expect("a blocking read");
+        assert_eq!(all[64 * 3 + 5], 3005, "{kind:?}");
+        drop(runtime);
+        Arc::into_inner(svm)
+            .expect("the tasks let go of it")
+            .release()
+            .expect("the release");
+    }
+}
+
+/// A lent SVM write dropped behind a closed gate returns at once, its `Vec` kept by the
+/// library until the copy has ended; a read lent after it of the same memory is refused
+/// with `DependencyFailed` when the gate fails, and the allocation is released with both
+/// commands ended.
+#[test]
+fn a_lent_svm_write_dropped_behind_a_gate_is_kept_and_its_failure_reaches_the_read() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    for kind in kinds(&ctx) {
+        let queue = ctx.queue().expect("a queue");
+        let svm = ctx.svm::<i32>(256, kind).expect("an SVM allocation");
+        let gate = ctx.user_event().expect("a gate");
+        let write = queue
+            .after(&[gate.event()])
+            .write_svm_lent(&svm, vec![7; 256])
+            .expect("the write");
+        let write_event = write.event().clone();
+        drop(write);
+        assert!(
+            !write_event.is_terminal(),
+            "{kind:?}: the write ran before its gate"
+        );
+        let read = queue.read_svm_into(&svm, Vec::new()).expect("the read");
+        gate.fail(-5).expect("the gate fails");
+        let err = read.wait().expect_err("a read of data whose write failed");
+        assert!(
+            matches!(err, Error::DependencyFailed { .. }),
+            "{kind:?}: {err:?}"
+        );
+        ctx.wait_deferred();
+        assert!(write_event.is_terminal(), "{kind:?}");
+        let report = svm.release().expect("the release");
+        assert_eq!(report.waited_on, 0, "{kind:?}: {report:?}");
+    }
+}
