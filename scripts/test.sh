@@ -29,6 +29,9 @@ for bin in $died; do
   echo "=== ${bin##*/}: $failed test(s) failed or died when run alone" >&2
 done
 
+# The optional features (tests/features.rs): a bytemuck-derived struct and half::f16.
+$cargo test --features bytemuck,half --test features || status=1
+
 # TEST_DOC=0 leaves the doc tests out (make test-all runs them once, not per implementation).
 if [ "${TEST_DOC:-1}" != 0 ]; then
   $cargo test --doc || status=1
