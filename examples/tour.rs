@@ -425,7 +425,11 @@ impl Raw {
         }
         println!(
             "A non-blocking read into host memory was still pending when the next command \
-             of its queue had completed: {}.",
+             of its in-order queue had completed: {}. Where this is not 0 (NVIDIA copies \
+             into ordinary host memory on a thread of its own, after the command \
+             completes on the device), a command's end does not say that the transfers \
+             before it have ended, so cl-lifetime waits for each host transfer itself \
+             before the host memory or the buffer goes.",
             line.join(", ")
         );
         Ok(())
