@@ -106,6 +106,7 @@ lint:
 	$(CARGO) clippy --all-targets -- -D warnings
 	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --no-deps
 	bash scripts/doc-links.sh
+	python3 scripts/layers.py
 
 clean:
 	$(CARGO) clean

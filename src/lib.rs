@@ -149,6 +149,8 @@
 //! # Layers
 //!
 //! Each layer calls only the layers below it; `src/` has one folder or file per layer.
+//! `make lint` checks it (`scripts/layers.py`: every `crate::` path, a name re-exported
+//! at the crate's root resolved to its module).
 //!
 //! | layer | what it is for |
 //! |---|---|

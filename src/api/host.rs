@@ -138,8 +138,7 @@ impl<T: Pod> HostBuffer<T> {
     pub(crate) fn new(ctx: &ContextCore, len: usize) -> Result<HostBuffer<T>> {
         let bytes = Block::check_size::<T>(ctx, len)?;
         let (context, device) = (ctx.raw, ctx.device.id);
-        let version = ctx.device.version();
-        let major = crate::core::queue::opencl_major(version);
+        let major = ctx.device.opencl_major();
         let queue = ffi::create_queue(context, device, false, false, major)?;
         let pinned = match Pinned::create(context, queue, bytes) {
             Ok(pinned) => pinned,

@@ -6,8 +6,8 @@
 
 pub(crate) mod buffer;
 pub(crate) mod context;
-mod from_opencl3;
 pub(crate) mod host;
+mod interop;
 pub(crate) mod launch;
 pub(crate) mod map;
 pub(crate) mod queue;

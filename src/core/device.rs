@@ -140,7 +140,7 @@ fn limits(id: cl_device_id, version: &str) -> Result<Limits> {
         address_bits: ffi::device_u32(id, ffi::CL_DEVICE_ADDRESS_BITS)?,
         base_align: (ffi::device_u32(id, ffi::CL_DEVICE_MEM_BASE_ADDR_ALIGN)? / 8).max(1) as usize,
         // OpenCL 2.x requires them; 3.0 says (a driver that cannot say has none).
-        non_uniform: match super::queue::opencl_major(version) {
+        non_uniform: match opencl_major(version) {
             2 => true,
             3.. => ffi::device_u32(id, ffi::CL_DEVICE_NON_UNIFORM_WORK_GROUP_SUPPORT)
                 .is_ok_and(|b| b != 0),
@@ -160,7 +160,7 @@ impl Device {
     ) -> Result<Device> {
         let version = ffi::device_string(id, ffi::CL_DEVICE_VERSION)?;
         // An OpenCL 1.x driver has no SVM, nor its query.
-        let svm = if super::queue::opencl_major(&version) >= 2 {
+        let svm = if opencl_major(&version) >= 2 {
             ffi::svm_capabilities(id)
         } else {
             0
@@ -281,6 +281,12 @@ impl Device {
         &self.version
     }
 
+    /// The major OpenCL version the device reports (1 when unreadable): which queue and
+    /// SVM entry points it has.
+    pub(crate) fn opencl_major(&self) -> u32 {
+        opencl_major(&self.version)
+    }
+
     /// `CL_DRIVER_VERSION`.
     pub fn driver_version(&self) -> &str {
         &self.driver_version
@@ -357,8 +363,30 @@ fn pick<'a>(devices: &'a [Device], spec: &str) -> Option<&'a Device> {
     })
 }
 
+/// The major version in a `CL_DEVICE_VERSION` string (`OpenCL <major>.<minor> <vendor>`);
+/// 1 when it cannot be read, the version whose entry points every platform has.
+pub(crate) fn opencl_major(version: &str) -> u32 {
+    version
+        .strip_prefix("OpenCL ")
+        .and_then(|v| v.split('.').next())
+        .and_then(|major| major.trim().parse().ok())
+        .unwrap_or(1)
+}
+
 #[cfg(test)]
 mod tests {
+    use super::opencl_major;
+
+    #[test]
+    fn the_opencl_major_version_is_read_from_the_device_version() {
+        assert_eq!(opencl_major("OpenCL 1.2 Oclgrind 21.10"), 1);
+        assert_eq!(opencl_major("OpenCL 3.0 CUDA"), 3);
+        assert_eq!(opencl_major("OpenCL 3.0 PoCL HSTR: pthread-x86_64"), 3);
+        assert_eq!(opencl_major("OpenCL 2.1 AMD-APP"), 2);
+        assert_eq!(opencl_major("garbage"), 1);
+        assert_eq!(opencl_major(""), 1);
+    }
+
     use super::*;
 
     #[test]

@@ -215,7 +215,7 @@ const PROBE_LIMIT: Duration = Duration::from_millis(100);
 /// The probes of rule *measured, not named*, on a queue of their own.
 fn probe(device: &Device, context: cl_context) -> Behaviour {
     let start = Instant::now();
-    let major = super::queue::opencl_major(device.version());
+    let major = device.opencl_major();
     let Ok(queue) = ffi::create_queue(context, device.id, false, false, major) else {
         return Behaviour::CAREFUL;
     };
@@ -249,7 +249,7 @@ fn probe(device: &Device, context: cl_context) -> Behaviour {
 /// *workarounds are measured*, on a queue of its own.
 fn probe_workarounds(device: &Device, context: cl_context) -> Behaviour {
     let start = Instant::now();
-    let major = super::queue::opencl_major(device.version());
+    let major = device.opencl_major();
     let mut found = Behaviour::CAREFUL;
     if let Ok(queue) = ffi::create_queue(context, device.id, false, false, major) {
         let queue = Owned {
@@ -543,7 +543,7 @@ fn svm_kernels_on(
     };
     let mut queues = Vec::new();
     for (i, device) in devices.iter().enumerate() {
-        let major = super::queue::opencl_major(device.version());
+        let major = device.opencl_major();
         let queue = ffi::create_queue(context, device.id, false, false, major)
             .map_err(|e| (device.to_string(), e.to_string()))?;
         let queue = Owned {

@@ -143,7 +143,7 @@ impl QueueCore {
             device.id,
             out_of_order,
             profiling,
-            opencl_major(device.version()),
+            device.opencl_major(),
         )?;
         // A driver may drop the flag silently (AMD's masks it): its properties, read back,
         // say what the queue is, and every rule of the library follows them.
@@ -181,7 +181,7 @@ impl QueueCore {
             raw: AtomicPtr::new(raw),
             retired: Mutex::new(Vec::new()),
             device: device.id,
-            opencl_major: opencl_major(device.version()),
+            opencl_major: device.opencl_major(),
             lane: Lane {
                 id,
                 in_order: !out_of_order,
@@ -695,29 +695,9 @@ impl LetGo for EchoCell {
 /// How long [`QueueCore::await_marker`] waits for a settling marker.
 const MARKER_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The major version in a `CL_DEVICE_VERSION` string (`OpenCL <major>.<minor> <vendor>`);
-/// 1 when it cannot be read, the version whose entry points every platform has.
-pub(crate) fn opencl_major(version: &str) -> u32 {
-    version
-        .strip_prefix("OpenCL ")
-        .and_then(|v| v.split('.').next())
-        .and_then(|major| major.trim().parse().ok())
-        .unwrap_or(1)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{Finishes, opencl_major};
-
-    #[test]
-    fn the_queue_entry_point_follows_the_device_version() {
-        assert_eq!(opencl_major("OpenCL 1.2 Oclgrind 21.10"), 1);
-        assert_eq!(opencl_major("OpenCL 3.0 CUDA"), 3);
-        assert_eq!(opencl_major("OpenCL 3.0 PoCL HSTR: pthread-x86_64"), 3);
-        assert_eq!(opencl_major("OpenCL 2.1 AMD-APP"), 2);
-        assert_eq!(opencl_major("garbage"), 1);
-        assert_eq!(opencl_major(""), 1);
-    }
+    use super::Finishes;
 
     #[test]
     fn a_clean_finish_covers_the_events_made_before_its_ticket() {

@@ -273,30 +273,6 @@ impl Kernel {
             .raw
     }
 
-    /// A kernel for the raw handle `raw`, made by other code from a program built for
-    /// `ctx`: the library takes its own references to it and its program, and the caller
-    /// keeps theirs. It launches like any other, with every argument set by the library
-    /// at its first launch.
-    ///
-    /// # Safety
-    ///
-    /// `raw` is a valid `cl_kernel`, and from now on no other code sets its arguments or
-    /// enqueues it (the library keeps what it set, and sets and enqueues under one lock
-    /// per kernel).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::ContextMismatch`] when its program belongs to another context;
-    /// [`Error::Cl`] when it cannot be queried.
-    pub unsafe fn from_raw(ctx: &crate::Context, raw: ffi::cl_kernel) -> Result<Kernel> {
-        let (program, name) = ffi::kernel_program_and_name(raw)?;
-        // SAFETY: a valid kernel's program is valid while the kernel is.
-        let program = unsafe { super::program::ProgramInner::adopt(ctx.core(), program) }?;
-        // SAFETY: as the caller vouches; the reference taken here is the kernel's.
-        unsafe { ffi::retain_kernel(raw) }?;
-        Kernel::adopt(raw, &name, &program)
-    }
-
     /// The kernel's name.
     pub fn name(&self) -> &str {
         &self.inner.name

@@ -101,7 +101,7 @@ impl ProgramInner {
     /// # Safety
     ///
     /// `raw` is a valid program.
-    pub(super) unsafe fn adopt(ctx: &ContextCore, raw: cl_program) -> Result<Arc<ProgramInner>> {
+    pub(crate) unsafe fn adopt(ctx: &ContextCore, raw: cl_program) -> Result<Arc<ProgramInner>> {
         let its = ffi::program_context(raw)?;
         if its != ctx.raw {
             return Err(Error::context_mismatch(
@@ -160,27 +160,6 @@ impl fmt::Debug for Program {
 impl Program {
     pub(crate) fn from_inner(inner: Arc<ProgramInner>) -> Program {
         Program { inner }
-    }
-
-    /// A program for the raw handle `raw`, built by other code for the devices of `ctx`:
-    /// the library takes its own reference, and the caller keeps theirs. Its kernels are
-    /// checked at launch as far as the driver describes them: a program built without
-    /// `-cl-kernel-arg-info` gets the count, local-memory and work-size checks only.
-    /// [`Program::file`] is `<raw>`.
-    ///
-    /// # Safety
-    ///
-    /// `raw` is a valid `cl_program`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::ContextMismatch`] when `raw` belongs to another context; [`Error::Cl`]
-    /// when it cannot be queried.
-    pub unsafe fn from_raw(ctx: &crate::Context, raw: cl_program) -> Result<Program> {
-        // SAFETY: as the caller vouches.
-        Ok(Program::from_inner(unsafe {
-            ProgramInner::adopt(ctx.core(), raw)
-        }?))
     }
 
     /// The raw handle, still owned by this program.

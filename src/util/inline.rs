@@ -1,7 +1,8 @@
 //! Lists that stay on the stack for the few items an enqueue has, so the enqueue path
 //! allocates nothing in the common case.
 
-use crate::ffi::cl_event;
+// The handle type of the OpenCL binding (`ffi` re-exports it): plain data here, no call.
+use opencl3::types::cl_event;
 
 /// Items kept inline before a list moves to the heap.
 pub(crate) const INLINE: usize = 4;
