@@ -51,6 +51,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
+mod reuse;
+
 use super::classes::class_of;
 use crate::api::buffer::ClBuffer;
 use crate::api::context::Context;
@@ -77,10 +79,6 @@ const POISON_ITEMS: usize = 256;
 
 /// The word [`PoolOptions::poison`] writes over recycled blocks.
 pub const POISON: u32 = 0xDEAD_BEEF;
-
-/// How many pooled blocks of a class [`Pool::acquire_on`] looks at before it allocates
-/// (the *stream-ordered reuse* rule, which names the number): each costs at most one query of a pending status.
-const SCAN: usize = 8;
 
 /// How long a wait for the pool's pending releases sleeps before it looks at the
 /// context's user events again (the *maximum* rule).
@@ -296,14 +294,8 @@ impl PoolInner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The *stream-ordered reuse* rule: an unused block of `class` for `lane`, taken out of `state`. Without a lane,
-    /// the newest. With one, the first of the class's oldest [`SCAN`] blocks that a command
-    /// there can use with no wait (every recorded command has ended, or ran on that
-    /// in-order queue); the blocks looked at and passed over go to the back, so that
-    /// blocks held up for long do not keep the others from being seen. Failing that,
-    /// none while the maximum leaves room for a new block, else the newest (ordered by a
-    /// device-side wait: *inherited record*). Either way a block holding a doomed command
-    /// is passed over while the maximum leaves room (the *clean hand-over* rule).
+    /// The *stream-ordered reuse* rule: an unused block of `class` for `lane`, taken out of
+    /// `state` by [`reuse::pick`], with room for a new block while the maximum allows one.
     fn pick(
         &self,
         state: &mut PoolState,
@@ -320,39 +312,7 @@ impl PoolInner {
         let blocks = state.free.get_mut(&(class, memory))?;
         // A block whose old owner left a doomed command would pass its failure on (the
         // *clean hand-over* rule): passed over while there is room for a new one.
-        let doomed_possible = gates::any_failure_seen();
-        let block = match lane {
-            None if !doomed_possible => blocks.pop_back(),
-            None => {
-                let newest = blocks.len();
-                let found = (newest.saturating_sub(SCAN)..newest)
-                    .rev()
-                    .find(|&i| !blocks[i].holds_doomed());
-                match found {
-                    Some(i) => blocks.remove(i),
-                    None if room() => None,
-                    None => blocks.pop_back(),
-                }
-            }
-            Some(lane) => {
-                let mut free = None;
-                for _ in 0..blocks.len().min(SCAN) {
-                    let Some(mut block) = blocks.pop_front() else {
-                        break;
-                    };
-                    if block.free_for(lane) && !(doomed_possible && block.holds_doomed()) {
-                        free = Some(block);
-                        break;
-                    }
-                    blocks.push_back(block);
-                }
-                match free {
-                    Some(block) => Some(block),
-                    None if room() => None,
-                    None => blocks.pop_back(),
-                }
-            }
-        }?;
+        let block = reuse::pick(blocks, lane, gates::any_failure_seen(), room)?;
         state.pooled -= class as u64;
         state.blocks -= 1;
         state.in_use += class as u64;
@@ -667,7 +627,8 @@ impl Pool {
     /// ```
     pub fn new(ctx: &Context, options: PoolOptions) -> Result<Pool> {
         let poison = if options.poison {
-            let program = ctx.own_program("poison.cl", include_str!("../../kernels/poison.cl"))?;
+            let program =
+                ctx.own_program("poison.cl", include_str!("../../../kernels/poison.cl"))?;
             Some(program.kernel("poison")?)
         } else {
             None
@@ -981,5 +942,14 @@ impl Pool {
             pooled_bytes: state.pooled,
             pooled_blocks: state.blocks,
         }
+    }
+}
+
+impl reuse::Reusable<Lane> for Block {
+    fn free_for(&mut self, lane: Lane) -> bool {
+        Block::free_for(self, lane)
+    }
+    fn holds_doomed(&mut self) -> bool {
+        Block::holds_doomed(self)
     }
 }
