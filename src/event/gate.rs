@@ -1,0 +1,250 @@
+//! Gates: user events that only the library sets.
+//!
+//! # Rules
+//!
+//! - **Raw handles.** A driver that never runs a command whose wait list holds a failed
+//!   event (PoCL leaves it queued for good, and its in-order queue with it) must never
+//!   be handed such a list, yet the library reads its dependencies' statuses before the
+//!   enqueue; the gates' *no failure mid-enqueue* rule closes that window for a gate
+//!   failed through the library, not for an event that other code sets. So no command
+//!   of the library ever waits on an event that other code can set or fail:
+//!   - a gate's public handle ([`Event::as_raw`] of a [`UserEvent`]'s event) is its
+//!     *twin*, a user event of its own made on demand; other code may wait on it or set
+//!     it, and the waiter, seeing it set, sets the gate itself through the library
+//!     ([`Gate::set_status`]); setting the gate sets the twin too;
+//!   - a foreign event (adopted with [`Event::from_raw`]) that has not ended is stood in
+//!     for, in the wait lists of the library's commands, by a *proxy* gate that the
+//!     waiter sets as the foreign event ends, with its status.
+//!
+//!   A twin or a proxy is followed from the waiter's poller (and, for a foreign command,
+//!   from a blocker where waits sleep): a raw set is seen within a poll pause.
+
+use super::*;
+use crate::core::waiter::{Order, Watch, waiter};
+
+/// A user event that only the library sets.
+pub(crate) struct Gate {
+    pub(crate) event: Event,
+    set: AtomicBool,
+    id: u64,
+    gates: Arc<OpenGates>,
+    /// Where it was created, for the log.
+    pub(crate) site: &'static std::panic::Location<'static>,
+    /// Held while the twin is made, and while a set gate sets its twin: a twin made
+    /// while the gate is set is set by it.
+    twin: Mutex<()>,
+}
+
+impl Gate {
+    /// A new gate of `context`, counted among its open `gates` as `id`.
+    pub(crate) fn new(
+        context: cl_context,
+        gates: &Arc<OpenGates>,
+        id: u64,
+        site: &'static std::panic::Location<'static>,
+    ) -> Result<Arc<Gate>> {
+        let raw = ffi::create_user_event(context)?;
+        // A user event exists: it can be failed without the library.
+        note_failure_possible();
+        if crate::trace::on() {
+            crate::trace::not_a_command(raw);
+        }
+        gates.opened(id, site);
+        Ok(Arc::new_cyclic(|weak| Gate {
+            // `raw` was just created in `context`; its one reference is the event's.
+            event: Event {
+                inner: Arc::new(EventInner::unqueued(
+                    raw,
+                    context,
+                    Origin::Gate(weak.clone()),
+                )),
+            },
+            set: AtomicBool::new(false),
+            id,
+            gates: gates.clone(),
+            site,
+            twin: Mutex::new(()),
+        }))
+    }
+
+    /// A gate of `context` that follows the foreign event `source`: set, with its
+    /// status, once it has ended (the *raw handles* rule).
+    pub(crate) fn following(
+        source: cl_event,
+        context: cl_context,
+        gates: &Arc<OpenGates>,
+    ) -> std::result::Result<Arc<Gate>, String> {
+        let proxy = Gate::new(
+            context,
+            gates,
+            crate::util::next_id(),
+            std::panic::Location::caller(),
+        )
+        .map_err(|e| e.to_string())?;
+        // A foreign command (not a user event) ends without the program's help.
+        let on_its_own = ffi::command_type(source).is_ok_and(|t| t != CL_COMMAND_USER);
+        if let Err(e) = proxy.follow(source, on_its_own) {
+            // Set, so that it is not left open.
+            let _ = proxy.set_status(ffi::codes::CL_INVALID_OPERATION);
+            return Err(e);
+        }
+        Ok(proxy)
+    }
+
+    /// The handle the program knows it by, for the log: its twin once made.
+    pub(crate) fn shown(&self) -> cl_event {
+        let inner = &self.event.inner;
+        inner
+            .stand_in
+            .get()
+            .and_then(Option::as_ref)
+            .map_or(inner.raw, StandIn::raw)
+    }
+
+    pub(crate) fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+
+    /// Has the waiter set this gate as `source` ends.
+    fn follow(
+        self: &Arc<Gate>,
+        source: cl_event,
+        on_its_own: bool,
+    ) -> std::result::Result<(), String> {
+        // SAFETY: `source` is a live event (the caller's); each handle below takes a
+        // reference of its own.
+        let (watched, followed) = unsafe { (RawEvent::retain(source), RawEvent::retain(source)) };
+        let (Some(watched), Some(followed)) = (watched, followed) else {
+            return Err("clRetainEvent refused".into());
+        };
+        let watch = Arc::new(Watch::default());
+        let waker = std::task::Waker::from(Arc::new(Follower {
+            source: followed,
+            gate: self.clone(),
+        }));
+        watch.ended_or_wake(&waker);
+        let order = Order {
+            driver: self.event.inner.context as usize,
+            queue: None,
+            in_order: false,
+            ends_on_its_own: on_its_own,
+            gates: Some(self.gates.clone()),
+        };
+        waiter()
+            .watch(Arc::new(watched), order, watch)
+            .map(drop)
+            .map_err(|e| format!("the waiter's thread could not start: {e}"))
+    }
+
+    /// The handle other code gets: the twin, made at the first call (the *raw
+    /// handles* rule); the gate's own handle once it is set, or where no twin can
+    /// be made.
+    pub(crate) fn public_handle(self: &Arc<Gate>) -> cl_event {
+        let inner = &self.event.inner;
+        let _making = self.twin.lock().unwrap_or_else(PoisonError::into_inner);
+        let stand_in = inner.stand_in.get_or_init(|| {
+            if self.is_set() {
+                return None;
+            }
+            match self.make_twin() {
+                Ok(twin) => Some(StandIn::Twin(twin)),
+                Err(e) => {
+                    log::warn!(target: "cl_lifetime::event", "no twin for the user event {:p} ({e}); its own handle is handed out, and a failure set through it is not covered", inner.raw);
+                    None
+                }
+            }
+        });
+        stand_in.as_ref().map_or(inner.raw, StandIn::raw)
+    }
+
+    fn make_twin(self: &Arc<Gate>) -> std::result::Result<RawEvent, String> {
+        let raw = ffi::create_user_event(self.event.inner.context).map_err(|e| e.to_string())?;
+        // SAFETY: `raw` was just created; its one reference is the twin's.
+        let twin = unsafe { RawEvent::own(raw) };
+        if crate::trace::on() {
+            crate::trace::not_a_command(raw);
+        }
+        if let Err(e) = self.follow(raw, false) {
+            let _ = ffi::set_user_event_status(raw, ffi::codes::CL_INVALID_OPERATION);
+            return Err(e);
+        }
+        Ok(twin)
+    }
+
+    /// Sets the gate through the library: the gates' *no failure mid-enqueue* rule,
+    /// the waiter's kick, and the twin.
+    pub(crate) fn set_status(&self, status: cl_int) -> Result<()> {
+        if self.set.swap(true, Ordering::AcqRel) {
+            return Err(Error::cl(
+                "clSetUserEventStatus",
+                ffi::codes::CL_INVALID_OPERATION,
+            ));
+        }
+        if status < 0 {
+            // Noted before the driver propagates it, so no enqueue that follows misses it.
+            self.gates.note_failure();
+        }
+        self.gates.closing();
+        let set = if status < 0 {
+            // The gates' *no failure mid-enqueue* rule.
+            crate::core::gates::failing(|| ffi::set_user_event_status(self.event.raw(), status))
+        } else {
+            ffi::set_user_event_status(self.event.raw(), status)
+        };
+        self.gates.closed(self.id);
+        {
+            let _twin = self.twin.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(Some(StandIn::Twin(twin))) = self.event.inner.stand_in.get() {
+                // Refused when other code set it first: that set is what this follows.
+                let _ = ffi::set_user_event_status(twin.as_raw(), status);
+            }
+        }
+        // Failed events that waited on this gate may be free to go now.
+        graveyard::sweep();
+        set
+    }
+
+    /// Sets the gate as its twin was set, if it was (a `UserEvent` dropped before the
+    /// waiter saw the twin set).
+    pub(crate) fn follow_twin_now(&self) {
+        if self.is_set() {
+            return;
+        }
+        if let Some(Some(StandIn::Twin(twin))) = self.event.inner.stand_in.get() {
+            follow_status(self, twin.as_raw());
+        }
+    }
+}
+
+/// Sets `gate` as `source` ended, if it has.
+fn follow_status(gate: &Gate, source: cl_event) {
+    let status = match ffi::execution_status(source) {
+        Ok(status) if status > ffi::CL_COMPLETE => return,
+        Ok(status) => status,
+        // An event whose status cannot be read counts as failed with that status.
+        Err(status) => status,
+    };
+    if !gate.is_set() {
+        // Refused only when the library set it meanwhile.
+        let _ = gate.set_status(status);
+    }
+}
+
+/// The waker of a followed event: sets its gate (the *raw handles* rule).
+struct Follower {
+    source: RawEvent,
+    gate: Arc<Gate>,
+}
+
+impl std::task::Wake for Follower {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        follow_status(&self.gate, self.source.as_raw());
+    }
+}
+
+/// `CL_COMMAND_USER`.
+const CL_COMMAND_USER: u32 = 0x11F5;
