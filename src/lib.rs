@@ -190,11 +190,12 @@ pub mod tracker;
 mod util;
 
 pub use alloc::{Arena, POISON, Pool, PoolOptions, PoolStats};
-pub use api::buffer::{ClBuffer, PendingRead, PendingWrite, ReadFuture, WriteFuture};
+pub use api::buffer::ClBuffer;
 pub use api::context::Context;
 pub use api::host::{HostBuffer, HostMemory};
 pub use api::launch::IntoArg;
 pub use api::map::{Mapped, MappedMut};
+pub use api::pending::{PendingRead, PendingWrite, ReadFuture, WriteFuture};
 pub use api::queue::{After, Queue, QueueOptions};
 pub use api::raw::BufferUse;
 pub use api::svm::{IntoSvm, SvmBuffer, SvmView};

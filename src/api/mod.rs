@@ -10,6 +10,7 @@ pub(crate) mod host;
 mod interop;
 pub(crate) mod launch;
 pub(crate) mod map;
+pub(crate) mod pending;
 pub(crate) mod queue;
 pub(crate) mod raw;
 pub(crate) mod svm;

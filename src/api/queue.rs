@@ -14,9 +14,9 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::buffer::{PendingRead, PendingWrite};
 use super::host::HostMemory;
 use super::map::{Mapped, MappedMut};
+use super::pending::{PendingRead, PendingWrite};
 use super::svm::IntoSvm;
 use super::view::IntoView;
 use crate::core::queue::QueueCore;

@@ -49,9 +49,9 @@ use std::ops::{Range, RangeBounds};
 use std::panic::Location;
 use std::ptr;
 
-use super::buffer::{PendingRead, PendingWrite};
 use super::context::Context;
 use super::host::HostMemory;
+use super::pending::{PendingRead, PendingWrite};
 use super::queue::After;
 use super::transfer::{check_range, check_span, span_of};
 use super::view::resolve;

@@ -3,8 +3,8 @@
 use std::ops::Range;
 use std::ptr;
 
-use super::buffer::{PendingRead, PendingWrite};
 use super::host::HostMemory;
+use super::pending::{PendingRead, PendingWrite};
 use super::queue::After;
 use super::view::{IntoView, View};
 use crate::error::{Error, Result, Transfer};
