@@ -62,8 +62,14 @@ impl Pinned {
         bytes: usize,
     ) -> Result<Pinned> {
         let mem = ffi::create_pinned_buffer(context, bytes)?;
-        // SAFETY: `queue` and `mem` are live; the map waits on nothing.
-        let mapped = unsafe { ffi::enqueue_map(queue, mem, true, 0, bytes, &[]) };
+        let mapped = {
+            // The map joins the queue behind its commands, which a failing gate may be
+            // failing right now: a command a driver meets mid-enqueue in a failure's
+            // propagation crashes PoCL 3.1 (the gates' *no failure mid-enqueue* rule).
+            let _enqueuing = super::gates::Enqueuing::begin();
+            // SAFETY: `queue` and `mem` are live; the map waits on nothing.
+            unsafe { ffi::enqueue_map(queue, mem, true, 0, bytes, &[]) }
+        };
         let (event, ptr) = match mapped {
             Ok(mapped) => mapped,
             Err(e) => {
@@ -91,8 +97,14 @@ impl Pinned {
     /// Unmaps the block through `queue` and releases it; logs what went wrong.
     pub(crate) fn release(self, queue: cl_command_queue) {
         if !self.ptr.is_null() {
-            // SAFETY: `ptr` is this buffer's mapping, unmapped once, here; nothing uses it.
-            match unsafe { ffi::enqueue_unmap(queue, self.mem, self.ptr, &[]) } {
+            let unmapped = {
+                // As the map's (the gates' *no failure mid-enqueue* rule).
+                let _enqueuing = super::gates::Enqueuing::begin();
+                // SAFETY: `ptr` is this buffer's mapping, unmapped once, here; nothing uses
+                // it.
+                unsafe { ffi::enqueue_unmap(queue, self.mem, self.ptr, &[]) }
+            };
+            match unmapped {
                 Ok(event) => {
                     ffi::wait_terminal(&[event]);
                     // SAFETY: the unmap's event, owned here and released once (as the
