@@ -150,7 +150,8 @@ impl<T: Pod> HostBuffer<T> {
         };
         // No slice of a misaligned pointer: the mapping and its queue go.
         if let Err(e) = super::map::check_aligned::<T>(pinned.ptr()) {
-            pinned.release(queue);
+            // Its own queue: shared with no one.
+            pinned.release(queue, false);
             // SAFETY: made above and released once, here, after its mapping.
             let _ = unsafe { ffi::release_queue(queue) };
             return Err(e);
@@ -211,7 +212,8 @@ impl<T: Pod> HostMemory<T> for HostBuffer<T> {
 impl<T: Pod> Drop for HostBuffer<T> {
     fn drop(&mut self) {
         if let Some(pinned) = self.pinned.take() {
-            pinned.release(self.queue);
+            // Its own queue: shared with no one.
+            pinned.release(self.queue, false);
         }
         // SAFETY: made in `new` and released once, here, after the unmap it ran.
         if let Err(e) = unsafe { ffi::release_queue(self.queue) } {

@@ -18,12 +18,16 @@
 //!   failure to its dependents inside `clSetUserEventStatus` (PoCL, Intel's GPU runtime)
 //!   then never meets a dependency that failed after the library read it, and never holds
 //!   the command behind it for ever (both leave a command enqueued behind an already-failed
-//!   event queued for good). Every enqueue of the library on a queue it shares takes part,
-//!   those with no wait list too (a staging block's map and unmap, a settling marker): on
-//!   an in-order queue PoCL 3.1 ties a new command to the one before it, then makes the
-//!   command's device data, and a failure that reaches the command in between finishes it
-//!   with no such data (a SIGSEGV in `clSetUserEventStatus`, design trap "a command
-//!   enqueued while the command before it fails"). A gate failed from inside an enqueue
+//!   event queued for good). The enqueues of a staging block's map and unmap on the
+//!   caller's queue take part too, though they wait for nothing: on an in-order queue PoCL
+//!   3.1 ties a new command to the one before it, then makes the command's device data,
+//!   and a failure that reaches the command in between finishes it with no such data (a
+//!   SIGSEGV in `clSetUserEventStatus`, design trap "a command enqueued while the command
+//!   before it fails"). A guard is never taken while a lock of the library is held: the
+//!   failing thread waits for every guard to go, and a guard's holder waiting on a lock
+//!   that an enqueue inside another guard holds would close a circle (a settling marker,
+//!   enqueued under its queue's echo lock, is left out for that reason). A gate failed
+//!   from inside an enqueue
 //!   on the same thread (a raw enqueue's closure) is not waited for. Events that other
 //!   code can set never enter the library's wait lists at all (`event::gate`, the *raw
 //!   handles* rule).

@@ -236,15 +236,9 @@ impl QueueCore {
                 echo.pending_marker()
                     .and_then(|m| unsafe { RawEvent::retain(m.as_raw()) })
             } else {
-                let marker = {
-                    // Behind the queue's commands, one of which a gate may be failing
-                    // now (the gates' *no failure mid-enqueue* rule).
-                    let _enqueuing = super::gates::Enqueuing::begin();
-                    // SAFETY: `raw` is live (held by `self`); an empty wait list waits
-                    // for every command enqueued before.
-                    unsafe { ffi::enqueue_marker(self.raw(), &[]) }
-                };
-                let marker = match marker {
+                // SAFETY: `raw` is live (held by `self`); an empty wait list waits for
+                // every command enqueued before.
+                let marker = match unsafe { ffi::enqueue_marker(self.raw(), &[]) } {
                     Ok(marker) => marker,
                     Err(e) => {
                         log::warn!(target: "cl_lifetime::queue", "settling a queue after a failure: {e}");

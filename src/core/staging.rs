@@ -88,18 +88,20 @@ impl Pinned {
         match status {
             Ok(ffi::CL_COMPLETE) => Ok(pinned),
             Ok(status) | Err(status) => {
-                pinned.release(queue);
+                pinned.release(queue, true);
                 Err(crate::error::Error::cl("clEnqueueMapBuffer", status))
             }
         }
     }
 
-    /// Unmaps the block through `queue` and releases it; logs what went wrong.
-    pub(crate) fn release(self, queue: cl_command_queue) {
+    /// Unmaps the block through `queue` and releases it; logs what went wrong. `guarded`:
+    /// the unmap joins the gates' *no failure mid-enqueue* handshake, as the map did; only
+    /// where the caller holds no lock of the library (the handshake's holder must never
+    /// wait on one), and the queue may be shared.
+    pub(crate) fn release(self, queue: cl_command_queue, guarded: bool) {
         if !self.ptr.is_null() {
             let unmapped = {
-                // As the map's (the gates' *no failure mid-enqueue* rule).
-                let _enqueuing = super::gates::Enqueuing::begin();
+                let _enqueuing = guarded.then(super::gates::Enqueuing::begin);
                 // SAFETY: `ptr` is this buffer's mapping, unmapped once, here; nothing uses
                 // it.
                 unsafe { ffi::enqueue_unmap(queue, self.mem, self.ptr, &[]) }
@@ -167,7 +169,8 @@ impl Staging {
             }
         };
         if let Some(spare) = spare {
-            spare.release(queue);
+            // After a read or a mapping ended, with no lock held.
+            spare.release(queue, true);
         }
     }
 
@@ -175,7 +178,9 @@ impl Staging {
     pub(crate) fn release_all(&mut self, queue: cl_command_queue) {
         let free = std::mem::take(self.free.get_mut().unwrap_or_else(PoisonError::into_inner));
         for block in free {
-            block.release(queue);
+            // At the queue's drop, which may come under a lock (an event's last handle):
+            // no other thread can enqueue on a queue being dropped.
+            block.release(queue, false);
         }
     }
 }
