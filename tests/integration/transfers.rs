@@ -347,6 +347,78 @@ fn dropping_a_pending_read_with_no_unset_gate_keeps_its_memory_until_the_read_en
     assert!(report.failed.is_empty(), "{report:?}");
 }
 
+// A pending read behind a command that waits on a user event other code made (no gate of
+// the library's is open, so the drop used to wait): dropping it returns while the read is
+// still pending, as on an async executor's worker it must. Before, the drop blocked until
+// the read ended, here until the test set the event after its time limit.
+#[test]
+fn dropping_a_pending_read_behind_other_codes_user_event_returns_at_once() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let queue = ctx.queue().unwrap();
+    let buf = ctx.buffer_from(&pattern(1024, 8)).unwrap();
+    let mut status = 0;
+    // SAFETY: a live context; the event is set and released below.
+    let raw_gate = unsafe { cl_sys::clCreateUserEvent(ctx.as_raw() as _, &mut status) };
+    assert_eq!(status, 0, "clCreateUserEvent");
+    let gate_addr = raw_gate as usize;
+    let seven = 7u32;
+    // SAFETY: the fill writes `buf` only, waits on the raw gate and the list it is given,
+    // and hands its event's one reference over.
+    unsafe {
+        queue
+            .after(&[])
+            .enqueue_raw(&[cl_lifetime::BufferUse::write(&buf)], |raw_queue, wait| {
+                let mut list: Vec<cl_sys::cl_event> = wait.iter().map(|&e| e as _).collect();
+                list.push(gate_addr as cl_sys::cl_event);
+                let mut event: cl_sys::cl_event = std::ptr::null_mut();
+                let rc = cl_sys::clEnqueueFillBuffer(
+                    raw_queue as _,
+                    buf.as_raw() as _,
+                    (&raw const seven).cast(),
+                    4,
+                    0,
+                    1024 * 4,
+                    list.len() as u32,
+                    list.as_ptr(),
+                    &mut event,
+                );
+                if rc == 0 {
+                    Ok(event as _)
+                } else {
+                    Err(Error::Cl {
+                        call: "clEnqueueFillBuffer",
+                        status: cl_lifetime::ClStatus(rc),
+                    })
+                }
+            })
+            .unwrap();
+    }
+    queue.flush().unwrap();
+    let pending = queue.read_owned(&buf).unwrap();
+    let read_event = pending.event().clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let dropper = std::thread::spawn(move || {
+        drop(pending);
+        let _ = tx.send(());
+    });
+    let returned = rx.recv_timeout(common::WINDOW * 10).is_ok();
+    let still_pending = !read_event.is_terminal();
+    // SAFETY: the raw gate made above, set once and released once.
+    unsafe {
+        assert_eq!(cl_sys::clSetUserEventStatus(gate_addr as _, 0), 0);
+        assert_eq!(cl_sys::clReleaseEvent(gate_addr as _), 0);
+    }
+    dropper.join().unwrap();
+    assert!(returned, "dropping the pending read waited for the read");
+    assert!(still_pending, "the read ended before its gate was set");
+    ctx.wait_deferred();
+    assert_eq!(read_event.status().unwrap(), Status::Complete);
+    assert_eq!(common::contents(&queue, &buf), vec![7; 1024]);
+}
+
 #[test]
 fn blocking_transfers_gated_on_completed_events_run() {
     let ctx = device!();
