@@ -16,7 +16,6 @@
 //! library's handshake does), nothing goes wrong. Each case runs in a child process (this
 //! program again), so a crash is reported and the other case still runs.
 
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -27,7 +26,9 @@ use opencl3::memory as clm;
 use opencl3::types::{cl_command_queue, cl_event, cl_mem};
 
 mod common;
-use common::{cl_err, gated_fill, print_device, raw_buffer, raw_queue, release_event};
+use common::{
+    cl_err, gated_fill, print_device, raw_buffer, raw_queue, release_event, run_round_cases,
+};
 
 /// The cases: (name, the enqueues are held back while the gate is being failed).
 const CASES: [(&str, bool); 2] = [
@@ -43,21 +44,8 @@ fn main() -> anyhow::Result<()> {
         return run(CASES[case.parse::<usize>()?].1);
     }
     print_device(&Context::from_env()?);
-    let exe = std::env::current_exe()?;
-    for (i, (name, _)) in CASES.iter().enumerate() {
-        let out = Command::new(&exe).arg(i.to_string()).output()?;
-        let rounds = String::from_utf8_lossy(&out.stdout);
-        let rounds = rounds.lines().last().unwrap_or("0").trim();
-        match out.status.code() {
-            Some(0) => println!("{name}: ok ({ROUNDS} rounds)"),
-            _ => println!(
-                "{name}: died in round {} of {ROUNDS} ({})",
-                rounds.parse::<usize>().map_or(0, |r| r + 1),
-                out.status
-            ),
-        }
-    }
-    Ok(())
+    let names: Vec<&str> = CASES.iter().map(|(name, _)| *name).collect();
+    run_round_cases(&names, ROUNDS)
 }
 
 /// A fill's event, handed back by the enqueuing thread.

@@ -19,7 +19,6 @@
 //! does. Each case repeats its round and runs in a child process (this program again), so
 //! one abort is reported and the other cases still run.
 
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -30,7 +29,9 @@ use opencl3::memory as clm;
 use opencl3::types::cl_event;
 
 mod common;
-use common::{cl_err, gated_fill, print_device, raw_buffer, raw_queue, release_event};
+use common::{
+    cl_err, gated_fill, print_device, raw_buffer, raw_queue, release_event, run_round_cases,
+};
 
 /// The cases: (name, the watcher also waits for the main thread's `clSetUserEventStatus`
 /// to have returned before it releases).
@@ -53,23 +54,8 @@ fn main() -> anyhow::Result<()> {
         return run(CASES[case.parse::<usize>()?].1);
     }
     print_device(&Context::from_env()?);
-    let exe = std::env::current_exe()?;
-    for (i, (name, _)) in CASES.iter().enumerate() {
-        let out = Command::new(&exe).arg(i.to_string()).output()?;
-        let said = String::from_utf8_lossy(&out.stderr);
-        let said = said.lines().find(|l| l.contains("ERROR")).unwrap_or("");
-        let rounds = String::from_utf8_lossy(&out.stdout);
-        let rounds = rounds.lines().last().unwrap_or("0").trim();
-        match out.status.code() {
-            Some(0) => println!("{name}: ok ({ROUNDS} rounds)"),
-            _ => println!(
-                "{name}: died in round {} of {ROUNDS} ({}) {said}",
-                rounds.parse::<usize>().map_or(0, |r| r + 1),
-                out.status
-            ),
-        }
-    }
-    Ok(())
+    let names: Vec<&str> = CASES.iter().map(|(name, _)| *name).collect();
+    run_round_cases(&names, ROUNDS)
 }
 
 /// A raw event handed to the watcher thread.

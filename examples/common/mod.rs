@@ -140,6 +140,31 @@ pub fn raw_buffer(ctx: &Context, bytes: usize) -> anyhow::Result<cl_mem> {
         .map_err(cl_err("clCreateBuffer"))
 }
 
+/// Runs each case of a repeated-round reproducer in a child process (this program again,
+/// with the case's index as its argument), and prints `ok` or the round it died in: the
+/// child prints each finished round's number on a line of its own.
+pub fn run_round_cases(names: &[&str], rounds: usize) -> anyhow::Result<()> {
+    let exe = std::env::current_exe()?;
+    for (i, name) in names.iter().enumerate() {
+        let out = std::process::Command::new(&exe)
+            .arg(i.to_string())
+            .output()?;
+        let said = String::from_utf8_lossy(&out.stderr);
+        let said = said.lines().find(|l| l.contains("ERROR")).unwrap_or("");
+        let done = String::from_utf8_lossy(&out.stdout);
+        let done = done.lines().last().unwrap_or("0").trim();
+        match out.status.code() {
+            Some(0) => println!("{name}: ok ({rounds} rounds)"),
+            _ => println!(
+                "{name}: died in round {} of {rounds} ({}) {said}",
+                done.parse::<usize>().map_or(0, |r| r + 1),
+                out.status
+            ),
+        }
+    }
+    Ok(())
+}
+
 /// Releases one reference to `event`, which the caller owns.
 pub fn release_event(event: cl_event) -> anyhow::Result<()> {
     // SAFETY: `event` came from an enqueue or clCreateUserEvent of the caller, which owns
