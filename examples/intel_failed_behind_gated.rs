@@ -23,7 +23,6 @@
 //! case (design trap "PoCL's failed command behind a pending one"), and the other cases
 //! still run.
 
-use std::process::Command;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -66,9 +65,8 @@ fn main() -> anyhow::Result<()> {
         return run(name, gated);
     }
     print_device(&Context::from_env()?);
-    let exe = std::env::current_exe()?;
     for (i, (name, _)) in CASES.iter().enumerate() {
-        let out = Command::new(&exe).arg(i.to_string()).output()?;
+        let out = common::this_program_again()?.arg(i.to_string()).output()?;
         print!("{}", String::from_utf8_lossy(&out.stdout));
         if !out.status.success() {
             let said = String::from_utf8_lossy(&out.stderr);

@@ -23,7 +23,6 @@
 //! kernel), and no views (`add_const` on the carves themselves). Where nothing crashes this
 //! prints `ok` for each.
 
-use std::process::Command;
 use std::ptr;
 
 use cl_lifetime::Context;
@@ -86,26 +85,45 @@ fn main() -> anyhow::Result<()> {
     let steps: usize = first.map_or(Ok(3000), |s| s.parse())?;
     let ctx = Context::from_env()?;
     print_device(&ctx);
-    let exe = std::env::current_exe()?;
     for (i, (name, _)) in CASES.iter().enumerate() {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)?
             .as_nanos() as u64
             | 1;
-        let out = Command::new(&exe)
+        let out = common::this_program_again()?
             .args([format!("case={i}"), steps.to_string(), seed.to_string()])
             .output()?;
         let said = String::from_utf8_lossy(&out.stdout);
         let last = said.lines().last().unwrap_or("");
+        let error = String::from_utf8_lossy(&out.stderr);
+        let error = error.lines().find(|l| l.starts_with("Error")).unwrap_or("");
         match out.status.code() {
             Some(0) => println!("{name}: ok ({last})"),
-            _ => println!("{name}: died ({}) at {last} (seed {seed})", out.status),
+            _ => println!(
+                "{name}: died ({}) at {last} (seed {seed}) {error}",
+                out.status
+            ),
         }
     }
     Ok(())
 }
 
+/// What the program releases, and where it carves (`NVIDIA_CARVE_VARIANT`): the pattern
+/// above by default; `fresh`: an arena so large that no carve is ever made over bytes an
+/// earlier one had; `keep-carves`: a carve's views are released at its release, the carve
+/// itself only at the end; `keep-views`: the carve is released, its views only at the
+/// end; `keep-all`: nothing is released before the end (then newest first); `no-carve`:
+/// a carve is a range with no sub-buffer of its own, only its views have one;
+/// `unit-views`: every view is one unit (views of a carve never overlap each other);
+/// `whole-views`: every view is its whole carve (the same region as the carve).
+fn variant() -> String {
+    std::env::var("NVIDIA_CARVE_VARIANT").unwrap_or_default()
+}
+
 fn run(views: Views, steps: usize, seed: u64) -> anyhow::Result<()> {
+    let variant = variant();
+    let units_total = if variant == "fresh" { 16 * 1024 } else { UNITS };
+    let mut kept: Vec<cl_mem> = Vec::new();
     let ctx = Context::from_env()?;
     let unit = ctx.device().base_addr_align_bytes().max(64) as usize;
     let device = ctx.device().as_raw();
@@ -118,7 +136,7 @@ fn run(views: Views, steps: usize, seed: u64) -> anyhow::Result<()> {
         clm::create_buffer(
             ctx.as_raw(),
             CL_MEM_READ_WRITE,
-            UNITS * unit,
+            units_total * unit,
             ptr::null_mut(),
         )
     }
@@ -148,14 +166,19 @@ fn run(views: Views, steps: usize, seed: u64) -> anyhow::Result<()> {
         match rng.below(3) {
             0 if live.len() < 6 => {
                 let units = 1 + rng.below(3);
-                if next + units > UNITS {
+                if next + units > units_total {
                     if !live.is_empty() {
                         continue;
                     }
                     next = 0;
                 }
-                let mem = sub(next, units)?;
-                fill(queue, mem, units * unit)?;
+                let mem = if variant == "no-carve" {
+                    ptr::null_mut()
+                } else {
+                    let mem = sub(next, units)?;
+                    fill(queue, mem, units * unit)?;
+                    mem
+                };
                 live.push(Carve {
                     mem,
                     at: next,
@@ -167,9 +190,15 @@ fn run(views: Views, steps: usize, seed: u64) -> anyhow::Result<()> {
             1 if !live.is_empty() => {
                 let k = rng.below(live.len());
                 let carve = &mut live[k];
-                let start = rng.below(carve.units);
-                let end = start + 1 + rng.below(carve.units - start);
+                let mut start = rng.below(carve.units);
+                let mut end = start + 1 + rng.below(carve.units - start);
+                if variant == "unit-views" {
+                    end = start + 1;
+                } else if variant == "whole-views" {
+                    (start, end) = (0, carve.units);
+                }
                 let mem = match views {
+                    Views::None if carve.mem.is_null() => continue,
                     Views::None => carve.mem,
                     _ => match carve.views.iter().find(|(r, _)| *r == (start, end)) {
                         Some((_, mem)) => *mem,
@@ -196,14 +225,23 @@ fn run(views: Views, steps: usize, seed: u64) -> anyhow::Result<()> {
             2 if !live.is_empty() => {
                 let carve = live.swap_remove(rng.below(live.len()));
                 for (_, mem) in carve.views.into_iter().rev() {
+                    if variant == "keep-views" || variant == "keep-all" {
+                        kept.push(mem);
+                        continue;
+                    }
                     // SAFETY: the one reference this code holds; every command on it has
                     // ended (each was waited for).
                     unsafe { clm::release_mem_object(mem) }
                         .map_err(cl_err("clReleaseMemObject"))?;
                 }
-                // SAFETY: as above; its views' sub-buffers went first.
-                unsafe { clm::release_mem_object(carve.mem) }
-                    .map_err(cl_err("clReleaseMemObject"))?;
+                if carve.mem.is_null() {
+                } else if variant == "keep-carves" || variant == "keep-all" {
+                    kept.push(carve.mem);
+                } else {
+                    // SAFETY: as above; its views' sub-buffers went first.
+                    unsafe { clm::release_mem_object(carve.mem) }
+                        .map_err(cl_err("clReleaseMemObject"))?;
+                }
             }
             _ => {}
         }
@@ -213,8 +251,15 @@ fn run(views: Views, steps: usize, seed: u64) -> anyhow::Result<()> {
             // SAFETY: as in the release step.
             unsafe { clm::release_mem_object(mem) }.map_err(cl_err("clReleaseMemObject"))?;
         }
-        // SAFETY: as in the release step.
-        unsafe { clm::release_mem_object(carve.mem) }.map_err(cl_err("clReleaseMemObject"))?;
+        if !carve.mem.is_null() {
+            // SAFETY: as in the release step.
+            unsafe { clm::release_mem_object(carve.mem) }
+                .map_err(cl_err("clReleaseMemObject"))?;
+        }
+    }
+    for mem in kept.into_iter().rev() {
+        // SAFETY: as in the release step; kept ones go newest first.
+        unsafe { clm::release_mem_object(mem) }.map_err(cl_err("clReleaseMemObject"))?;
     }
     // SAFETY: every sub-buffer of it is released; every command on it has ended.
     unsafe { clm::release_mem_object(arena) }.map_err(cl_err("clReleaseMemObject"))?;

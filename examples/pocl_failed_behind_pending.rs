@@ -20,7 +20,6 @@
 //! Each case runs in a child process (this program again), so one abort is reported and
 //! the other cases still run.
 
-use std::process::Command;
 
 use cl_lifetime::Context;
 use opencl3::command_queue as clq;
@@ -62,9 +61,8 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     print_device(&Context::from_env()?);
-    let exe = std::env::current_exe()?;
     for (i, (name, ..)) in CASES.iter().enumerate() {
-        let out = Command::new(&exe).arg(i.to_string()).output()?;
+        let out = common::this_program_again()?.arg(i.to_string()).output()?;
         let said = String::from_utf8_lossy(&out.stderr);
         let said = said
             .lines()

@@ -19,7 +19,6 @@
 //! Each case runs in a child process (this program again), so one abort is reported and
 //! the other cases still run.
 
-use std::process::Command;
 use std::ptr;
 
 use cl_lifetime::Context;
@@ -66,9 +65,8 @@ fn main() -> anyhow::Result<()> {
         return run(release, behind, fail);
     }
     print_device(&Context::from_env()?);
-    let exe = std::env::current_exe()?;
     for (i, (name, ..)) in CASES.iter().enumerate() {
-        let out = Command::new(&exe).arg(i.to_string()).output()?;
+        let out = common::this_program_again()?.arg(i.to_string()).output()?;
         let said = String::from_utf8_lossy(&out.stderr);
         let said = said.lines().find(|l| l.contains("ERROR")).unwrap_or("");
         match out.status.code() {

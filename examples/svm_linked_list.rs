@@ -50,7 +50,7 @@
 
 use std::ffi::c_void;
 use std::io::Read as _;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{ExitStatus, Stdio};
 use std::ptr;
 use std::time::{Duration, Instant};
 
@@ -82,9 +82,6 @@ const SPIN_ITEMS: usize = 64;
 const SPIN: Duration = Duration::from_millis(15);
 /// The argument that makes this program run row 5 alone (in the child process).
 const TRAP_ARG: &str = "--row";
-/// The environment the program started with, before it opened OpenCL.
-static START_ENV: std::sync::OnceLock<Vec<(std::ffi::OsString, std::ffi::OsString)>> =
-    std::sync::OnceLock::new();
 /// What the child prints before its figures: seconds and wrong elements.
 const TRAP_TAG: &str = "trap-result";
 
@@ -106,10 +103,6 @@ __kernel void walk(__global const ulong *list, __global ulong *out, const uint h
 ";
 
 fn main() -> anyhow::Result<()> {
-    // NVIDIA's driver changes the environment of a process that opens it, and a child
-    // that inherits the changed one sees no NVIDIA device: the trap row's child gets this.
-    let start_env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
-    START_ENV.get_or_init(|| start_env);
     let args: Vec<String> = std::env::args().collect();
     if let [_, row, which, iters] = args.as_slice() {
         if row == TRAP_ARG && which == "trap" {
@@ -712,13 +705,11 @@ struct Trap {
     status: String,
 }
 
-/// Row 5 in a child process: this program with `--row trap ITERS`, the environment
-/// inherited.
+/// Row 5 in a child process: this program with `--row trap ITERS`, with the environment
+/// this program started with (`common::this_program_again`).
 fn trap_row(iters: u32) -> anyhow::Result<Trap> {
-    let mut child = Command::new(std::env::current_exe()?)
+    let mut child = common::this_program_again()?
         .args([TRAP_ARG, "trap", &iters.to_string()])
-        .env_clear()
-        .envs(START_ENV.get().into_iter().flatten().cloned())
         .stdout(Stdio::piped())
         .spawn()?;
     let deadline = Instant::now() + Duration::from_secs(300);

@@ -13,6 +13,9 @@
 //!    notes when it is back, and the task also when its waker was called (the library's
 //!    part, before the executor's). A third thread, parked, is unparked by the blocked
 //!    thread when its wait returns: the floor for any task whose executor parks its thread.
+//!    A second task awaits the same event on a thread that spins between polls, as a
+//!    busy-polling executor does: like for like with a driver whose `clWaitForEvents`
+//!    spins (NVIDIA's), where the blocked thread never sleeps either.
 //!    Reported: p50 and p99 of gate-to-wake over the trials, each side's, and their ratios
 //!    (goal: p99 within 1.5x of the blocked thread's). The two sides wait on the same command at the
 //!    same time, so its end is the same for both.
@@ -62,14 +65,29 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A thread's own `block_on` (as `pollster`'s: park until woken), noting when its waker
-/// was first called: the library's part of a wake, before the executor's.
-fn block_on_noting_wake<F: std::future::Future>(future: F) -> (Option<Instant>, F::Output) {
+/// How a `block_on` waits between polls.
+#[derive(Clone, Copy)]
+enum Idle {
+    /// Park the thread until woken, as `pollster` does.
+    Park,
+    /// Spin on a flag the waker sets, as a busy-polling executor does (and as NVIDIA's
+    /// `clWaitForEvents` does inside the driver): no wake-up of a parked thread.
+    Spin,
+}
+
+/// A thread's own `block_on`, noting when its waker was first called: the library's part
+/// of a wake, before the executor's.
+fn block_on_noting_wake<F: std::future::Future>(
+    future: F,
+    idle: Idle,
+) -> (Option<Instant>, F::Output) {
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
     use std::task::{Context as TaskContext, Poll, Wake, Waker};
     struct Noting {
         thread: thread::Thread,
         woken: Mutex<Option<Instant>>,
+        flag: AtomicBool,
     }
     impl Wake for Noting {
         fn wake(self: Arc<Self>) {
@@ -79,12 +97,14 @@ fn block_on_noting_wake<F: std::future::Future>(future: F) -> (Option<Instant>, 
             let mut woken = self.woken.lock().unwrap_or_else(|p| p.into_inner());
             woken.get_or_insert_with(Instant::now);
             drop(woken);
+            self.flag.store(true, Ordering::Release);
             self.thread.unpark();
         }
     }
     let noting = Arc::new(Noting {
         thread: thread::current(),
         woken: Mutex::new(None),
+        flag: AtomicBool::new(false),
     });
     let waker = Waker::from(noting.clone());
     let mut cx = TaskContext::from_waker(&waker);
@@ -94,7 +114,14 @@ fn block_on_noting_wake<F: std::future::Future>(future: F) -> (Option<Instant>, 
             let woken = *noting.woken.lock().unwrap_or_else(|p| p.into_inner());
             return (woken, out);
         }
-        thread::park();
+        match idle {
+            Idle::Park => thread::park(),
+            Idle::Spin => {
+                while !noting.flag.swap(false, Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+            }
+        }
     }
 }
 
@@ -147,16 +174,22 @@ fn wake_latency(
             let _ = blocked_says.send(back);
         }
     });
-    let (to_task, task_gets) = mpsc::channel::<Event>();
-    let (task_says, from_task) = mpsc::channel::<(Instant, Instant)>();
-    let task = thread::spawn(move || {
-        for event in task_gets {
-            let (woken, _) = block_on_noting_wake(event.ended());
-            let _ = task_says.send((woken.unwrap_or_else(Instant::now), Instant::now()));
-        }
-    });
-    let (mut ours, mut theirs, mut called, mut floor) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // A task on a parking executor, and one on a spinning executor.
+    let task_thread = |idle: Idle| {
+        let (to_task, task_gets) = mpsc::channel::<Event>();
+        let (task_says, from_task) = mpsc::channel::<(Instant, Instant)>();
+        let task = thread::spawn(move || {
+            for event in task_gets {
+                let (woken, _) = block_on_noting_wake(event.ended(), idle);
+                let _ = task_says.send((woken.unwrap_or_else(Instant::now), Instant::now()));
+            }
+        });
+        (to_task, from_task, task)
+    };
+    let (to_task, from_task, task) = task_thread(Idle::Park);
+    let (to_spinner, from_spinner, spinner) = task_thread(Idle::Spin);
+    let (mut ours, mut theirs, mut called, mut floor, mut spun) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for trial in 0..trials + 10 {
         let gate = ctx.user_event()?;
         let fill = queue.after(&[gate.event()]).fill(buf, trial as u32)?;
@@ -167,6 +200,9 @@ fn wake_latency(
         to_task
             .send(fill.clone())
             .map_err(|_| anyhow!("task thread gone"))?;
+        to_spinner
+            .send(fill.clone())
+            .map_err(|_| anyhow!("spinning task thread gone"))?;
         // Both sides settle into their waits (not an ordering claim: a side that came late
         // would only look faster).
         thread::sleep(Duration::from_millis(2));
@@ -174,6 +210,7 @@ fn wake_latency(
         gate.complete()?;
         let their = from_blocked.recv()?.duration_since(opened);
         let (woken, back) = from_task.recv()?;
+        let (_, spun_back) = from_spinner.recv()?;
         let unparked = from_parked.recv()?.duration_since(opened);
         let our = back.duration_since(opened);
         fill.wait()?;
@@ -183,13 +220,17 @@ fn wake_latency(
             ours.push(our.as_secs_f64() * 1e6);
             called.push(woken.saturating_duration_since(opened).as_secs_f64() * 1e6);
             floor.push(unparked.as_secs_f64() * 1e6);
+            spun.push(spun_back.duration_since(opened).as_secs_f64() * 1e6);
         }
     }
-    drop((to_blocked, to_task));
+    drop((to_blocked, to_task, to_spinner));
     blocked
         .join()
         .map_err(|_| anyhow!("blocked thread panicked"))?;
     task.join().map_err(|_| anyhow!("task thread panicked"))?;
+    spinner
+        .join()
+        .map_err(|_| anyhow!("spinning task thread panicked"))?;
     go.store(2, std::sync::atomic::Ordering::Release);
     parked_thread.unpark();
     parked
@@ -199,6 +240,7 @@ fn wake_latency(
     floor.sort_by(f64::total_cmp);
     theirs.sort_by(f64::total_cmp);
     called.sort_by(f64::total_cmp);
+    spun.sort_by(f64::total_cmp);
     println!("1. wake latency, gate opened to back on the waiting thread ({trials} trials)");
     println!("   {:<44} {:>9} {:>9}", "", "p50 µs", "p99 µs");
     println!(
@@ -226,9 +268,20 @@ fn wake_latency(
         percentile(&called, 0.99)
     );
     println!(
+        "   {:<44} {:>9.1} {:>9.1}",
+        "task awaiting, its executor spinning",
+        percentile(&spun, 0.5),
+        percentile(&spun, 0.99)
+    );
+    println!(
         "   ratio awaited / blocked: p50 {:.2}x, p99 {:.2}x (goal: p99 within 1.5x)",
         percentile(&ours, 0.5) / percentile(&theirs, 0.5),
         percentile(&ours, 0.99) / percentile(&theirs, 0.99)
+    );
+    println!(
+        "   ratio awaited, spinning executor / blocked: p50 {:.2}x, p99 {:.2}x (like for like where the blocked thread spins)",
+        percentile(&spun, 0.5) / percentile(&theirs, 0.5),
+        percentile(&spun, 0.99) / percentile(&theirs, 0.99)
     );
     println!(
         "   ratio waker called / blocked: p50 {:.2}x, p99 {:.2}x (the library's part)",

@@ -144,9 +144,8 @@ pub fn raw_buffer(ctx: &Context, bytes: usize) -> anyhow::Result<cl_mem> {
 /// with the case's index as its argument), and prints `ok` or the round it died in: the
 /// child prints each finished round's number on a line of its own.
 pub fn run_round_cases(names: &[&str], rounds: usize) -> anyhow::Result<()> {
-    let exe = std::env::current_exe()?;
     for (i, name) in names.iter().enumerate() {
-        let out = std::process::Command::new(&exe)
+        let out = this_program_again()?
             .arg(i.to_string())
             .output()?;
         let said = String::from_utf8_lossy(&out.stderr);
@@ -163,6 +162,31 @@ pub fn run_round_cases(names: &[&str], rounds: usize) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The environment this process started with, read before anything opened OpenCL:
+/// NVIDIA's driver changes the environment of a process that opens it, and a child that
+/// inherits the changed one sees no NVIDIA device (design trap "NVIDIA changes the
+/// environment").
+static START_ENV: std::sync::OnceLock<Vec<(std::ffi::OsString, std::ffi::OsString)>> =
+    std::sync::OnceLock::new();
+
+extern "C" fn capture_start_env() {
+    let _ = START_ENV.set(std::env::vars_os().collect());
+}
+
+// Runs before `main`, so before the example opens OpenCL.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static CAPTURE_START_ENV: extern "C" fn() = capture_start_env;
+
+/// This program again, as a child process with the environment it started with.
+pub fn this_program_again() -> anyhow::Result<std::process::Command> {
+    let mut child = std::process::Command::new(std::env::current_exe()?);
+    if let Some(env) = START_ENV.get() {
+        child.env_clear().envs(env.iter().cloned());
+    }
+    Ok(child)
 }
 
 /// Releases one reference to `event`, which the caller owns.

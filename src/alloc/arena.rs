@@ -157,6 +157,14 @@ impl Arena {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// How many sub-buffers of released carves the arena keeps: carves that had
+    /// [views](crate::View) passed to kernels keep their sub-buffer until the arena's
+    /// release, and a later carve of the same region takes it again (the sub-buffers'
+    /// *outer kept* rule). It costs handles, not memory.
+    pub fn kept_sub_buffers(&self) -> usize {
+        self.inner.parent.ctx.outer_kept_for(self.inner.parent.raw())
+    }
+
     /// The arena's size in bytes.
     pub fn capacity(&self) -> usize {
         self.inner.parent.bytes()

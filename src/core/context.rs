@@ -49,6 +49,9 @@ pub(crate) struct ContextCore {
     /// The memory objects the context's blocks hold (by handle), with where each was
     /// handed out: one memory object is one block (a second adoption is refused).
     pub(crate) tracked: Mutex<HashMap<usize, &'static Location<'static>>>,
+    /// Sub-buffers kept until their root memory object's release: the *outer kept*
+    /// rule of [`crate::record::sub`].
+    kept_outer: Mutex<Vec<KeptOuter>>,
     /// What the probe of SVM kernels found, coarse then fine, in a context of several
     /// devices ([`ContextCore::check_svm`]): `None` when they ran, else the device and
     /// what failed.
@@ -63,6 +66,18 @@ pub(crate) fn svm_calls() -> MutexGuard<'static, ()> {
     SVM_CALLS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// A sub-buffer of `root` at `origin` of `bytes`, kept with one reference of its own until
+/// `root` is released, or until a new block over the same region takes it (the *outer
+/// kept* rule of [`crate::record::sub`]); `freed` is its destructor's signal, watched
+/// once when it was made.
+pub(crate) struct KeptOuter {
+    root: ffi::cl_mem,
+    origin: usize,
+    bytes: usize,
+    raw: ffi::cl_mem,
+    freed: Option<Arc<ffi::Freed>>,
+}
+
 // SAFETY: a cl_context may be used from any thread (OpenCL 3.0 appendix A.2: every call
 // is thread-safe except clSetKernelArg); the other fields are thread-safe themselves.
 unsafe impl Send for ContextCore {}
@@ -70,6 +85,79 @@ unsafe impl Send for ContextCore {}
 unsafe impl Sync for ContextCore {}
 
 impl ContextCore {
+    /// Keeps `raw`, a sub-buffer at `origin` of `root` of `bytes` whose one reference the
+    /// caller gives up, until `root`'s release (the *outer kept* rule).
+    pub(crate) fn keep_outer(
+        &self,
+        root: ffi::cl_mem,
+        origin: usize,
+        bytes: usize,
+        raw: ffi::cl_mem,
+        freed: Option<Arc<ffi::Freed>>,
+    ) {
+        self.kept_outer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(KeptOuter {
+                root,
+                origin,
+                bytes,
+                raw,
+                freed,
+            });
+    }
+
+    /// A kept sub-buffer of `root` over exactly `origin..origin + bytes`, with its
+    /// reference and destructor signal, for a new block over that region.
+    pub(crate) fn take_outer(
+        &self,
+        root: ffi::cl_mem,
+        origin: usize,
+        bytes: usize,
+    ) -> Option<(ffi::cl_mem, Option<Arc<ffi::Freed>>)> {
+        let mut kept = self
+            .kept_outer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let at = kept
+            .iter()
+            .position(|k| k.root == root && k.origin == origin && k.bytes == bytes)?;
+        let k = kept.remove(at);
+        Some((k.raw, k.freed))
+    }
+
+    /// Releases the sub-buffers kept for `root`, newest first, before `root`'s own
+    /// release: every command on them has ended (each was released as a block first).
+    pub(crate) fn release_outer_of(&self, root: ffi::cl_mem) {
+        let mine: Vec<KeptOuter> = {
+            let mut kept = self
+                .kept_outer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let (mine, rest) = std::mem::take(&mut *kept)
+                .into_iter()
+                .partition(|k| k.root == root);
+            *kept = rest;
+            mine
+        };
+        for k in mine.into_iter().rev() {
+            // SAFETY: the one reference `keep_outer` was given, released once, here; the
+            // block that held it was released (its commands had ended) before it was kept.
+            if let Err(e) = unsafe { ffi::release_mem(k.raw) } {
+                log::error!(target: "cl_lifetime::buffer", "releasing a kept sub-buffer: {e}");
+            }
+        }
+    }
+
+    /// How many sub-buffers are kept for `root`.
+    pub(crate) fn outer_kept_for(&self, root: ffi::cl_mem) -> usize {
+        self.kept_outer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|k| k.root == root)
+            .count()
+    }
     /// Notes that a block holds `raw`, handed out at `site`.
     pub(crate) fn track(&self, raw: ffi::cl_mem, site: &'static Location<'static>) {
         self.tracked
@@ -174,6 +262,7 @@ impl ContextCore {
                 .then(Pins::default),
             behaviours,
             tracked: Mutex::default(),
+            kept_outer: Mutex::default(),
             svm_probed: Default::default(),
         }
     }
@@ -201,6 +290,19 @@ impl ContextCore {
 
 impl Drop for ContextCore {
     fn drop(&mut self) {
+        // Kept sub-buffers of roots other code released (an adopted buffer's): newest
+        // first, before the context.
+        let left = std::mem::take(
+            self.kept_outer
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for k in left.into_iter().rev() {
+            // SAFETY: as in `release_outer_of`: the one reference kept, released once.
+            if let Err(e) = unsafe { ffi::release_mem(k.raw) } {
+                log::error!(target: "cl_lifetime::buffer", "releasing a kept sub-buffer: {e}");
+            }
+        }
         // SAFETY: `raw` came from clCreateContext and is released once, here; every queue,
         // buffer and program of the library holds an Arc to this struct, so none is left.
         if let Err(e) = unsafe { ffi::release_context(self.raw) } {

@@ -207,6 +207,20 @@ impl Block {
         bytes: usize,
         site: &'static Location<'static>,
     ) -> Result<Block> {
+        // The *outer kept* rule of [`super::sub`]: a sub-buffer kept over this region
+        // serves again, so the kept ones are bounded by the regions carved.
+        if let Some((raw, freed)) = parent.ctx.take_outer(parent.raw, origin, bytes) {
+            parent.ctx.track(raw, site);
+            return Ok(Block::adopt_watched(
+                &parent.ctx,
+                raw,
+                Memory::Buffer,
+                bytes,
+                site,
+                Bucket::Freed,
+                freed,
+            ));
+        }
         // SAFETY: `parent` is live while borrowed; the driver checks the region.
         let raw = unsafe { ffi::create_sub_buffer(parent.raw, origin, bytes) }?;
         Ok(Block::adopt(
@@ -238,6 +252,19 @@ impl Block {
             // Freed inside clSVMFree: nothing to watch.
             Memory::Svm(_) => None,
         };
+        Block::adopt_watched(ctx, raw, memory, bytes, site, bucket, freed)
+    }
+
+    /// [`Block::adopt`] of a `raw` already tracked, whose destructor `freed` watches.
+    fn adopt_watched(
+        ctx: &Arc<ContextCore>,
+        raw: cl_mem,
+        memory: Memory,
+        bytes: usize,
+        site: &'static Location<'static>,
+        bucket: Bucket,
+        freed: Option<Arc<Freed>>,
+    ) -> Block {
         let mut block = Block {
             raw,
             memory,

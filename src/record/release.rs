@@ -190,18 +190,39 @@ impl Block {
             pins.sweep();
         }
         stages.mark("failures and events released");
+        // The sub-buffers' *outer kept* rule: a sub-buffer with views made inside it stays
+        // until its root's release.
+        let outer = match self.memory {
+            Memory::Buffer if self.subs_kept() > 0 && !self.shared => {
+                ffi::mem_parent(raw).ok().flatten()
+            }
+            _ => None,
+        };
         // The sub-buffer *gone before the memory* rule: every command has ended.
         self.release_subs();
         let released = match self.memory {
             Memory::Buffer => {
                 // Before the release: the driver may hand the handle out again after it.
                 self.ctx.untrack(raw);
-                // SAFETY: `raw` came from clCreateBuffer and is released once, here (it
-                // was swapped out for null above); every event that used it has ended
-                // (waited for above, or found ended by the reaper before it called this).
-                let released = unsafe { ffi::release_mem(raw) };
-                stages.mark("clReleaseMemObject");
-                released
+                if let Some((root, origin)) = outer {
+                    // No kernel argument keeps naming it: a later block over its region
+                    // takes it with a new ID.
+                    self.unbind_kernels();
+                    self.ctx
+                        .keep_outer(root, origin, self.bytes, raw, self.freed.take());
+                    stages.mark("kept for its root");
+                    Ok(())
+                } else {
+                    // Before the root: the sub-buffers kept for it go first.
+                    self.ctx.release_outer_of(raw);
+                    // SAFETY: `raw` came from clCreateBuffer (or clCreateSubBuffer) and is
+                    // released once, here (it was swapped out for null above); every
+                    // event that used it has ended (waited for above, or found ended by
+                    // the reaper before it called this).
+                    let released = unsafe { ffi::release_mem(raw) };
+                    stages.mark("clReleaseMemObject");
+                    released
+                }
             }
             Memory::Svm(_) => {
                 let released = {

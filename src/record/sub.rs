@@ -40,6 +40,17 @@
 //!   kernel argument holding it has been reset to NULL (a driver that lets a kernel
 //!   argument keep its memory object would release it later, when the argument is next
 //!   set). The block alone holds each, so each goes exactly then.
+//! - **Outer kept.** A block that is itself a sub-buffer (an arena's carve) and had views
+//!   made inside it is not released with its views: after they go, its own sub-buffer is
+//!   kept, with its one reference, until its root's release (which releases the kept
+//!   ones newest first, before itself), and a later carve of exactly its region takes it
+//!   again rather than making one, so their number is bounded by the regions carved.
+//!   NVIDIA's driver (580) crashes once a sub-buffer that had others made inside it is
+//!   released and new ones are made over its bytes, with raw calls alone; keeping it, or
+//!   never making over its bytes again, never crashed (design trap "overlapping
+//!   sub-buffers on NVIDIA"). Valid OpenCL on every driver, so kept on every driver: it
+//!   costs a handle, not memory (a carve's bytes are its arena's). An adopted sub-buffer
+//!   is released as before: other code owns its root.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
