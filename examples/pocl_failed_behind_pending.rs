@@ -20,7 +20,6 @@
 //! Each case runs in a child process (this program again), so one abort is reported and
 //! the other cases still run.
 
-
 use cl_lifetime::Context;
 use opencl3::command_queue as clq;
 use opencl3::event as cle;

@@ -145,9 +145,7 @@ pub fn raw_buffer(ctx: &Context, bytes: usize) -> anyhow::Result<cl_mem> {
 /// child prints each finished round's number on a line of its own.
 pub fn run_round_cases(names: &[&str], rounds: usize) -> anyhow::Result<()> {
     for (i, name) in names.iter().enumerate() {
-        let out = this_program_again()?
-            .arg(i.to_string())
-            .output()?;
+        let out = this_program_again()?.arg(i.to_string()).output()?;
         let said = String::from_utf8_lossy(&out.stderr);
         let said = said.lines().find(|l| l.contains("ERROR")).unwrap_or("");
         let done = String::from_utf8_lossy(&out.stdout);

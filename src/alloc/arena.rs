@@ -31,9 +31,12 @@ pub(crate) struct ArenaInner {
 /// it is written, as a new buffer does (the *zeroed carves* rule), whatever earlier
 /// carves over the same bytes held before a [`reset`](Arena::reset).
 ///
-/// On NVIDIA's driver (580), kernels on [views](crate::View) of carves, with carves
-/// released and carved again, crash the driver now and then (design trap "overlapping
-/// sub-buffers on NVIDIA", open): there, pass a carve whole, with
+/// NVIDIA's driver (580) crashes when carves are released and carved again after
+/// [views](crate::View) of carves had sub-buffers (design trap "overlapping sub-buffers on
+/// NVIDIA"), so from a carve's first such view on, the arena keeps every carve's
+/// sub-buffer until its own release, on every driver: a handle per carve, not memory
+/// ([`Arena::kept_sub_buffers`]). An arena that carves and views every frame is best made
+/// again now and then, or its carves passed whole with
 /// [`Arg::read_range`](crate::Arg::read_range) and its kin for the part a kernel touches.
 ///
 /// # Examples
@@ -157,12 +160,18 @@ impl Arena {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// How many sub-buffers of released carves the arena keeps: carves that had
-    /// [views](crate::View) passed to kernels keep their sub-buffer until the arena's
-    /// release, and a later carve of the same region takes it again (the sub-buffers'
-    /// *outer kept* rule). It costs handles, not memory.
+    /// How many sub-buffers of released carves the arena keeps: once a
+    /// [view](crate::View) of one of its carves went to a kernel with a sub-buffer of its
+    /// own, every carve released keeps its sub-buffer, unused, until the arena's release
+    /// (the sub-buffers' *carves kept* rule; NVIDIA's driver crashes otherwise). It costs
+    /// a handle per carve, not memory: an arena that carves and views every frame is best
+    /// dropped and made again now and then, or its carves passed whole with
+    /// [`Arg::read_range`](crate::Arg::read_range) and its kin.
     pub fn kept_sub_buffers(&self) -> usize {
-        self.inner.parent.ctx.outer_kept_for(self.inner.parent.raw())
+        self.inner
+            .parent
+            .ctx
+            .outer_kept_for(self.inner.parent.raw())
     }
 
     /// The arena's size in bytes.

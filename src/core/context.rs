@@ -49,9 +49,12 @@ pub(crate) struct ContextCore {
     /// The memory objects the context's blocks hold (by handle), with where each was
     /// handed out: one memory object is one block (a second adoption is refused).
     pub(crate) tracked: Mutex<HashMap<usize, &'static Location<'static>>>,
-    /// Sub-buffers kept until their root memory object's release: the *outer kept*
+    /// Sub-buffers kept until their root memory object's release: the *carves kept*
     /// rule of [`crate::record::sub`].
     kept_outer: Mutex<Vec<KeptOuter>>,
+    /// Roots with a view's sub-buffer made inside one of their sub-buffers since their
+    /// creation: their sub-buffers are kept from then on (the *carves kept* rule).
+    viewed_roots: Mutex<Vec<ffi::cl_mem>>,
     /// What the probe of SVM kernels found, coarse then fine, in a context of several
     /// devices ([`ContextCore::check_svm`]): `None` when they ran, else the device and
     /// what failed.
@@ -66,16 +69,11 @@ pub(crate) fn svm_calls() -> MutexGuard<'static, ()> {
     SVM_CALLS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A sub-buffer of `root` at `origin` of `bytes`, kept with one reference of its own until
-/// `root` is released, or until a new block over the same region takes it (the *outer
-/// kept* rule of [`crate::record::sub`]); `freed` is its destructor's signal, watched
-/// once when it was made.
+/// A sub-buffer of `root`, kept with one reference of its own until `root` is released
+/// (the *carves kept* rule of [`crate::record::sub`]).
 pub(crate) struct KeptOuter {
     root: ffi::cl_mem,
-    origin: usize,
-    bytes: usize,
     raw: ffi::cl_mem,
-    freed: Option<Arc<ffi::Freed>>,
 }
 
 // SAFETY: a cl_context may be used from any thread (OpenCL 3.0 appendix A.2: every call
@@ -85,50 +83,42 @@ unsafe impl Send for ContextCore {}
 unsafe impl Sync for ContextCore {}
 
 impl ContextCore {
-    /// Keeps `raw`, a sub-buffer at `origin` of `root` of `bytes` whose one reference the
-    /// caller gives up, until `root`'s release (the *outer kept* rule).
-    pub(crate) fn keep_outer(
-        &self,
-        root: ffi::cl_mem,
-        origin: usize,
-        bytes: usize,
-        raw: ffi::cl_mem,
-        freed: Option<Arc<ffi::Freed>>,
-    ) {
+    /// Keeps `raw`, a sub-buffer of `root` whose one reference the caller gives up, until
+    /// `root`'s release (the *carves kept* rule).
+    pub(crate) fn keep_outer(&self, root: ffi::cl_mem, raw: ffi::cl_mem) {
         self.kept_outer
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(KeptOuter {
-                root,
-                origin,
-                bytes,
-                raw,
-                freed,
-            });
+            .push(KeptOuter { root, raw });
     }
 
-    /// A kept sub-buffer of `root` over exactly `origin..origin + bytes`, with its
-    /// reference and destructor signal, for a new block over that region.
-    pub(crate) fn take_outer(
-        &self,
-        root: ffi::cl_mem,
-        origin: usize,
-        bytes: usize,
-    ) -> Option<(ffi::cl_mem, Option<Arc<ffi::Freed>>)> {
-        let mut kept = self
-            .kept_outer
+    /// Notes that a view's sub-buffer was made inside a sub-buffer of `root`.
+    pub(crate) fn note_viewed_root(&self, root: ffi::cl_mem) {
+        let mut roots = self
+            .viewed_roots
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let at = kept
-            .iter()
-            .position(|k| k.root == root && k.origin == origin && k.bytes == bytes)?;
-        let k = kept.remove(at);
-        Some((k.raw, k.freed))
+        if !roots.contains(&root) {
+            roots.push(root);
+        }
+    }
+
+    /// Whether [`ContextCore::note_viewed_root`] noted `root` since its creation.
+    pub(crate) fn is_viewed_root(&self, root: ffi::cl_mem) -> bool {
+        self.viewed_roots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&root)
     }
 
     /// Releases the sub-buffers kept for `root`, newest first, before `root`'s own
     /// release: every command on them has ended (each was released as a block first).
     pub(crate) fn release_outer_of(&self, root: ffi::cl_mem) {
+        // The driver may hand the handle out again after the root's release.
+        self.viewed_roots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|&r| r != root);
         let mine: Vec<KeptOuter> = {
             let mut kept = self
                 .kept_outer
@@ -263,6 +253,7 @@ impl ContextCore {
             behaviours,
             tracked: Mutex::default(),
             kept_outer: Mutex::default(),
+            viewed_roots: Mutex::default(),
             svm_probed: Default::default(),
         }
     }

@@ -207,20 +207,6 @@ impl Block {
         bytes: usize,
         site: &'static Location<'static>,
     ) -> Result<Block> {
-        // The *outer kept* rule of [`super::sub`]: a sub-buffer kept over this region
-        // serves again, so the kept ones are bounded by the regions carved.
-        if let Some((raw, freed)) = parent.ctx.take_outer(parent.raw, origin, bytes) {
-            parent.ctx.track(raw, site);
-            return Ok(Block::adopt_watched(
-                &parent.ctx,
-                raw,
-                Memory::Buffer,
-                bytes,
-                site,
-                Bucket::Freed,
-                freed,
-            ));
-        }
         // SAFETY: `parent` is live while borrowed; the driver checks the region.
         let raw = unsafe { ffi::create_sub_buffer(parent.raw, origin, bytes) }?;
         Ok(Block::adopt(
@@ -252,19 +238,6 @@ impl Block {
             // Freed inside clSVMFree: nothing to watch.
             Memory::Svm(_) => None,
         };
-        Block::adopt_watched(ctx, raw, memory, bytes, site, bucket, freed)
-    }
-
-    /// [`Block::adopt`] of a `raw` already tracked, whose destructor `freed` watches.
-    fn adopt_watched(
-        ctx: &Arc<ContextCore>,
-        raw: cl_mem,
-        memory: Memory,
-        bytes: usize,
-        site: &'static Location<'static>,
-        bucket: Bucket,
-        freed: Option<Arc<Freed>>,
-    ) -> Block {
         let mut block = Block {
             raw,
             memory,
@@ -420,7 +393,15 @@ impl Block {
     /// argument, on a device that places sub-buffers at multiples of `align` bytes: see
     /// [`super::sub`].
     pub(crate) fn sub_for_kernel(&self, origin: usize, bytes: usize, align: usize) -> Result<Held> {
-        self.subs.for_kernel(self.raw, (origin, bytes), align)
+        let held = self.subs.for_kernel(self.raw, (origin, bytes), align)?;
+        // The *carves kept* rule of [`super::sub`]: from a carve's first view on, its
+        // arena keeps every carve.
+        if held.is_new() && matches!(self.home, Some(Home::KeepAlive(_))) {
+            if let Ok(Some((root, _))) = ffi::mem_parent(self.raw) {
+                self.ctx.note_viewed_root(root);
+            }
+        }
+        Ok(held)
     }
 
     /// The *none for a refused launch* rule of [`super::sub`]: `held`, made for a launch

@@ -55,7 +55,10 @@ pub struct ReleaseReport {
     pub failed: Vec<FailedCommand>,
     /// Whether the driver had freed the memory (its destructor callback fired) when
     /// `release` returned. `false` only when something outside the library still held a
-    /// reference after the context's [free grace](crate::Context::free_grace).
+    /// reference after the context's [free grace](crate::Context::free_grace). A carve of an
+    /// [`Arena`](crate::Arena) has no memory of its own: once [views](crate::View) of the
+    /// arena's carves went to kernels its sub-buffer stays with the arena until the arena's
+    /// release (the *carves kept* rule), and this is `true`.
     pub freed: bool,
     /// How long the release waited, after `clReleaseMemObject`, for the driver to free
     /// the memory (the *released means freed* rule): about zero normally, the whole grace when `freed` is
@@ -190,12 +193,13 @@ impl Block {
             pins.sweep();
         }
         stages.mark("failures and events released");
-        // The sub-buffers' *outer kept* rule: a sub-buffer with views made inside it stays
-        // until its root's release.
-        let outer = match self.memory {
-            Memory::Buffer if self.subs_kept() > 0 && !self.shared => {
-                ffi::mem_parent(raw).ok().flatten()
-            }
+        // The sub-buffers' *carves kept* rule: once a view was made inside a carve of an
+        // arena, its carves stay until the arena's release.
+        let outer = match (self.memory, &self.home) {
+            (Memory::Buffer, Some(Home::KeepAlive(_))) => ffi::mem_parent(raw)
+                .ok()
+                .flatten()
+                .filter(|&(root, _)| self.ctx.is_viewed_root(root)),
             _ => None,
         };
         // The sub-buffer *gone before the memory* rule: every command has ended.
@@ -204,12 +208,10 @@ impl Block {
             Memory::Buffer => {
                 // Before the release: the driver may hand the handle out again after it.
                 self.ctx.untrack(raw);
-                if let Some((root, origin)) = outer {
-                    // No kernel argument keeps naming it: a later block over its region
-                    // takes it with a new ID.
-                    self.unbind_kernels();
-                    self.ctx
-                        .keep_outer(root, origin, self.bytes, raw, self.freed.take());
+                if let Some((root, _)) = outer {
+                    // Its destructor fires at the root's release: nothing to wait for.
+                    drop(self.freed.take());
+                    self.ctx.keep_outer(root, raw);
                     stages.mark("kept for its root");
                     Ok(())
                 } else {

@@ -40,17 +40,19 @@
 //!   kernel argument holding it has been reset to NULL (a driver that lets a kernel
 //!   argument keep its memory object would release it later, when the argument is next
 //!   set). The block alone holds each, so each goes exactly then.
-//! - **Outer kept.** A block that is itself a sub-buffer (an arena's carve) and had views
-//!   made inside it is not released with its views: after they go, its own sub-buffer is
-//!   kept, with its one reference, until its root's release (which releases the kept
-//!   ones newest first, before itself), and a later carve of exactly its region takes it
-//!   again rather than making one, so their number is bounded by the regions carved.
-//!   NVIDIA's driver (580) crashes once a sub-buffer that had others made inside it is
-//!   released and new ones are made over its bytes, with raw calls alone; keeping it, or
-//!   never making over its bytes again, never crashed (design trap "overlapping
-//!   sub-buffers on NVIDIA"). Valid OpenCL on every driver, so kept on every driver: it
-//!   costs a handle, not memory (a carve's bytes are its arena's). An adopted sub-buffer
-//!   is released as before: other code owns its root.
+//! - **Carves kept.** Once a view's sub-buffer has been made inside an arena's carve, the
+//!   arena's carves (blocks that are sub-buffers of its buffer) are not released with
+//!   their blocks: after their views' sub-buffers go, each carve's own sub-buffer is kept,
+//!   with its one reference and never used again, until the arena's buffer is released,
+//!   which releases the kept ones newest first, before itself. NVIDIA's driver (580)
+//!   crashes, with raw calls alone (`examples/nvidia_carve_views.rs`), when carves are
+//!   released and made again over bytes where views of carves were: releasing only the
+//!   carves that had no views, or taking a kept one again for a later carve of its
+//!   region, still crashed; keeping every carve, or never carving the same bytes again,
+//!   never did (design trap "overlapping sub-buffers on NVIDIA"). Valid OpenCL on every
+//!   driver, so kept on every driver: it costs a handle, not memory (a carve's bytes are
+//!   its arena's), but one per carve until the arena goes ([`crate::Arena`] says so).
+//!   An arena whose carves never had views releases them as before.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
