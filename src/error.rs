@@ -2,12 +2,13 @@
 //!
 //! Every failure the library reports is an [`Error`] with named fields. An OpenCL status
 //! is a [`ClStatus`], which prints as its symbolic name and number, for example
-//! `CL_INVALID_MEM_OBJECT (-38)`. `Display` never repeats the source error; `source()`
-//! returns it.
+//! `CL_INVALID_MEM_OBJECT (-38)`. Each variant's message sits beside it (`#[error]`, with
+//! the few that depend on a field's value in the functions below the enum); `source()`
+//! returns the underlying error where there is one.
 
 use std::fmt;
 use std::panic::Location;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use opencl3::error_codes as codes;
 use opencl3::types::{cl_context, cl_int};
@@ -148,10 +149,11 @@ pub enum Transfer {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// An OpenCL call returned an error status.
+    #[error("{call} failed: {status}")]
     Cl {
         /// The OpenCL function, such as `clCreateBuffer`.
         call: &'static str,
@@ -159,11 +161,13 @@ pub enum Error {
         status: ClStatus,
     },
     /// No OpenCL loader (`libOpenCL.so.1`) could be opened.
+    #[error("no OpenCL loader (libOpenCL.so.1) found; {hint}")]
     NoLoader {
         /// How to install one.
         hint: &'static str,
     },
     /// No device matched the request.
+    #[error("{}", no_device(.looked_for, .found, .hint))]
     NoDevice {
         /// What was looked for (the value of `CL_LIFETIME_DEVICE`, or "any device").
         looked_for: String,
@@ -177,8 +181,12 @@ pub enum Error {
     },
     /// A buffer, transfer or fill of zero elements, or of an element type of zero bytes,
     /// was requested.
+    #[error(
+        "zero elements, or elements of zero bytes: a buffer or transfer needs at least one byte"
+    )]
     ZeroLength,
     /// A buffer larger than `CL_DEVICE_MAX_MEM_ALLOC_SIZE` was requested.
+    #[error("{bytes} bytes exceeds the device's CL_DEVICE_MAX_MEM_ALLOC_SIZE of {max} bytes")]
     TooLarge {
         /// Requested size in bytes.
         bytes: u64,
@@ -186,6 +194,7 @@ pub enum Error {
         max: u64,
     },
     /// A transfer reaches outside the buffer.
+    #[error("{}", out_of_range(.transfer, .offset, .len, .buffer_len))]
     OutOfRange {
         /// Which transfer.
         transfer: Transfer,
@@ -197,6 +206,7 @@ pub enum Error {
         buffer_len: usize,
     },
     /// A range whose end comes before its start.
+    #[error("{transfer:?} of elements {start}..{end}: the range ends before it starts")]
     ReversedRange {
         /// Which transfer.
         transfer: Transfer,
@@ -206,6 +216,7 @@ pub enum Error {
         end: usize,
     },
     /// A `.cl` file could not be found.
+    #[error("{}", kernel_file_not_found(.name, .searched, .cwd))]
     KernelFileNotFound {
         /// The name or path asked for.
         name: String,
@@ -216,6 +227,7 @@ pub enum Error {
     },
     /// Build options the library refuses before the driver sees them (some drivers crash
     /// on them).
+    #[error("build options `{options}` refused: {reason}")]
     BuildOptions {
         /// The options given.
         options: String,
@@ -223,6 +235,7 @@ pub enum Error {
         reason: String,
     },
     /// A `.cl` file exists but could not be read.
+    #[error("kernel file {} could not be read", .path.display())]
     KernelFileUnreadable {
         /// The file.
         path: PathBuf,
@@ -230,6 +243,10 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A program failed to build.
+    #[error(
+        "building {} for {device} with options `{options}` failed: {status}\n{log}",
+        .file.display()
+    )]
     Build {
         /// The file (or embedded source name) that was built.
         file: PathBuf,
@@ -243,6 +260,7 @@ pub enum Error {
         log: String,
     },
     /// The program has no kernel of that name.
+    #[error("no kernel `{name}` in {}; it has: {}", .file.display(), .available.join(", "))]
     UnknownKernel {
         /// The name asked for.
         name: String,
@@ -252,6 +270,7 @@ pub enum Error {
         available: Vec<String>,
     },
     /// A launch passed the wrong number of arguments.
+    #[error("kernel `{kernel}` takes {expected} arguments, {given} were given")]
     ArgCount {
         /// The kernel.
         kernel: String,
@@ -262,6 +281,10 @@ pub enum Error {
     },
     /// A launch argument does not match what the kernel declares, or the driver refused
     /// it.
+    #[error(
+        "argument {index} of kernel `{kernel}` (declared `{declared}`): given {given}; {reason}{}",
+        called("clSetKernelArg", .status)
+    )]
     KernelArg {
         /// The kernel.
         kernel: String,
@@ -281,6 +304,11 @@ pub enum Error {
     /// sizes, the device's and the kernel's work-group limits, a local size that does not
     /// divide the global one where groups must be uniform, a range that cannot end) or by
     /// the driver.
+    #[error(
+        "work size refused (global {global:?}{}): {reason}{}",
+        local_size(.local),
+        called("clEnqueueNDRangeKernel", .status)
+    )]
     WorkSize {
         /// The global size given.
         global: Vec<usize>,
@@ -292,6 +320,7 @@ pub enum Error {
         status: Option<ClStatus>,
     },
     /// An object of one context was used with another (or a device outside the context).
+    #[error("{}", context_mismatch(.object, .its_context, .used_with))]
     ContextMismatch {
         /// The object, as the library knows it: `buffer allocated at src/main.rs:10:5`,
         /// `event of a fill`, `queue`, `kernel scale`, a device's name.
@@ -305,6 +334,10 @@ pub enum Error {
     /// A memory object adopted ([`ClBuffer::from_raw`](crate::ClBuffer::from_raw)) is
     /// already held by a buffer of the context: one memory object has one record, so
     /// that every command on it is ordered; use that buffer.
+    #[error(
+        "memory object {raw:#x} is already the buffer allocated at {allocated_at}: \
+         one memory object has one record, so use that buffer"
+    )]
     AlreadyTracked {
         /// The `cl_mem` handle.
         raw: usize,
@@ -314,10 +347,13 @@ pub enum Error {
     },
     /// The closure of a raw enqueue ([`After::enqueue_raw`](crate::After::enqueue_raw))
     /// returned a null event: there is no command to track.
+    #[error("the raw enqueue returned a null event: its command cannot be tracked")]
     NullEvent,
     /// A future of the library's was polled again after it had handed back its result.
+    #[error("the future was polled again after it had handed back its result")]
     Polled,
     /// A read into a [`HostBuffer`](crate::HostBuffer) shorter than the read.
+    #[error("the read brings {needed} elements and the host buffer holds {len}")]
     HostTooSmall {
         /// Elements the read brings.
         needed: usize,
@@ -326,12 +362,18 @@ pub enum Error {
     },
     /// The host has the buffer mapped in a way that conflicts with this command: no
     /// device command may write a mapped buffer or read one mapped for writing.
+    #[error("the buffer is mapped on the host in a way that conflicts with this command")]
     Mapped,
     /// The driver's host pointer for a map or a host buffer is not aligned for the
     /// element type (a `Pod` type may be aligned to more than the driver aligns its
     /// mappings: PoCL's are 128 to 512 bytes): no slice is made of it, and nothing stays
     /// mapped. Read or write with `read_owned` / `write` instead, or use an element type
     /// of smaller alignment.
+    #[error(
+        "the driver's host pointer {address:#x} is not aligned to the {align} bytes the \
+         element type needs: read or write with read_owned / write instead, or use an \
+         element type of smaller alignment"
+    )]
     HostMisaligned {
         /// The driver's pointer.
         address: usize,
@@ -339,6 +381,7 @@ pub enum Error {
         align: usize,
     },
     /// A pool's maximum would be exceeded, even after trimming its unused blocks.
+    #[error("pool maximum of {max} bytes reached: {in_use} in use, {requested} more asked for")]
     PoolExhausted {
         /// Bytes asked for (rounded to the size class).
         requested: u64,
@@ -353,6 +396,13 @@ pub enum Error {
     /// elements the kernel touches ([`Arg::read_range`](crate::Arg::read_range),
     /// [`Arg::write_range`](crate::Arg::write_range)): any element offset, with the same
     /// byte-range hazards.
+    #[error(
+        "a view starting at byte {byte_offset} cannot be a kernel argument: the \
+         device places sub-buffers at multiples of CL_DEVICE_MEM_BASE_ADDR_ALIGN, \
+         {align} bytes here (start the view at such a multiple, or pass the whole \
+         buffer with Arg::read_range / Arg::write_range / Arg::read_write_range and \
+         the range's first element as an argument: any offset, the same hazards)"
+    )]
     ViewMisaligned {
         /// The view's start in the memory object, in bytes.
         byte_offset: usize,
@@ -360,6 +410,7 @@ pub enum Error {
         align: usize,
     },
     /// An arena has no room left for a sub-buffer.
+    #[error("arena full: {requested} bytes asked for, {available} left")]
     ArenaFull {
         /// Bytes asked for (aligned).
         requested: u64,
@@ -367,11 +418,13 @@ pub enum Error {
         available: u64,
     },
     /// An arena cannot be reset while sub-buffers carved from it are alive.
+    #[error("arena still has {live} live sub-buffers")]
     ArenaBusy {
         /// How many are alive.
         live: usize,
     },
     /// A command this operation waited on ended with an error status.
+    #[error("a command ended with {status}")]
     CommandFailed {
         /// The failing command's execution status.
         status: ExecStatus,
@@ -380,6 +433,7 @@ pub enum Error {
     /// is not the data it asked for: a dependency given to
     /// [`Queue::after`](crate::Queue::after) that had failed, or the last write of a
     /// buffer this command reads.
+    #[error("{}", dependency_failed(.command, .status, .buffer, .dependency))]
     DependencyFailed {
         /// What kind of command failed.
         command: CommandKind,
@@ -396,6 +450,7 @@ pub enum Error {
     /// A device of the context cannot do what the call needs: it does not report the
     /// capability (shared virtual memory on an OpenCL 1.2 device), or it reports it and
     /// the library's probe saw it fail in this context (`failed` says how).
+    #[error("{}", unsupported(.capability, .device, .failed))]
     Unsupported {
         /// The capability, by its OpenCL name (`CL_DEVICE_SVM_COARSE_GRAIN_BUFFER`).
         capability: &'static str,
@@ -405,11 +460,13 @@ pub enum Error {
         failed: Option<String>,
     },
     /// [`trace::start`](crate::trace::start) while a trace is already being recorded.
+    #[error("a trace is already being recorded, to {}", .path.display())]
     TraceAlreadyOn {
         /// Where that trace goes.
         path: PathBuf,
     },
     /// The trace file could not be created or written.
+    #[error("the trace file {} cannot be written: {source}", .path.display())]
     TraceUnwritable {
         /// The file.
         path: PathBuf,
@@ -487,293 +544,96 @@ pub(crate) const FILTER_HINT: &str = "set CL_LIFETIME_DEVICE to one of the devic
      as its `P:D` indices or a part of its platform or device name (`pocl`, `nvidia`), or \
      unset it to take the first GPU, else the first device";
 
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Cl { call, status } => write!(f, "{call} failed: {status}"),
-            Error::NoLoader { hint } => {
-                write!(f, "no OpenCL loader (libOpenCL.so.1) found; {hint}")
-            }
-            Error::NoDevice {
-                looked_for,
-                found,
-                hint,
-            } => {
-                if found.is_empty() {
-                    write!(
-                        f,
-                        "no OpenCL device found (looked for {looked_for}); {hint}"
-                    )
-                } else {
-                    let found = found.join(", ");
-                    write!(
-                        f,
-                        "no OpenCL device matches {looked_for} (found: {found}); {hint}"
-                    )
-                }
-            }
-            Error::ZeroLength => write!(
-                f,
-                "zero elements, or elements of zero bytes: a buffer or transfer needs at least one byte"
-            ),
-            Error::TooLarge { bytes, max } => write!(
-                f,
-                "{bytes} bytes exceeds the device's CL_DEVICE_MAX_MEM_ALLOC_SIZE of {max} bytes"
-            ),
-            Error::OutOfRange {
-                transfer,
-                offset,
-                len,
-                buffer_len,
-            } => match offset.checked_add(*len) {
-                Some(end) => write!(
-                    f,
-                    "{transfer:?} of elements {offset}..{end} is outside a buffer of {buffer_len}"
-                ),
-                None => write!(
-                    f,
-                    "{transfer:?} of {len} elements from element {offset} is outside a buffer of {buffer_len}"
-                ),
-            },
-            Error::ReversedRange {
-                transfer,
-                start,
-                end,
-            } => write!(
-                f,
-                "{transfer:?} of elements {start}..{end}: the range ends before it starts"
-            ),
-            Error::KernelFileNotFound {
-                name,
-                searched,
-                cwd,
-            } => {
-                write!(
-                    f,
-                    "kernel file `{name}` not found (working directory {}); searched:",
-                    cwd.display()
-                )?;
-                for path in searched {
-                    write!(f, " {}", path.display())?;
-                }
-                Ok(())
-            }
-            Error::BuildOptions { options, reason } => {
-                write!(f, "build options `{options}` refused: {reason}")
-            }
-            Error::KernelFileUnreadable { path, .. } => {
-                write!(f, "kernel file {} could not be read", path.display())
-            }
-            Error::Build {
-                file,
-                device,
-                options,
-                status,
-                log,
-            } => write!(
-                f,
-                "building {} for {device} with options `{options}` failed: {status}\n{log}",
-                file.display()
-            ),
-            Error::UnknownKernel {
-                name,
-                file,
-                available,
-            } => write!(
-                f,
-                "no kernel `{name}` in {}; it has: {}",
-                file.display(),
-                available.join(", ")
-            ),
-            Error::ArgCount {
-                kernel,
-                expected,
-                given,
-            } => write!(
-                f,
-                "kernel `{kernel}` takes {expected} arguments, {given} were given"
-            ),
-            Error::KernelArg {
-                kernel,
-                index,
-                declared,
-                given,
-                reason,
-                status,
-            } => {
-                write!(
-                    f,
-                    "argument {index} of kernel `{kernel}` (declared `{declared}`): given {given}; {reason}"
-                )?;
-                match status {
-                    Some(status) => write!(f, " (clSetKernelArg: {status})"),
-                    None => Ok(()),
-                }
-            }
-            Error::WorkSize {
-                global,
-                local,
-                reason,
-                status,
-            } => {
-                write!(f, "work size refused (global {global:?}")?;
-                match local {
-                    Some(local) => write!(f, ", local {local:?}): {reason}")?,
-                    None => write!(f, ", local chosen by the driver): {reason}")?,
-                }
-                match status {
-                    Some(status) => write!(f, " (clEnqueueNDRangeKernel: {status})"),
-                    None => Ok(()),
-                }
-            }
-            Error::AlreadyTracked { raw, allocated_at } => write!(
-                f,
-                "memory object {raw:#x} is already the buffer allocated at {allocated_at}: \
-                 one memory object has one record, so use that buffer"
-            ),
-            Error::NullEvent => write!(
-                f,
-                "the raw enqueue returned a null event: its command cannot be tracked"
-            ),
-            Error::Polled => write!(
-                f,
-                "the future was polled again after it had handed back its result"
-            ),
-            Error::HostTooSmall { needed, len } => write!(
-                f,
-                "the read brings {needed} elements and the host buffer holds {len}"
-            ),
-            Error::ContextMismatch {
-                object,
-                its_context: Some(its),
-                used_with,
-            } => write!(
-                f,
-                "{object} belongs to context {its:#x} and was used with context {used_with:#x}"
-            ),
-            Error::ContextMismatch {
-                object,
-                its_context: None,
-                used_with,
-            } => write!(f, "{object} is not a device of context {used_with:#x}"),
-            Error::PoolExhausted {
-                requested,
-                max,
-                in_use,
-            } => write!(
-                f,
-                "pool maximum of {max} bytes reached: {in_use} in use, {requested} more asked for"
-            ),
-            Error::ViewMisaligned { byte_offset, align } => write!(
-                f,
-                "a view starting at byte {byte_offset} cannot be a kernel argument: the \
-                 device places sub-buffers at multiples of CL_DEVICE_MEM_BASE_ADDR_ALIGN, \
-                 {align} bytes here (start the view at such a multiple, or pass the whole \
-                 buffer with Arg::read_range / Arg::write_range / Arg::read_write_range and \
-                 the range's first element as an argument: any offset, the same hazards)"
-            ),
-            Error::ArenaFull {
-                requested,
-                available,
-            } => write!(
-                f,
-                "arena full: {requested} bytes asked for, {available} left"
-            ),
-            Error::ArenaBusy { live } => {
-                write!(f, "arena still has {live} live sub-buffers")
-            }
-            Error::Mapped => write!(
-                f,
-                "the buffer is mapped on the host in a way that conflicts with this command"
-            ),
-            Error::HostMisaligned { address, align } => write!(
-                f,
-                "the driver's host pointer {address:#x} is not aligned to the {align} bytes the \
-                 element type needs: read or write with read_owned / write instead, or use an \
-                 element type of smaller alignment"
-            ),
-            Error::CommandFailed { status } => {
-                write!(f, "a command ended with {status}")
-            }
-            Error::DependencyFailed {
-                command,
-                status,
-                buffer: Some(site),
-                ..
-            } => write!(
-                f,
-                "the buffer allocated at {site} holds data whose write (a {command:?} command) \
-                 failed with {status}, so this command, which reads it, was refused: write \
-                 the buffer again before reading it (the release report lists its failures)"
-            ),
-            Error::DependencyFailed {
-                command: CommandKind::User,
-                status,
-                dependency: Some(index),
-                ..
-            } => write!(
-                f,
-                "the user event (gate) given to Queue::after at index {index} failed with \
-                 {status}, so this command was not enqueued"
-            ),
-            Error::DependencyFailed {
-                command,
-                status,
-                dependency: Some(index),
-                ..
-            } => write!(
-                f,
-                "the {command:?} command given to Queue::after at index {index} failed with \
-                 {status}, so this command was not enqueued"
-            ),
-            Error::DependencyFailed {
-                command, status, ..
-            } => write!(
-                f,
-                "a {command:?} command this one depends on failed with {status}"
-            ),
-            Error::Unsupported {
-                capability,
-                device,
-                failed: None,
-            } => write!(
-                f,
-                "device {device} does not report {capability}, which this call needs"
-            ),
-            Error::Unsupported {
-                capability,
-                device,
-                failed: Some(failed),
-            } => write!(
-                f,
-                "device {device} reports {capability}, but in this context {failed} \
-                 (measured by the library's probe), so this call is refused"
-            ),
-            Error::TraceAlreadyOn { path } => {
-                write!(
-                    f,
-                    "a trace is already being recorded, to {}",
-                    path.display()
-                )
-            }
-            Error::TraceUnwritable { path, source } => {
-                write!(
-                    f,
-                    "the trace file {} cannot be written: {source}",
-                    path.display()
-                )
-            }
+// The messages that depend on a field's value, for `#[error]` above.
+
+fn no_device(looked_for: &str, found: &[String], hint: &str) -> String {
+    if found.is_empty() {
+        format!("no OpenCL device found (looked for {looked_for}); {hint}")
+    } else {
+        let found = found.join(", ");
+        format!("no OpenCL device matches {looked_for} (found: {found}); {hint}")
+    }
+}
+
+fn out_of_range(transfer: &Transfer, offset: &usize, len: &usize, buffer_len: &usize) -> String {
+    match offset.checked_add(*len) {
+        Some(end) => {
+            format!("{transfer:?} of elements {offset}..{end} is outside a buffer of {buffer_len}")
+        }
+        None => format!(
+            "{transfer:?} of {len} elements from element {offset} is outside a buffer of {buffer_len}"
+        ),
+    }
+}
+
+fn kernel_file_not_found(name: &str, searched: &[PathBuf], cwd: &Path) -> String {
+    let mut text = format!(
+        "kernel file `{name}` not found (working directory {}); searched:",
+        cwd.display()
+    );
+    for path in searched {
+        text.push_str(&format!(" {}", path.display()));
+    }
+    text
+}
+
+/// ` (CALL: STATUS)` where the driver refused the call, else nothing.
+fn called(call: &str, status: &Option<ClStatus>) -> String {
+    match status {
+        Some(status) => format!(" ({call}: {status})"),
+        None => String::new(),
+    }
+}
+
+fn local_size(local: &Option<Vec<usize>>) -> String {
+    match local {
+        Some(local) => format!(", local {local:?}"),
+        None => ", local chosen by the driver".to_string(),
+    }
+}
+
+fn context_mismatch(object: &str, its_context: &Option<usize>, used_with: &usize) -> String {
+    match its_context {
+        Some(its) => {
+            format!("{object} belongs to context {its:#x} and was used with context {used_with:#x}")
+        }
+        None => format!("{object} is not a device of context {used_with:#x}"),
+    }
+}
+
+fn dependency_failed(
+    command: &CommandKind,
+    status: &ExecStatus,
+    buffer: &Option<&'static Location<'static>>,
+    dependency: &Option<usize>,
+) -> String {
+    match (command, buffer, dependency) {
+        (command, Some(site), _) => format!(
+            "the buffer allocated at {site} holds data whose write (a {command:?} command) \
+             failed with {status}, so this command, which reads it, was refused: write \
+             the buffer again before reading it (the release report lists its failures)"
+        ),
+        (CommandKind::User, None, Some(index)) => format!(
+            "the user event (gate) given to Queue::after at index {index} failed with \
+             {status}, so this command was not enqueued"
+        ),
+        (command, None, Some(index)) => format!(
+            "the {command:?} command given to Queue::after at index {index} failed with \
+             {status}, so this command was not enqueued"
+        ),
+        (command, None, None) => {
+            format!("a {command:?} command this one depends on failed with {status}")
         }
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::KernelFileUnreadable { source, .. } => Some(source),
-            Error::TraceUnwritable { source, .. } => Some(source),
-            _ => None,
-        }
+fn unsupported(capability: &str, device: &str, failed: &Option<String>) -> String {
+    match failed {
+        None => format!("device {device} does not report {capability}, which this call needs"),
+        Some(failed) => format!(
+            "device {device} reports {capability}, but in this context {failed} \
+             (measured by the library's probe), so this call is refused"
+        ),
     }
 }
 
