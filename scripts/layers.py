@@ -13,7 +13,7 @@ import sys
 
 # Bottom to top, as in src/lib.rs's Layers table; the modules of one row may use each other.
 LAYERS = [
-    {"error", "status", "tracker", "launch", "pod", "util", "census"},
+    {"error", "status", "tracker", "checks", "pod", "util", "census"},
     {"ffi"},
     {"trace"},
     {"core"},

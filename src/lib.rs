@@ -154,7 +154,7 @@
 //!
 //! | layer | what it is for |
 //! |---|---|
-//! | `error`, `status`, [`tracker`], `launch`, `pod`, `util`, `census` | plain data and rules with no OpenCL call: typed errors and statuses, the event record and its hazard rules, the launch checks, the process-wide counts of what the library holds |
+//! | `error`, `status`, [`tracker`], `checks` (the launch checks), `pod`, `util`, `census` | plain data and rules with no OpenCL call: typed errors and statuses, the event record and its hazard rules, the launch checks, the process-wide counts of what the library holds |
 //! | `ffi` | the only code that calls OpenCL; every `unsafe` FFI call, each with its safety contract |
 //! | [`trace`] | the opt-in lifetime trace: records what the layers above report, writes Chrome trace-event JSON |
 //! | `core` | per-context and per-queue state: devices, counters, the memory ledger, the reaper thread, open gates, the waiter threads |
@@ -175,13 +175,13 @@ mod alloc;
 mod api;
 mod awaiting;
 mod census;
+mod checks;
 mod core;
 mod error;
 mod event;
 mod ffi;
 pub mod guide;
 mod kernel;
-mod launch;
 mod pod;
 mod record;
 mod status;

@@ -14,9 +14,9 @@
 use std::fmt;
 use std::sync::{Mutex, PoisonError};
 
+use crate::checks::Limits;
 use crate::error::{Error, FILTER_HINT, NO_DEVICE_HINT, NO_PLATFORM_HINT, Result};
 use crate::ffi::{self, cl_device_id, cl_device_type, cl_platform_id};
-use crate::launch::Limits;
 
 /// The *typed misses* rule's advice for a selection that found `platforms` platforms and
 /// `devices` devices, none of them chosen.
@@ -67,7 +67,7 @@ pub struct Device {
     global_mem: u64,
     /// `CL_DEVICE_SVM_CAPABILITIES`; 0 below OpenCL 2.0.
     svm: u64,
-    /// What a launch is checked against (`crate::launch`).
+    /// What a launch is checked against (`crate::checks`).
     pub(crate) limits: Limits,
 }
 

@@ -11,9 +11,9 @@ use super::echo::{self, Echo, RawEvent};
 use super::gates::{failure_epoch, failures_possible};
 use super::pins::LetGo;
 use super::staging::{Pinned, STAGE_MAX, Staging};
+use crate::checks::Limits;
 use crate::error::Result;
 use crate::ffi::{self, CL_COMPLETE, cl_command_queue, cl_device_id, cl_event};
-use crate::launch::Limits;
 use crate::tracker::Lane;
 use crate::util::next_id;
 

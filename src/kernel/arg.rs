@@ -3,7 +3,7 @@
 use std::fmt;
 use std::ptr;
 
-use crate::launch::Given;
+use crate::checks::Given;
 use crate::pod::{Pod, Ty};
 use crate::record::block::Block;
 use crate::record::submit::Touch;
@@ -142,7 +142,7 @@ impl<'a> Arg<'a> {
         Arg(ArgKind::Local(len.saturating_mul(size_of::<T>())))
     }
 
-    /// What the launch checks see ([`crate::launch`]).
+    /// What the launch checks see ([`crate::checks`]).
     pub(crate) fn given(&self) -> Given {
         match self.0 {
             ArgKind::Buffer(BufferArg {

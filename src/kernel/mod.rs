@@ -17,7 +17,7 @@
 //!   `-D` or `-I` at the end crashes PoCL). A build failure carries the file, the device
 //!   and the full build log.
 //! - **Argument checks.** Every program is also built with `-cl-kernel-arg-info`, so
-//!   launches can be checked against what each kernel declares ([`crate::launch`]).
+//!   launches can be checked against what each kernel declares ([`crate::checks`]).
 //! - **One lock per kernel.** Setting a kernel's arguments and enqueueing it happen under
 //!   one lock per kernel, so threads sharing a kernel cannot interleave (design trap
 //!   "kernel arguments hold buffers").

@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use super::arg::{Arg, ArgKind, MAX_SCALAR};
 use super::program::ProgramInner;
 use super::widths::Turn;
+use crate::checks::{self, Groups, Limits, Param};
 use crate::core::context::ContextCore;
 use crate::error::{ClStatus, Error, Result};
 use crate::ffi::{self, cl_command_queue, cl_device_id, cl_event, cl_kernel};
-use crate::launch::{self, Groups, Limits, Param};
 use crate::record::hooks::ArgHolder;
 use crate::record::sub::Held;
 
-/// The launch checks' *declared kinds* rule ([`crate::launch`]): what the kernel declares for each of its `count` parameters, or `None`
+/// The launch checks' *declared kinds* rule ([`crate::checks`]): what the kernel declares for each of its `count` parameters, or `None`
 /// where the driver gives no argument information (the *no argument information* rule).
 fn params(raw: cl_kernel, count: usize, address_bits: u32) -> Option<Box<[Param]>> {
     let one = |index: u32| -> std::result::Result<Param, i32> {
@@ -283,7 +283,7 @@ impl Kernel {
         self.inner.num_args
     }
 
-    /// The launch checks ([`crate::launch`]) against the queue's device, `device`, and its
+    /// The launch checks ([`crate::checks`]) against the queue's device, `device`, and its
     /// `limits`.
     pub(crate) fn check_launch(
         &self,
@@ -309,7 +309,7 @@ impl Kernel {
                 given: args.len(),
             });
         }
-        launch::check_work(global, local, limits)?;
+        checks::check_work(global, local, limits)?;
         if let Some(local) = local {
             let groups = self.inner.groups.iter().find(|(d, _)| *d == device);
             let uniform = self
@@ -317,9 +317,9 @@ impl Kernel {
                 .program
                 .non_uniform
                 .map(|n| !(n && limits.non_uniform));
-            launch::check_groups(global, local, groups.and_then(|(_, g)| g.as_ref()), uniform)?;
+            checks::check_groups(global, local, groups.and_then(|(_, g)| g.as_ref()), uniform)?;
         }
-        let reads = launch::check_args(
+        let reads = checks::check_args(
             &self.inner.name,
             self.inner.params.as_deref(),
             args.iter().map(Arg::given),
@@ -336,7 +336,7 @@ impl Kernel {
                  not const: if the kernel writes it, the library does not order later commands \
                  after that write (declare it const, or pass Arg::write)",
                 self.inner.name,
-                launch::declared(self.inner.params.as_deref(), index)
+                checks::declared(self.inner.params.as_deref(), index)
             );
         }
         Ok(())
@@ -486,7 +486,7 @@ impl Kernel {
                 return Err(Error::KernelArg {
                     kernel: self.inner.name.to_string(),
                     index,
-                    declared: launch::declared(self.inner.params.as_deref(), index),
+                    declared: checks::declared(self.inner.params.as_deref(), index),
                     given: arg.given().to_string(),
                     reason: "the driver refused it".to_string(),
                     status: Some(ClStatus(status)),

@@ -69,7 +69,7 @@ impl ProgramInner {
             address_bits: ctx.device.limits.address_bits,
             widths: Arc::default(),
             devices: ctx.devices.iter().map(|d| d.id).collect(),
-            non_uniform: Some(crate::launch::allows_non_uniform(given)),
+            non_uniform: Some(crate::checks::allows_non_uniform(given)),
         };
         // `check_options` refused a NUL byte.
         let c_options = CString::new(options.as_str()).unwrap_or_default();
