@@ -29,7 +29,9 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+
+use crate::util::sync::{Mutex, rank};
 use std::task::{Context, Poll, Waker};
 
 use crate::core::echo::RawEvent;
@@ -213,7 +215,7 @@ impl IntoFuture for &Event {
 /// The result of work done on a job thread (the *off the task's thread* rule): the value,
 /// or the job's panic.
 struct Slot<T> {
-    state: Mutex<(Option<std::thread::Result<T>>, Option<Waker>)>,
+    state: Mutex<(Option<std::thread::Result<T>>, Option<Waker>), rank::Awaiting>,
 }
 
 /// Runs `job` on one of the library's threads and returns a future of its result: for a
@@ -259,7 +261,7 @@ pub fn unblock<T: Send + 'static>(
         // A panic of the job is caught here and resumed in the task that awaits it.
         let value = contained(job);
         let waker = {
-            let mut state = theirs.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut state = theirs.state.lock();
             state.0 = Some(value);
             state.1.take()
         };
@@ -278,7 +280,7 @@ pub fn unblock<T: Send + 'static>(
         run();
     }
     std::future::poll_fn(move |cx| {
-        let mut state = slot.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = slot.state.lock();
         match state.0.take() {
             Some(Ok(value)) => Poll::Ready(value),
             Some(Err(panic)) => {

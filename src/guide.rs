@@ -26,7 +26,7 @@
 //! [`tracker`](crate::tracker) (the event record, tested without a device), and
 //! `cargo doc --document-private-items --open` for the layers beneath (`ffi`, the only code
 //! that calls OpenCL; `core`; `event`; `record`, with the enqueue protocol, the release
-//! rules and the lock order; `kernel`; `api`; `alloc`).
+//! rules; `util::sync`, the lock order as code; `kernel`; `api`; `alloc`).
 
 #[doc = include_str!("../docs/guide/01-releasing.md")]
 pub mod releasing {}

@@ -167,7 +167,7 @@
 //!
 //! The rules each layer keeps are named in its module docs (for example the record
 //! layer's *exact wait*, or the tracker's *shadow*), and the code cites them by name. Its
-//! lock order is written down in the record layer.
+//! lock order is code (`util::sync::rank`), checked in debug builds.
 
 #![deny(rustdoc::broken_intra_doc_links)]
 

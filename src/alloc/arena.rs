@@ -13,7 +13,9 @@
 
 use std::fmt;
 use std::panic::Location;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+
+use crate::util::sync::{Mutex, rank};
 
 use crate::api::buffer::ClBuffer;
 use crate::api::context::Context;
@@ -23,7 +25,7 @@ use crate::record::block::{Block, Home};
 
 pub(crate) struct ArenaInner {
     parent: Block,
-    next: Mutex<usize>,
+    next: Mutex<usize, rank::ArenaNext>,
 }
 
 /// One buffer carved into aligned, non-overlapping sub-buffers (the *aligned carving*
@@ -131,11 +133,7 @@ impl Arena {
         let site = Location::caller();
         let parent = &self.inner.parent;
         let bytes = Block::check_size::<T>(&parent.ctx, len)?;
-        let mut next = self
-            .inner
-            .next
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut next = self.inner.next.lock();
         let origin = next.next_multiple_of(self.align);
         let capacity = parent.bytes();
         if origin.checked_add(bytes).is_none_or(|end| end > capacity) {
@@ -153,11 +151,7 @@ impl Arena {
 
     /// Bytes carved so far, alignment gaps included.
     pub fn used(&self) -> usize {
-        *self
-            .inner
-            .next
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        *self.inner.next.lock()
     }
 
     /// How many sub-buffers of released carves the arena keeps: once a
@@ -190,11 +184,7 @@ impl Arena {
         if live > 0 {
             return Err(Error::ArenaBusy { live });
         }
-        *self
-            .inner
-            .next
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = 0;
+        *self.inner.next.lock() = 0;
         Ok(())
     }
 }

@@ -7,8 +7,10 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::util::sync::{Mutex, rank};
 
 use super::buffer::ClBuffer;
 use super::queue::{Queue, QueueOptions};
@@ -54,7 +56,7 @@ pub struct Context {
 /// of them: finishes the deferred releases and reports buffers still alive.
 struct Shared {
     core: Arc<ContextCore>,
-    programs: Mutex<HashMap<ProgramKey, Arc<ProgramInner>>>,
+    programs: Mutex<HashMap<ProgramKey, Arc<ProgramInner>>, rank::ProgramCache>,
     builds: AtomicUsize,
 }
 
@@ -554,11 +556,7 @@ impl Context {
 
     fn cached_program(&self, path: PathBuf, source: &str, options: &str) -> Result<Program> {
         let key = (path, options.to_string(), source.to_string());
-        let mut cache = self
-            .shared
-            .programs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut cache = self.shared.programs.lock();
         if let Some(found) = cache.get(&key) {
             return Ok(Program::from_inner(found.clone()));
         }

@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
+
+use crate::util::sync::{Guard, Mutex, rank};
 use std::time::Duration;
 
 use super::device::{Device, SvmKind};
@@ -48,13 +50,13 @@ pub(crate) struct ContextCore {
     pub(crate) pins: Option<Pins>,
     /// The memory objects the context's blocks hold (by handle), with where each was
     /// handed out: one memory object is one block (a second adoption is refused).
-    pub(crate) tracked: Mutex<HashMap<usize, &'static Location<'static>>>,
+    pub(crate) tracked: Mutex<HashMap<usize, &'static Location<'static>>, rank::Tracked>,
     /// Sub-buffers kept until their root memory object's release: the *carves kept*
     /// rule of [`crate::record::sub`].
-    kept_outer: Mutex<Vec<KeptOuter>>,
+    kept_outer: Mutex<Vec<KeptOuter>, rank::Tracked>,
     /// Roots with a view's sub-buffer made inside one of their sub-buffers since their
     /// creation: their sub-buffers are kept from then on (the *carves kept* rule).
-    viewed_roots: Mutex<Vec<ffi::cl_mem>>,
+    viewed_roots: Mutex<Vec<ffi::cl_mem>, rank::Tracked>,
     /// What the probe of SVM kernels found, coarse then fine, in a context of several
     /// devices ([`ContextCore::check_svm`]): `None` when they ran, else the device and
     /// what failed.
@@ -64,9 +66,9 @@ pub(crate) struct ContextCore {
 /// Held across every `clSVMAlloc` and `clSVMFree` of the process (design trap "NVIDIA's
 /// clSVMAlloc fails under concurrent calls"): one SVM allocation or free at a time, on
 /// every driver. It is taken after any record lock and held across nothing else.
-pub(crate) fn svm_calls() -> MutexGuard<'static, ()> {
-    static SVM_CALLS: Mutex<()> = Mutex::new(());
-    SVM_CALLS.lock().unwrap_or_else(PoisonError::into_inner)
+pub(crate) fn svm_calls() -> Guard<'static, ()> {
+    static SVM_CALLS: Mutex<(), rank::SvmCalls> = Mutex::new(());
+    SVM_CALLS.lock()
 }
 
 /// A sub-buffer of `root`, kept with one reference of its own until `root` is released
@@ -86,18 +88,12 @@ impl ContextCore {
     /// Keeps `raw`, a sub-buffer of `root` whose one reference the caller gives up, until
     /// `root`'s release (the *carves kept* rule).
     pub(crate) fn keep_outer(&self, root: ffi::cl_mem, raw: ffi::cl_mem) {
-        self.kept_outer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(KeptOuter { root, raw });
+        self.kept_outer.lock().push(KeptOuter { root, raw });
     }
 
     /// Notes that a view's sub-buffer was made inside a sub-buffer of `root`.
     pub(crate) fn note_viewed_root(&self, root: ffi::cl_mem) {
-        let mut roots = self
-            .viewed_roots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut roots = self.viewed_roots.lock();
         if !roots.contains(&root) {
             roots.push(root);
         }
@@ -105,25 +101,16 @@ impl ContextCore {
 
     /// Whether [`ContextCore::note_viewed_root`] noted `root` since its creation.
     pub(crate) fn is_viewed_root(&self, root: ffi::cl_mem) -> bool {
-        self.viewed_roots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(&root)
+        self.viewed_roots.lock().contains(&root)
     }
 
     /// Releases the sub-buffers kept for `root`, newest first, before `root`'s own
     /// release: every command on them has ended (each was released as a block first).
     pub(crate) fn release_outer_of(&self, root: ffi::cl_mem) {
         // The driver may hand the handle out again after the root's release.
-        self.viewed_roots
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|&r| r != root);
+        self.viewed_roots.lock().retain(|&r| r != root);
         let mine: Vec<KeptOuter> = {
-            let mut kept = self
-                .kept_outer
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut kept = self.kept_outer.lock();
             let (mine, rest) = std::mem::take(&mut *kept)
                 .into_iter()
                 .partition(|k| k.root == root);
@@ -143,35 +130,24 @@ impl ContextCore {
     pub(crate) fn outer_kept_for(&self, root: ffi::cl_mem) -> usize {
         self.kept_outer
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .filter(|k| k.root == root)
             .count()
     }
     /// Notes that a block holds `raw`, handed out at `site`.
     pub(crate) fn track(&self, raw: ffi::cl_mem, site: &'static Location<'static>) {
-        self.tracked
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(raw as usize, site);
+        self.tracked.lock().insert(raw as usize, site);
     }
 
     /// Notes that no block holds `raw` any more (before its release: the driver may hand
     /// the handle out again).
     pub(crate) fn untrack(&self, raw: ffi::cl_mem) {
-        self.tracked
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&(raw as usize));
+        self.tracked.lock().remove(&(raw as usize));
     }
 
     /// Where the block holding `raw` was handed out, if one does.
     pub(crate) fn tracked_at(&self, raw: ffi::cl_mem) -> Option<&'static Location<'static>> {
-        self.tracked
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&(raw as usize))
-            .copied()
+        self.tracked.lock().get(&(raw as usize)).copied()
     }
 
     /// Whether every device of the context can use shared virtual memory of `kind`:
@@ -283,11 +259,7 @@ impl Drop for ContextCore {
     fn drop(&mut self) {
         // Kept sub-buffers of roots other code released (an adopted buffer's): newest
         // first, before the context.
-        let left = std::mem::take(
-            self.kept_outer
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+        let left = std::mem::take(self.kept_outer.get_mut());
         for k in left.into_iter().rev() {
             // SAFETY: as in `release_outer_of`: the one reference kept, released once.
             if let Err(e) = unsafe { ffi::release_mem(k.raw) } {

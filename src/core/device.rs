@@ -11,8 +11,8 @@
 //!    check the platforms' drivers (platforms without devices), or change or unset
 //!    `CL_LIFETIME_DEVICE` (devices, none named by it). Nothing panics or waits.
 
+use crate::util::sync::{Mutex, rank};
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
 
 use crate::checks::Limits;
 use crate::error::{Error, FILTER_HINT, NO_DEVICE_HINT, NO_PLATFORM_HINT, Result};
@@ -194,8 +194,8 @@ impl Device {
     pub fn all() -> Result<Vec<Device>> {
         // PoCL 3.1 crashes in clGetDeviceInfo when two threads enumerate at once during its
         // first initialisation; one enumeration at a time costs nothing that matters.
-        static ENUMERATING: Mutex<()> = Mutex::new(());
-        let _one_at_a_time = ENUMERATING.lock().unwrap_or_else(PoisonError::into_inner);
+        static ENUMERATING: Mutex<(), rank::Enumerating> = Mutex::new(());
+        let _one_at_a_time = ENUMERATING.lock();
         let platforms = ffi::platform_ids()?;
         let mut devices = Vec::new();
         for (p, &platform_id) in platforms.iter().enumerate() {

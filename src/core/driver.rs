@@ -40,7 +40,9 @@
 //!    queue, a command counted failed only once its driver ends it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::sync::{Arc, mpsc};
+
+use crate::util::sync::{Mutex, rank};
 use std::time::{Duration, Instant};
 
 use super::device::Device;
@@ -193,8 +195,8 @@ pub(crate) fn treat_all_as_unknown() -> bool {
 pub(crate) fn behaviour(device: &Device, context: cl_context) -> Behaviour {
     // Probes one device at a time: two threads creating the first contexts of one device
     // would otherwise both probe it.
-    static PROBED: Mutex<Vec<(usize, Behaviour)>> = Mutex::new(Vec::new());
-    let mut probed = PROBED.lock().unwrap_or_else(PoisonError::into_inner);
+    static PROBED: Mutex<Vec<(usize, Behaviour)>, rank::Probed> = Mutex::new(Vec::new());
+    let mut probed = PROBED.lock();
     let key = device.id as usize;
     if let Some((_, known)) = probed.iter().find(|(id, _)| *id == key) {
         return *known;
@@ -482,7 +484,7 @@ pub(crate) fn svm_kernels_fail(
     context: cl_context,
     devices: &[Device],
     fine: bool,
-    svm_calls: fn() -> std::sync::MutexGuard<'static, ()>,
+    svm_calls: fn() -> crate::util::sync::Guard<'static, ()>,
 ) -> Option<(String, String)> {
     let words = devices.len();
     let at = {

@@ -46,8 +46,8 @@
 //!   created: a wait behind one lasts until the host sets it, so a buffer's drop does not
 //!   wait behind them, and a stalled release names them in the log.
 
+use crate::util::sync::{Guard, Mutex, rank};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
 
 use crate::census;
 use crate::ffi::{self, cl_event};
@@ -186,14 +186,14 @@ struct InFlight {
     held: Vec<(u64, Held)>,
 }
 
-static IN_FLIGHT: Mutex<InFlight> = Mutex::new(InFlight {
+static IN_FLIGHT: Mutex<InFlight, rank::GatesInFlight> = Mutex::new(InFlight {
     next: 0,
     running: Vec::new(),
     held: Vec::new(),
 });
 
-fn lock_in_flight() -> std::sync::MutexGuard<'static, InFlight> {
-    IN_FLIGHT.lock().unwrap_or_else(PoisonError::into_inner)
+fn lock_in_flight() -> Guard<'static, InFlight> {
+    IN_FLIGHT.lock()
 }
 
 impl InFlight {
@@ -268,7 +268,7 @@ pub(crate) fn note_failure() {
 /// release names them in the log.
 #[derive(Default)]
 pub(crate) struct OpenGates {
-    open: Mutex<Vec<(u64, &'static std::panic::Location<'static>)>>,
+    open: Mutex<Vec<(u64, &'static std::panic::Location<'static>)>, rank::Gates>,
     count: AtomicUsize,
     /// Failures seen in the context: a gate failed, or a failed status read.
     failures: AtomicU64,
@@ -292,12 +292,12 @@ impl OpenGates {
 
     /// Where the closed gates were created.
     pub(crate) fn sites(&self) -> Vec<&'static std::panic::Location<'static>> {
-        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let open = self.open.lock();
         open.iter().map(|&(_, site)| site).collect()
     }
 
     pub(crate) fn opened(&self, id: u64, site: &'static std::panic::Location<'static>) {
-        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut open = self.open.lock();
         open.push((id, site));
         self.count.store(open.len(), Ordering::Release);
     }
@@ -313,7 +313,7 @@ impl OpenGates {
     /// rule).
     pub(crate) fn closed(&self, id: u64) {
         {
-            let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut open = self.open.lock();
             open.retain(|&(i, _)| i != id);
             self.count.store(open.len(), Ordering::Release);
         }

@@ -20,7 +20,9 @@
 //!   have ended. A record another thread holds locked is passed over (it is in the middle
 //!   of an enqueue) and asked again at the next sweep: a sweep never blocks.
 
-use std::sync::{Mutex, PoisonError, Weak};
+use std::sync::Weak;
+
+use crate::util::sync::{Mutex, rank};
 
 /// A record that can let go of the events that have ended.
 pub(crate) trait LetGo: Send + Sync {
@@ -33,32 +35,26 @@ pub(crate) trait LetGo: Send + Sync {
 /// The records listed on one context (the *listed* rule).
 #[derive(Default)]
 pub(crate) struct Pins {
-    listed: Mutex<Vec<Weak<dyn LetGo>>>,
+    listed: Mutex<Vec<Weak<dyn LetGo>>, rank::Pins>,
 }
 
 impl Pins {
     /// Lists `record` (the caller lists each record once until it leaves).
     pub(crate) fn list(&self, record: Weak<dyn LetGo>) {
-        self.listed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(record);
+        self.listed.lock().push(record);
     }
 
     /// The *swept at release* rule: every listed record lets go of its ended events; the
     /// records gone, or left with nothing shared, leave the list.
     pub(crate) fn sweep(&self) {
-        let mut listed = self.listed.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut listed = self.listed.lock();
         listed.retain(|record| record.upgrade().is_some_and(|r| r.let_go_of_ended()));
     }
 
     /// How many records are listed.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.listed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.listed.lock().len()
     }
 }
 

@@ -2,8 +2,10 @@
 //! know about the queue that produced a command.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::util::sync::{Guard, Mutex, rank};
 
 use super::context::ContextCore;
 use super::device::Device;
@@ -25,7 +27,7 @@ pub(crate) struct QueueCore {
     raw: AtomicPtr<std::ffi::c_void>,
     /// Queues replaced by the *renewed* rule, every command of each ended; released with
     /// this one (a thread may still hold one's handle from before the swap).
-    retired: Mutex<Vec<cl_command_queue>>,
+    retired: Mutex<Vec<cl_command_queue>, rank::Retired>,
     /// What a replacement queue is made on, and what launches are checked against.
     device: cl_device_id,
     opencl_major: u32,
@@ -221,7 +223,7 @@ impl QueueCore {
         }
         // The marker to wait for: this thread's, or another's still pending.
         let marker = {
-            let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut echo = echo.lock();
             let due = echo.before_enqueue(epoch);
             self.echo_open.store(echo.open(), Ordering::Release);
             if !due {
@@ -260,7 +262,7 @@ impl QueueCore {
             // whichever of them sees it failed first (the *renewed* rule).
             self.renew_if_failed(&marker);
             // Sees the marker ended and closes the window.
-            let mut echo = echo.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut echo = echo.lock();
             echo.before_enqueue(failure_epoch());
             self.echo_open.store(echo.open(), Ordering::Release);
         }
@@ -291,7 +293,7 @@ impl QueueCore {
         if status >= CL_COMPLETE {
             return;
         }
-        let mut retired = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut retired = self.retired.lock();
         if ffi::event_queue(marker.as_raw()) != self.raw() {
             // Renewed already, by another thread that waited for this marker.
             return;
@@ -384,11 +386,7 @@ impl QueueCore {
             return Ok((enqueue(wait)?, 0, Vec::new(), None));
         }
         let may_fail = !wait.is_empty();
-        let mut echo = self
-            .echo
-            .echo
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut echo = self.echo.echo.lock();
         if echo.before_enqueue(failure_epoch()) {
             // SAFETY: `raw` is live (held by `self`); an empty wait list waits for every
             // command enqueued before.
@@ -521,11 +519,7 @@ impl QueueCore {
         if seq == 0 {
             return false;
         }
-        let mut echo = self
-            .echo
-            .echo
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut echo = self.echo.echo.lock();
         let skipped = echo.skipped(seq);
         self.echo_open.store(echo.open(), Ordering::Release);
         skipped
@@ -640,18 +634,10 @@ impl Drop for QueueCore {
         }
         // Flushed first: a marker not yet submitted would never end.
         let _ = ffi::flush(self.raw());
-        self.echo
-            .echo
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .wait_for_markers();
+        self.echo.echo.lock().wait_for_markers();
         // SAFETY: `raw` came from clCreateCommandQueue* and is released once, here. The
         // release flushes the queue; its commands still complete.
-        let retired = std::mem::take(
-            self.retired
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+        let retired = std::mem::take(self.retired.get_mut());
         for raw in retired.into_iter().chain([self.raw()]) {
             // SAFETY: each came from clCreateCommandQueue* and is released once, here.
             if let Err(e) = unsafe { ffi::release_queue(raw) } {
@@ -664,24 +650,22 @@ impl Drop for QueueCore {
 /// A queue's echo, shared with the context's pins where events keep their buffers.
 #[derive(Default)]
 pub(crate) struct EchoCell {
-    echo: Mutex<Echo<RawEvent>>,
+    echo: Mutex<Echo<RawEvent>, rank::Echo>,
     /// Whether it is listed in the context's pins.
     listed: AtomicBool,
 }
 
 impl EchoCell {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Echo<RawEvent>> {
-        self.echo.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> Guard<'_, Echo<RawEvent>> {
+        self.echo.lock()
     }
 }
 
 impl LetGo for EchoCell {
     fn let_go_of_ended(&self) -> bool {
-        let mut echo = match self.echo.try_lock() {
-            Ok(echo) => echo,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            // In the middle of an enqueue: asked again at the next sweep.
-            Err(std::sync::TryLockError::WouldBlock) => return true,
+        // In the middle of an enqueue: asked again at the next sweep.
+        let Some(mut echo) = self.echo.try_lock() else {
+            return true;
         };
         echo.let_go_of_ended();
         let holds = echo.holds_events();

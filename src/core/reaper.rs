@@ -34,7 +34,9 @@
 
 use std::any::Any;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Condvar, Weak};
+
+use crate::util::sync::{Guard, Mutex, rank};
 use std::thread::{self, JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
@@ -85,7 +87,7 @@ struct State {
 
 #[derive(Default)]
 struct Shared {
-    state: Mutex<State>,
+    state: Mutex<State, rank::Reaper>,
     /// Signals the thread: a new release, or closing.
     wake: Condvar,
     /// Signals waiters: a release is done.
@@ -93,15 +95,15 @@ struct Shared {
 }
 
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> Guard<'_, State> {
+        self.state.lock()
     }
 }
 
 #[derive(Default)]
 pub(crate) struct Reaper {
     shared: Arc<Shared>,
-    thread: Mutex<Option<(JoinHandle<()>, ThreadId)>>,
+    thread: Mutex<Option<(JoinHandle<()>, ThreadId)>, rank::ReaperThread>,
 }
 
 impl Reaper {
@@ -113,7 +115,7 @@ impl Reaper {
     /// *reclaim* rule) is such a job: a new buffer can take it over in the meantime, and
     /// not waking the thread for each one keeps it off the cores the program uses.
     pub(crate) fn submit(&self, mut job: Box<dyn Deferred>, soon: bool) {
-        let mut thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut thread = self.thread.lock();
         if thread.is_none() {
             match self.start() {
                 Ok(started) => *thread = Some(started),
@@ -156,11 +158,7 @@ impl Reaper {
         state.urgent = true;
         state.waiters += 1;
         self.shared.wake.notify_one();
-        let mut state = self
-            .shared
-            .progress
-            .wait_while(state, |s| s.done < target)
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut state = state.wait_while(&self.shared.progress, |s| s.done < target);
         state.waiters -= 1;
     }
 }
@@ -169,12 +167,15 @@ impl Reaper {
 /// rule): each costs a status query when its commands may still run.
 const RECLAIM_CANDIDATES: usize = 4;
 
+/// A deferred release: its size in bytes, and its slot, which its job shares.
+type Slot = (usize, Weak<dyn Any + Send + Sync>);
+
 /// Deferred releases a new allocation may take over (the *reclaim* rule): each a slot its
 /// job shares, with its size in bytes, oldest first. The slots are kept weakly: one goes
 /// when its job is done.
 #[derive(Default)]
 pub(crate) struct Parked {
-    slots: Mutex<Vec<(usize, Weak<dyn Any + Send + Sync>)>>,
+    slots: Mutex<Vec<Slot>, rank::ReaperSlots>,
     /// How many slots are listed, read without the lock: with none, an allocation takes
     /// no lock.
     listed: AtomicUsize,
@@ -183,7 +184,7 @@ pub(crate) struct Parked {
 impl Parked {
     /// Lists `slot`, of `bytes`, as the newest.
     pub(crate) fn park(&self, bytes: usize, slot: Weak<dyn Any + Send + Sync>) {
-        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut slots = self.slots.lock();
         slots.retain(|(_, s)| s.strong_count() > 0);
         slots.push((bytes, slot));
         self.listed.store(slots.len(), Ordering::Relaxed);
@@ -202,7 +203,7 @@ impl Parked {
         if self.listed.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut slots = self.slots.lock();
         slots.retain(|(_, s)| s.strong_count() > 0);
         let ready = &ready;
         let candidates = |want_ready: bool| {
@@ -245,10 +246,7 @@ fn run(shared: &Shared) {
                     return;
                 }
                 state.idle = true;
-                state = shared
-                    .wake
-                    .wait_while(state, |s| s.new.is_empty() && !s.closed)
-                    .unwrap_or_else(PoisonError::into_inner);
+                state = state.wait_while(&shared.wake, |s| s.new.is_empty() && !s.closed);
                 state.idle = false;
             }
             pending.append(&mut state.new);
@@ -278,10 +276,8 @@ fn run(shared: &Shared) {
         if released {
             pause = FIRST_PAUSE;
         } else if !pending.is_empty() && !state.urgent {
-            let (_state, _) = shared
-                .wake
-                .wait_timeout_while(state, pause, |s| !s.urgent && !s.closed)
-                .unwrap_or_else(PoisonError::into_inner);
+            let (_state, _) =
+                state.wait_timeout_while(&shared.wake, pause, |s| !s.urgent && !s.closed);
             pause = (pause * 2).min(LONGEST_PAUSE);
         }
     }
@@ -291,11 +287,7 @@ impl Drop for Reaper {
     fn drop(&mut self) {
         self.shared.lock().closed = true;
         self.shared.wake.notify_all();
-        let thread = self
-            .thread
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let thread = self.thread.get_mut().take();
         if let Some((handle, id)) = thread {
             // The last job may hold the last reference to the context, so this can run on
             // the reaper itself, which then ends on its own.
@@ -309,6 +301,7 @@ impl Drop for Reaper {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// A job done after `polls` polls, counting its polls in `seen`.

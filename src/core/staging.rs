@@ -26,8 +26,8 @@
 //! - **Mapped for life.** A block is mapped once when made and unmapped when let go; only
 //!   its host address is used, never the buffer in a command.
 
+use crate::util::sync::{Mutex, rank};
 use std::ffi::c_void;
-use std::sync::{Mutex, PoisonError};
 
 use crate::error::Result;
 use crate::ffi::{self, cl_command_queue, cl_context, cl_mem};
@@ -128,7 +128,7 @@ impl Pinned {
 /// The pinned blocks of one queue.
 #[derive(Default)]
 pub(crate) struct Staging {
-    free: Mutex<Vec<Pinned>>,
+    free: Mutex<Vec<Pinned>, rank::Staging>,
 }
 
 impl Staging {
@@ -141,7 +141,7 @@ impl Staging {
         bytes: usize,
     ) -> Result<Pinned> {
         {
-            let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut free = self.free.lock();
             let fit = free
                 .iter()
                 .enumerate()
@@ -159,7 +159,7 @@ impl Staging {
     /// Gives `block` back after its read has ended; lets the smallest go past [`KEEP`].
     pub(crate) fn give_back(&self, block: Pinned, queue: cl_command_queue) {
         let spare = {
-            let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut free = self.free.lock();
             free.push(block);
             if free.len() > KEEP {
                 let smallest = (0..free.len()).min_by_key(|&i| free[i].bytes).unwrap_or(0);
@@ -176,7 +176,7 @@ impl Staging {
 
     /// Lets every block go, through `queue` (the queue's drop).
     pub(crate) fn release_all(&mut self, queue: cl_command_queue) {
-        let free = std::mem::take(self.free.get_mut().unwrap_or_else(PoisonError::into_inner));
+        let free = std::mem::take(self.free.get_mut());
         for block in free {
             // At the queue's drop, which may come under a lock (an event's last handle):
             // no other thread can enqueue on a queue being dropped.

@@ -244,8 +244,9 @@ pub(crate) struct Ledger {
     reuses: AtomicU64,
     reclaimed: AtomicU64,
     driver_allocations: AtomicU64,
-    sites: std::sync::Mutex<
+    sites: crate::util::sync::Mutex<
         std::collections::HashMap<u64, (u64, &'static std::panic::Location<'static>)>,
+        crate::util::sync::rank::LedgerSites,
     >,
 }
 
@@ -319,18 +320,12 @@ impl Ledger {
             Source::Reclaimed => &self.reclaimed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        self.sites
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(id, (bytes, site));
+        self.sites.lock().insert(id, (bytes, site));
     }
 
     /// A buffer the program no longer holds.
     pub(crate) fn given_back(&self, id: u64) {
-        self.sites
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&id);
+        self.sites.lock().remove(&id);
     }
 
     pub(crate) fn memory(&self) -> MemoryStats {
@@ -348,10 +343,7 @@ impl Ledger {
 
     /// How many buffers the program holds.
     pub(crate) fn held(&self) -> usize {
-        self.sites
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
+        self.sites.lock().len()
     }
 
     /// The buffers the program holds, largest first.
@@ -359,7 +351,6 @@ impl Ledger {
         let mut buffers: Vec<LiveBuffer> = self
             .sites
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .values()
             .map(|&(bytes, allocated_at)| LiveBuffer {
                 bytes,

@@ -60,7 +60,9 @@ use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar};
+
+use crate::util::sync::{Guard, Mutex, rank};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
@@ -161,7 +163,7 @@ pub(crate) type Panic = Box<dyn Any + Send + 'static>;
 /// One future's side of a watched command: whether it ended, and the waker to call then.
 #[derive(Default)]
 pub(crate) struct Watch {
-    state: Mutex<WatchState>,
+    state: Mutex<WatchState, rank::WaiterWatch>,
 }
 
 #[derive(Default)]
@@ -173,8 +175,8 @@ struct WatchState {
 }
 
 impl Watch {
-    fn lock(&self) -> MutexGuard<'_, WatchState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> Guard<'_, WatchState> {
+        self.state.lock()
     }
 
     /// Whether the waiter saw the command end; if not, `waker` is the one it will wake
@@ -403,18 +405,18 @@ impl<E> State<E> {
 }
 
 struct Shared<E> {
-    state: Mutex<State<E>>,
+    state: Mutex<State<E>, rank::Waiter>,
     poller_work: Condvar,
     blocker_work: Condvar,
     job_work: Condvar,
     next_id: AtomicU64,
     /// Per driver, whether its `clWaitForEvents` was measured to spin.
-    spins: Mutex<Vec<(usize, bool)>>,
+    spins: Mutex<Vec<(usize, bool)>, rank::WaiterSpins>,
 }
 
 impl<E> Shared<E> {
-    fn lock(&self) -> MutexGuard<'_, State<E>> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> Guard<'_, State<E>> {
+        self.state.lock()
     }
 
     /// Whether blockers wait on `driver`'s commands (the *blocked where it ends on its
@@ -424,7 +426,7 @@ impl<E> Shared<E> {
             WaitMode::Spin => true,
             WaitMode::Quiet => false,
             WaitMode::Measure => {
-                let spins = self.spins.lock().unwrap_or_else(PoisonError::into_inner);
+                let spins = self.spins.lock();
                 !spins.iter().any(|&(d, s)| d == driver && s)
             }
         }
@@ -703,7 +705,7 @@ fn summon_blocker<E: Awaited>(shared: &Arc<Shared<E>>, state: &mut State<E>) {
 /// least [`MEASURED_WAIT`] tells whether its waits spin.
 fn wait_for<E: Awaited>(shared: &Shared<E>, event: &E, driver: usize) {
     let known = {
-        let spins = shared.spins.lock().unwrap_or_else(PoisonError::into_inner);
+        let spins = shared.spins.lock();
         spins.iter().any(|(d, _)| *d == driver)
     };
     if known || wait_mode() != WaitMode::Measure {
@@ -724,7 +726,7 @@ fn wait_for<E: Awaited>(shared: &Shared<E>, event: &E, driver: usize) {
             after.saturating_sub(before) / 1000,
             if spun { "the poller reads this driver's commands" } else { "blockers wait in clWaitForEvents" }
         );
-        let mut spins = shared.spins.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut spins = shared.spins.lock();
         if !spins.iter().any(|(d, _)| *d == driver) {
             spins.push((driver, spun));
         }
@@ -882,10 +884,8 @@ fn poll<E: Awaited>(shared: &Arc<Shared<E>>) {
                 .next_due()
                 .map_or(now + IDLE_EXIT, |d| d.min(now + IDLE_EXIT));
             state.poller_wakes = Some(wake_at);
-            let (s, _) = shared
-                .poller_work
-                .wait_timeout(state, wake_at.saturating_duration_since(now))
-                .unwrap_or_else(PoisonError::into_inner);
+            let (s, _) =
+                state.wait_timeout(&shared.poller_work, wake_at.saturating_duration_since(now));
             state = s;
             state.poller_wakes = None;
             continue;
@@ -995,16 +995,13 @@ fn block<E: Awaited>(shared: &Arc<Shared<E>>) {
                     break;
                 }
                 state.blockers.idle += 1;
-                let (s, timeout) = shared
-                    .blocker_work
-                    .wait_timeout(state, IDLE_EXIT)
-                    .unwrap_or_else(PoisonError::into_inner);
+                let (s, timed_out) = state.wait_timeout(&shared.blocker_work, IDLE_EXIT);
                 state = s;
                 state.blockers.idle -= 1;
                 // A summons, if one is out, is this thread's to answer.
                 if state.blockers.summoned > 0 {
                     state.blockers.summoned -= 1;
-                } else if timeout.timed_out() && state.wanting.is_empty() {
+                } else if timed_out && state.wanting.is_empty() {
                     break;
                 }
             }
@@ -1030,15 +1027,12 @@ fn run_jobs<E: Awaited>(shared: &Arc<Shared<E>>) {
             break;
         }
         state.job_crew.idle += 1;
-        let (s, timeout) = shared
-            .job_work
-            .wait_timeout(state, IDLE_EXIT)
-            .unwrap_or_else(PoisonError::into_inner);
+        let (s, timed_out) = state.wait_timeout(&shared.job_work, IDLE_EXIT);
         state = s;
         state.job_crew.idle -= 1;
         if state.job_crew.summoned > 0 {
             state.job_crew.summoned -= 1;
-        } else if timeout.timed_out() && state.jobs.is_empty() {
+        } else if timed_out && state.jobs.is_empty() {
             break;
         }
     }

@@ -32,7 +32,7 @@ pub(crate) struct Gate {
     pub(crate) site: &'static std::panic::Location<'static>,
     /// Held while the twin is made, and while a set gate sets its twin: a twin made
     /// while the gate is set is set by it.
-    twin: Mutex<()>,
+    twin: Mutex<(), rank::Twin>,
 }
 
 impl Gate {
@@ -141,7 +141,7 @@ impl Gate {
     /// be made.
     pub(crate) fn public_handle(self: &Arc<Gate>) -> cl_event {
         let inner = &self.event.inner;
-        let _making = self.twin.lock().unwrap_or_else(PoisonError::into_inner);
+        let _making = self.twin.lock();
         let stand_in = inner.stand_in.get_or_init(|| {
             if self.is_set() {
                 return None;
@@ -193,7 +193,7 @@ impl Gate {
         };
         self.gates.closed(self.id);
         {
-            let _twin = self.twin.lock().unwrap_or_else(PoisonError::into_inner);
+            let _twin = self.twin.lock();
             if let Some(Some(StandIn::Twin(twin))) = self.event.inner.stand_in.get() {
                 // Refused when other code set it first: that set is what this follows.
                 let _ = ffi::set_user_event_status(twin.as_raw(), status);

@@ -39,7 +39,7 @@ struct Grave {
 // SAFETY: as for `EventInner`: the handle may be used from any thread.
 unsafe impl Send for Grave {}
 
-static GRAVES: Mutex<Vec<Grave>> = Mutex::new(Vec::new());
+static GRAVES: Mutex<Vec<Grave>, rank::Graveyard> = Mutex::new(Vec::new());
 /// How many graves there are, read without the lock.
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Sweep when the graveyard has grown to this many (doubling, like a record's prune).
@@ -47,7 +47,7 @@ static SWEEP_AT: AtomicUsize = AtomicUsize::new(16);
 
 pub(super) fn bury(raw: cl_event, deps: Box<[Event]>, before: Option<RawEvent>) {
     let count = {
-        let mut graves = GRAVES.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut graves = GRAVES.lock();
         graves.push(Grave { raw, deps, before });
         COUNT.store(graves.len(), Ordering::Release);
         graves.len()
@@ -66,7 +66,7 @@ pub(crate) fn sweep() -> usize {
         return 0;
     }
     let (ready, left) = {
-        let Ok(mut graves) = GRAVES.try_lock() else {
+        let Some(mut graves) = GRAVES.try_lock() else {
             return COUNT.load(Ordering::Acquire);
         };
         let (ready, waiting): (Vec<Grave>, Vec<Grave>) =

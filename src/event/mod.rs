@@ -11,7 +11,9 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, OnceLock, Weak};
+
+use crate::util::sync::{Mutex, rank};
 
 use crate::census;
 use crate::core::context::ContextCore;
@@ -43,7 +45,7 @@ pub(crate) struct EventInner {
     /// The events in the command's wait list (once a failure is possible), kept until the
     /// command is seen complete (see [`graveyard`]): a failed command must outlive its own
     /// dependencies.
-    deps: Mutex<Option<Box<[Event]>>>,
+    deps: Mutex<Option<Box<[Event]>>, rank::EventDeps>,
     /// The terminal execution status once read ([`UNKNOWN`] until then): a terminal status
     /// never changes, so it is read from the driver once.
     seen: AtomicI32,
@@ -168,12 +170,7 @@ impl EventInner {
 
 impl Drop for EventInner {
     fn drop(&mut self) {
-        let deps = self
-            .deps
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-            .unwrap_or_default();
+        let deps = self.deps.get_mut().take().unwrap_or_default();
         if self.must_outlive_drop(&deps) {
             graveyard::bury(self.raw, deps, self.before.take());
             return;
@@ -199,15 +196,10 @@ fn drop_iteratively(deps: Box<[Event]>) {
     let mut stack: Vec<Event> = deps.into_vec();
     while let Some(event) = stack.pop() {
         if let Some(mut inner) = Arc::into_inner(event.inner) {
-            if let Some(more) = inner
-                .deps
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take()
-            {
+            if let Some(more) = inner.deps.get_mut().take() {
                 // Put back, so that `inner`'s own drop buries it with them.
                 if inner.must_outlive_drop(&more) {
-                    *inner.deps.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(more);
+                    *inner.deps.get_mut() = Some(more);
                 } else {
                     stack.extend(more.into_vec());
                 }

@@ -132,11 +132,7 @@ impl Event {
         let mut unresolved = Vec::new();
         let mut failed = None;
         {
-            let deps = self
-                .inner
-                .deps
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let deps = self.inner.deps.lock();
             for dep in deps.as_deref().unwrap_or_default() {
                 let unknown = dep.inner.seen.load(Ordering::Acquire) == UNKNOWN;
                 match dep.raw_status_now() {
@@ -173,12 +169,7 @@ impl Event {
         if raw == ffi::CL_COMPLETE {
             // Complete, so every dependency completed before it: none is needed now,
             // and letting them go breaks chains of commands that waited on each other.
-            let deps = self
-                .inner
-                .deps
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
+            let deps = self.inner.deps.lock().take();
             if let Some(deps) = deps {
                 drop_iteratively(deps);
             }
@@ -211,11 +202,7 @@ impl Event {
     /// (and notify it); once all have ended they go, so that commands that failed one
     /// after another do not keep each other in a chain.
     fn let_go_of_ended_deps(&self) {
-        let mut deps = self
-            .inner
-            .deps
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut deps = self.inner.deps.lock();
         if deps
             .as_deref()
             .is_some_and(|d| d.iter().all(Event::has_ended))
@@ -237,11 +224,7 @@ impl Event {
 
     /// The status of a failed event of this command's wait list, if one failed.
     fn failed_dependency(&self) -> Option<cl_int> {
-        let deps = self
-            .inner
-            .deps
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let deps = self.inner.deps.lock();
         deps.as_deref()?
             .iter()
             .map(Event::raw_status_now)

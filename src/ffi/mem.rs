@@ -1,6 +1,8 @@
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar};
+
+use crate::util::sync::{Mutex, rank};
 use std::time::Duration;
 
 use opencl3::memory as cl;
@@ -128,23 +130,20 @@ pub(crate) unsafe fn release_mem(raw: cl_mem) -> Result<()> {
 /// Set by the destructor callback when the driver frees the memory.
 #[derive(Default)]
 pub(crate) struct Freed {
-    done: Mutex<bool>,
+    done: Mutex<bool, rank::FreedSignal>,
     signal: Condvar,
 }
 
 impl Freed {
     /// Whether the callback has fired.
     pub(crate) fn fired(&self) -> bool {
-        *self.done.lock().unwrap_or_else(PoisonError::into_inner)
+        *self.done.lock()
     }
 
     /// Waits up to `limit` for the callback; returns whether it fired.
     pub(crate) fn wait(&self, limit: Duration) -> bool {
-        let done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
-        let (done, _) = self
-            .signal
-            .wait_timeout_while(done, limit, |done| !*done)
-            .unwrap_or_else(PoisonError::into_inner);
+        let done = self.done.lock();
+        let (done, _) = done.wait_timeout_while(&self.signal, limit, |done| !*done);
         *done
     }
 }
@@ -155,7 +154,7 @@ extern "C" fn on_freed(_mem: cl_mem, user: *mut c_void) {
     // callback exactly once, so the reference is taken back exactly once.
     let freed = unsafe { Arc::from_raw(user.cast_const().cast::<Freed>()) };
     census::buffer_freed();
-    *freed.done.lock().unwrap_or_else(PoisonError::into_inner) = true;
+    *freed.done.lock() = true;
     freed.signal.notify_all();
 }
 

@@ -3,7 +3,9 @@
 use std::fmt;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
+
+use crate::util::sync::{Mutex, rank};
 
 use super::arg::{Arg, ArgKind, MAX_SCALAR};
 use super::program::ProgramInner;
@@ -110,7 +112,7 @@ impl KernelState {
 
 pub(crate) struct KernelInner {
     /// The *one lock per kernel* rule: covers setting arguments and enqueueing.
-    state: Mutex<KernelState>,
+    state: Mutex<KernelState, rank::KernelState>,
     name: Arc<str>,
     num_args: usize,
     /// What each parameter declares (`None`: no argument information).
@@ -132,14 +134,14 @@ unsafe impl Sync for KernelInner {}
 
 impl KernelInner {
     fn state_mut(&mut self) -> &mut KernelState {
-        self.state.get_mut().unwrap_or_else(PoisonError::into_inner)
+        self.state.get_mut()
     }
 }
 
 impl KernelInner {
     /// Resets every argument whose binding `holds` says so to NULL.
     fn reset_where(&self, holds: impl Fn(Bound) -> bool) {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.state.lock();
         for (raw, bound) in state.objects() {
             Self::reset_in(raw, bound, &holds, &self.name);
         }
@@ -266,11 +268,7 @@ impl Kernel {
     /// buffer (or the other way round) runs on another object of the same kernel (the
     /// kernel layer's *one kind per argument object* rule).
     pub fn as_raw(&self) -> ffi::cl_kernel {
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .raw
+        self.inner.state.lock().raw
     }
 
     /// The kernel's name.
@@ -364,11 +362,7 @@ impl Kernel {
         subs: &[(usize, Held)],
         wait: &[cl_event],
     ) -> Result<cl_event> {
-        let mut state = self
-            .inner
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.inner.state.lock();
         self.set_args(&mut state, args, subs)?;
         // SAFETY: `queue` is live (the caller's), the kernel is live (owned here), its
         // arguments are all set to live objects of the declared kinds (`check_launch`,

@@ -42,8 +42,10 @@
 //! [`Behaviour::orders_kernel_widths`]: crate::DriverBehaviour::orders_kernel_widths
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::util::sync::{Guard, Mutex, rank};
 
 use crate::core::context::ContextCore;
 use crate::core::pins::LetGo;
@@ -79,7 +81,7 @@ const FIRST_PRUNE: usize = 16;
 /// One program's launches (the *widest first* rule).
 #[derive(Default)]
 pub(crate) struct Widths {
-    launches: Mutex<Launches>,
+    launches: Mutex<Launches, rank::Widths>,
     /// Whether this list is in the context's pins.
     listed: AtomicBool,
 }
@@ -88,7 +90,7 @@ pub(crate) struct Widths {
 /// recording.
 pub(crate) struct Turn<'w> {
     widths: &'w Arc<Widths>,
-    launches: MutexGuard<'w, Launches>,
+    launches: Guard<'w, Launches>,
     name: Arc<str>,
     /// The pending launches this one waits for (empty unless it widens).
     before: Vec<Event>,
@@ -106,7 +108,7 @@ impl Widths {
         global: &[usize],
         gates_open: bool,
     ) -> Turn<'w> {
-        let mut launches = self.launches.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut launches = self.launches.lock();
         if launches.pending.len() >= launches.prune_at.max(FIRST_PRUNE) {
             launches.pending.retain(|p| !p.event.state().has_ended());
             launches.prune_at = 2 * launches.pending.len();
@@ -198,11 +200,9 @@ impl Turn<'_> {
 
 impl LetGo for Widths {
     fn let_go_of_ended(&self) -> bool {
-        let mut launches = match self.launches.try_lock() {
-            Ok(launches) => launches,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            // A launch holds the turn: asked again at the next sweep.
-            Err(std::sync::TryLockError::WouldBlock) => return true,
+        // A launch holds the turn: asked again at the next sweep.
+        let Some(mut launches) = self.launches.try_lock() else {
+            return true;
         };
         launches.pending.retain(|p| !p.event.state().has_ended());
         let holds = !launches.pending.is_empty();

@@ -5,7 +5,9 @@ use std::any::Any;
 use std::ffi::c_void;
 use std::panic::Location;
 use std::ptr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Weak};
+
+use crate::util::sync::{Guard, Mutex, rank};
 
 use super::history::{MapStep, Record};
 use super::hooks::{ArgHolder, Owner};
@@ -34,7 +36,7 @@ pub(crate) struct Block {
     pub(crate) ctx: Arc<ContextCore>,
     /// Shared only with the context's [`pins`](crate::core::pins), which may let go of
     /// its ended events from another thread.
-    pub(super) record: Arc<Mutex<Record>>,
+    pub(super) record: Arc<Mutex<Record, rank::Record>>,
     pub(super) allocated_at: &'static Location<'static>,
     pub(super) freed: Option<Arc<Freed>>,
     /// Where the ledger counts its bytes.
@@ -43,7 +45,7 @@ pub(crate) struct Block {
     pub(super) home: Option<Home>,
     /// Kernels that may hold this block as an argument, reset at the release (the
     /// *unbind at release* rule of [`crate::kernel`]).
-    kernels: Mutex<Vec<Weak<dyn ArgHolder>>>,
+    kernels: Mutex<Vec<Weak<dyn ArgHolder>>, rank::BlockKernels>,
     /// Adopted from other code, which keeps its own reference: the release does not wait
     /// for the memory to be freed.
     pub(super) shared: bool,
@@ -306,11 +308,7 @@ impl Block {
             freed: self.freed.take(),
             bucket: std::mem::replace(&mut self.bucket, Bucket::Freed),
             home: None,
-            kernels: Mutex::new(std::mem::take(
-                self.kernels
-                    .get_mut()
-                    .unwrap_or_else(PoisonError::into_inner),
-            )),
+            kernels: Mutex::new(std::mem::take(self.kernels.get_mut())),
             shared: self.shared,
             subs: self.subs.take(),
         }
@@ -350,10 +348,7 @@ impl Block {
         self.ctx
             .ledger
             .handed_out(self.id, self.bytes as u64, site, Source::Pool);
-        self.record
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .forget_failures();
+        self.record.lock().forget_failures();
     }
 
     pub(crate) fn set_home(&mut self, home: Home) {
@@ -374,19 +369,13 @@ impl Block {
 
     /// Whether the block's next owner could inherit a failure: see [`Record::holds_doomed`].
     pub(crate) fn holds_doomed(&mut self) -> bool {
-        self.record
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .holds_doomed()
+        self.record.lock().holds_doomed()
     }
 
     /// Whether a command on `lane` could use this block with no wait (the pool's
     /// *stream-ordered reuse* rule): see [`Record::free_for`].
     pub(crate) fn free_for(&mut self, lane: Lane) -> bool {
-        self.record
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .free_for(lane)
+        self.record.lock().free_for(lane)
     }
 
     /// The sub-buffer of the view of `bytes` at byte `origin` of this block for a kernel
@@ -432,11 +421,7 @@ impl Block {
     /// sub-buffers' *unbound first* rule).
     fn unbind_sub(&self, sub_id: u64) {
         // The list is copied out first: a kernel's lock is never taken under it.
-        let kernels: Vec<Weak<dyn ArgHolder>> = self
-            .kernels
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let kernels: Vec<Weak<dyn ArgHolder>> = self.kernels.lock().clone();
         for kernel in kernels.iter().filter_map(Weak::upgrade) {
             kernel.unbind_sub(sub_id);
         }
@@ -453,7 +438,7 @@ impl Block {
             return;
         }
         let events = {
-            let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut record = self.record.lock();
             if record.all_ended() {
                 Vec::new()
             } else {
@@ -461,11 +446,7 @@ impl Block {
                 record.pending_events()
             }
         };
-        let kernels = self
-            .kernels
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let kernels = self.kernels.lock().clone();
         let mut left = LeftBehind::new(subs, events, kernels);
         if left.ended() {
             left.release();
@@ -482,7 +463,7 @@ impl Block {
 
     /// Notes that `kernel` now holds this block, or a sub-buffer of it, as an argument.
     pub(crate) fn bound_to(&self, kernel: Weak<dyn ArgHolder>) {
-        let mut kernels = self.kernels.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut kernels = self.kernels.lock();
         if !kernels.iter().any(|k| k.ptr_eq(&kernel)) {
             kernels.retain(|k| k.strong_count() > 0);
             kernels.push(kernel);
@@ -492,19 +473,15 @@ impl Block {
     /// The *unbind at release* rule: no kernel object keeps this block alive once it is
     /// released.
     pub(super) fn unbind_kernels(&mut self) {
-        let kernels = std::mem::take(
-            self.kernels
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+        let kernels = std::mem::take(self.kernels.get_mut());
         for kernel in kernels.iter().filter_map(Weak::upgrade) {
             kernel.unbind(self.id);
         }
     }
 
     /// Locks the record (see the lock order in [`crate::record`]).
-    pub(crate) fn lock_record(&self) -> MutexGuard<'_, Record> {
-        self.record.lock().unwrap_or_else(PoisonError::into_inner)
+    pub(crate) fn lock_record(&self) -> Guard<'_, Record> {
+        self.record.lock()
     }
 
     /// Whether other code holds its own reference to the memory (an adopted buffer).

@@ -2,9 +2,9 @@
 //! failures seen, the taint after a failure, the mappings alive, the last write, lent
 //! host memory).
 
+use crate::util::sync::{Mutex, rank};
 use std::any::Any;
 use std::panic::Location;
-use std::sync::{Mutex, TryLockError};
 
 use super::failure::{self, FailedCommand, Failures};
 use crate::core::gates;
@@ -463,13 +463,12 @@ impl Record {
     }
 }
 
-impl LetGo for Mutex<Record> {
+impl LetGo for Mutex<Record, rank::Record> {
     fn let_go_of_ended(&self) -> bool {
         match self.try_lock() {
-            Ok(mut record) => record.let_go_of_ended(),
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner().let_go_of_ended(),
+            Some(mut record) => record.let_go_of_ended(),
             // In the middle of an enqueue: asked again at the next sweep.
-            Err(TryLockError::WouldBlock) => true,
+            None => true,
         }
     }
 }

@@ -96,26 +96,11 @@
 //!
 //! # Lock order
 //!
-//! The library's locks, outermost first. A thread holding one may take only those below
-//! it, and no lock is held across a host wait for the device (`clWaitForEvents`) or
-//! across a call into user code.
-//!
-//! | lock | owner | taken by | held across |
-//! |---|---|---|---|
-//! | pool state | [`crate::alloc`] | acquire, take back, trim | a block's `free_for` status queries; never an enqueue |
-//! | program cache | [`crate::api`] `Context` | `program` | the build (`clBuildProgram`) |
-//! | a block's sub-buffers | [`sub`] | a launch or transfer on a view, before the records | `clCreateSubBuffer`, `clGetMemObjectInfo` |
-//! | records of a command's buffers, in buffer-ID order | [`block::Block`] | [`submit::Submit`] | status queries, flushes of other queues, the enqueue, the fold's marker |
-//! | a context's pins | [`crate::core::pins`] | a commit that lists its record (inside the records), an enqueue that lists its queue's echo (after the echo's lock is let go), a release's sweep | try-locks of records and echoes, the status reads they make (which take echoes) |
-//! | a queue's echo | [`crate::core::echo`] | an enqueue on a queue that keeps one (inside the records; around a launch's kernel state), status reads, a release's look for a command ahead of a failed one (inside its record) | the enqueue (and the settling marker's), status queries of the commands it watches |
-//! | kernel state | [`crate::kernel`] | a launch's enqueue (inside the records), a release's unbind (no record held; for a sub-buffer after the block's kernel list is copied and let go) | `clSetKernelArg` and `clEnqueueNDRangeKernel` |
-//! | a block's kernel list | [`block::Block`] | `set_args` (inside the kernel state) | nothing |
-//! | an event's dependency list | [`crate::event`] | status reads | nothing |
-//! | graveyard (try-lock only) | [`crate::event`] | sweep, bury | nothing: events are dropped outside it |
-//! | pool's leaving bytes | [`crate::alloc`] | reserve, the reaper's done | nothing |
-//! | reaper state | [`crate::core::reaper`] | submit, the thread, `wait_idle` | nothing: jobs are polled and dropped outside it |
-//! | open gates | [`crate::core::gates`] | user events | nothing |
-//! | SVM calls | [`crate::core::context`] (`svm_calls`) | an SVM allocation, a release's `clSVMFree` (no record held) | `clSVMAlloc` or `clSVMFree` |
+//! The library's locks and their order are code: [`crate::util::sync::rank`] lists every
+//! lock, outermost first, with what is done while it is held, and in debug builds (the test
+//! suite) taking one out of order panics, naming both (the *ranked* rule of
+//! [`crate::util::sync`]). No lock is held across a host wait for the device
+//! (`clWaitForEvents`) or across a call into user code.
 //!
 //! A release takes a block's record through `&mut` (no lock): the block is its own. Two
 //! records are never locked but by [`submit::Submit`], always in buffer-ID order, so

@@ -4,8 +4,10 @@
 use std::any::Any;
 use std::panic::Location;
 use std::ptr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::util::sync::{Mutex, rank};
 use std::time::{Duration, Instant};
 
 use super::block::{Block, Home, Memory};
@@ -148,7 +150,7 @@ impl Block {
         let called = crate::trace::on().then(Instant::now);
         let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
         self.given_back();
-        let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut record = self.record.lock();
         stages.mark("ledger");
         record.prune_ended();
         stages.mark("status of the recorded events");
@@ -291,7 +293,7 @@ impl Block {
         if self.raw.is_null() || matches!(self.home, Some(Home::Owner(_))) {
             return Vec::new();
         }
-        let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut record = self.record.lock();
         record.prune_ended();
         record.flush_producers();
         record.pending_events()
@@ -305,7 +307,7 @@ impl Block {
         if self.raw.is_null() || matches!(self.home, Some(Home::Owner(_))) {
             return None;
         }
-        let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut record = self.record.lock();
         record.prune_ended();
         record.first_ahead_of_failures()
     }
@@ -318,10 +320,7 @@ impl Block {
     /// [`Block::release_deferred`], calling `done` once the release is done (the driver
     /// freed the memory, or its grace passed): a pool counts the bytes until then.
     pub(crate) fn release_deferred_then(mut self, done: Option<Box<dyn FnOnce() + Send>>) {
-        self.record
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .flush_producers();
+        self.record.lock().flush_producers();
         self.given_back();
         // A sub-buffer's bytes are its arena's, counted there (bucket `Freed`).
         if self.bucket != Bucket::Freed {
@@ -379,13 +378,9 @@ impl Block {
         let ready = |slot: &Slot| slot.ended.load(Ordering::Relaxed);
         let mut block = ctx.parked.take(bytes, ready, |slot: &Slot| {
             // The reaper holds the slot while it looks at it: that block is not taken.
-            let mut held = slot.block.try_lock().ok()?;
+            let mut held = slot.block.try_lock()?;
             let taken_over = {
-                let mut record = held
-                    .as_mut()?
-                    .record
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
+                let mut record = held.as_mut()?.record.lock();
                 // One the reaper found ended costs no status query.
                 record.all_ended() && !record.saw_failures()
             };
@@ -422,23 +417,13 @@ impl Block {
     /// Whether every command recorded on the block has ended (asks the driver; never
     /// blocks).
     fn ended(&mut self) -> bool {
-        self.raw.is_null()
-            || self
-                .record
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .all_ended()
+        self.raw.is_null() || self.record.lock().all_ended()
     }
 
     /// The *drop behind a gate* rule: whether this block's release would wait behind a user event of its
     /// context that has not been set. Answers `false` at once when every gate is set.
     fn behind_open_gate(&mut self) -> bool {
-        self.ctx.gates.count() != 0
-            && !self
-                .record
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .all_ended()
+        self.ctx.gates.count() != 0 && !self.record.lock().all_ended()
     }
 }
 
@@ -492,7 +477,7 @@ struct DeferredRelease {
 /// A parked block's slot (the reaper's *reclaim* rule): emptied by the allocation that
 /// takes the block over, or by the reaper when it begins the release.
 struct Slot {
-    block: Mutex<Option<Block>>,
+    block: Mutex<Option<Block>, rank::DeferredSlot>,
     /// The reaper found the block's commands ended (its *held for reuse* rule): an
     /// allocation takes this one first, and finds its events' statuses already read.
     ended: AtomicBool,
@@ -544,7 +529,7 @@ impl Deferred for DeferredRelease {
             return Step::Done;
         }
         if let Held::Parked(slot) = &self.held {
-            let mut parked = slot.block.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut parked = slot.block.lock();
             let Some(block) = parked.as_mut() else {
                 // A new buffer took it over: nothing to release.
                 return Step::Moot;

@@ -56,7 +56,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
+
+use crate::util::sync::{Mutex, rank};
 
 use super::hooks::ArgHolder;
 use crate::core::reaper::{Deferred, Step};
@@ -132,14 +134,14 @@ impl Held {
 
 /// A block's sub-buffers, by region (origin, bytes): the *found by range* rule.
 #[derive(Default)]
-pub(crate) struct Subs(Mutex<BTreeMap<(usize, usize), Arc<SubMem>>>);
+pub(crate) struct Subs(Mutex<BTreeMap<(usize, usize), Arc<SubMem>>, rank::Subs>);
 
 impl Subs {
     /// The kept sub-buffer for the view of `bytes` at `origin`: the same view, or one that
     /// starts where it does and holds all of it, if its root origin is a multiple of
     /// `align` bytes. What a transfer on a view uses; it makes none.
     pub(crate) fn kept(&self, (origin, bytes): (usize, usize), align: usize) -> Option<Held> {
-        let subs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let subs = self.0.lock();
         find_kept(&subs, origin, bytes, align).ok().flatten()
     }
 
@@ -152,7 +154,7 @@ impl Subs {
         (origin, bytes): (usize, usize),
         align: usize,
     ) -> Result<Held> {
-        let mut subs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut subs = self.0.lock();
         if let Some(held) = find_kept(&subs, origin, bytes, align)? {
             log::trace!(target: "cl_lifetime::buffer", "view {origin}+{bytes} of {block:p}: kept sub-buffer {:p} ({}+{})", held.0.raw, held.0.origin, held.0.bytes);
             return Ok(held);
@@ -186,7 +188,7 @@ impl Subs {
     /// reset. Only a refused launch comes here, so the scan for newer ones costs nothing
     /// on the launch path.
     pub(crate) fn forget_unused(&self, held: &Held) -> Option<Arc<SubMem>> {
-        let mut subs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut subs = self.0.lock();
         let key = (held.0.origin, held.0.bytes);
         let kept = subs.get(&key).filter(|s| Arc::ptr_eq(s, &held.0))?;
         if kept.handed.load(Ordering::Relaxed)
@@ -203,7 +205,7 @@ impl Subs {
     /// arguments holding it (by ID): the *unbound first, newest first* rule. No command
     /// uses any of them any more, and no [`Held`] is left (a view borrows its buffer).
     pub(crate) fn clear(&mut self, unbind: &dyn Fn(u64)) {
-        let subs = std::mem::take(self.0.get_mut().unwrap_or_else(PoisonError::into_inner));
+        let subs = std::mem::take(self.0.get_mut());
         let mut subs: Vec<Arc<SubMem>> = subs.into_values().collect();
         // IDs grow with each one made: the newest has the largest.
         subs.sort_unstable_by_key(|s| s.id);
@@ -215,14 +217,12 @@ impl Subs {
 
     /// Moves the sub-buffers out, leaving none.
     pub(crate) fn take(&mut self) -> Subs {
-        Subs(Mutex::new(std::mem::take(
-            self.0.get_mut().unwrap_or_else(PoisonError::into_inner),
-        )))
+        Subs(Mutex::new(std::mem::take(self.0.get_mut())))
     }
 
     /// How many the block holds.
     pub(crate) fn len(&self) -> usize {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.0.lock().len()
     }
 }
 

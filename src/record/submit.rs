@@ -68,7 +68,9 @@
 //!    complete).
 
 use std::panic::Location;
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
+
+use crate::util::sync::Guard;
 
 use super::block::Block;
 use super::failure::failure_of;
@@ -199,7 +201,7 @@ struct Locked<'a> {
     /// The touches that share no byte, each recorded with its own access and bytes (the
     /// *two ranges* rule); one for a buffer touched once.
     parts: inline::List<Part>,
-    record: MutexGuard<'a, Record>,
+    record: Guard<'a, Record>,
     /// The *zeroed before read* rule's fill of this (fresh) buffer, enqueued for this
     /// command and not yet recorded.
     zero: Option<Event>,

@@ -65,8 +65,10 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::panic::Location;
 use std::path::{Path, PathBuf};
+use std::sync::Once;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, Once, PoisonError};
+
+use crate::util::sync::{Guard, Mutex, rank};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -77,7 +79,7 @@ use crate::ffi::{self, cl_event, cl_int};
 pub const TRACE_VAR: &str = "CL_LIFETIME_TRACE";
 
 static ON: AtomicBool = AtomicBool::new(false);
-static TRACER: Mutex<Option<Tracer>> = Mutex::new(None);
+static TRACER: Mutex<Option<Tracer>, rank::Tracer> = Mutex::new(None);
 
 /// Whether a trace is being recorded: the one branch every hook costs while none is.
 #[inline]
@@ -187,8 +189,8 @@ pub fn write() -> Result<Option<PathBuf>> {
     }
 }
 
-fn lock() -> MutexGuard<'static, Option<Tracer>> {
-    TRACER.lock().unwrap_or_else(PoisonError::into_inner)
+fn lock() -> Guard<'static, Option<Tracer>> {
+    TRACER.lock()
 }
 
 /// Runs `f` on the trace being recorded, if any.

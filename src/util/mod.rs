@@ -1,8 +1,9 @@
 //! Helpers with no OpenCL and no library state: inline lists for the enqueue path,
-//! process-unique IDs, stage timing, and formatting.
+//! ranked locks (the lock order as code), process-unique IDs, stage timing, and formatting.
 
 pub(crate) mod inline;
 pub(crate) mod stages;
+pub(crate) mod sync;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

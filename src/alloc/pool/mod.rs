@@ -48,7 +48,9 @@ use std::fmt;
 use std::panic::Location;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar};
+
+use crate::util::sync::{Guard, Mutex, rank};
 use std::time::Duration;
 
 mod reuse;
@@ -200,10 +202,10 @@ struct PoolState {
 /// lock (the pool's state lock comes first where both are taken).
 #[derive(Default)]
 struct Leaving {
-    bytes: Mutex<u64>,
+    bytes: Mutex<u64, rank::PoolLeaving>,
     done: Condvar,
     /// The tasks of async allocations waiting for bytes to leave, woken with `done`.
-    wakers: Mutex<Vec<std::task::Waker>>,
+    wakers: Mutex<Vec<std::task::Waker>, rank::PoolWakers>,
 }
 
 /// What [`PoolInner::try_take`] did.
@@ -225,8 +227,8 @@ enum Reserved {
 }
 
 impl Leaving {
-    fn lock(&self) -> std::sync::MutexGuard<'_, u64> {
-        self.bytes.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> Guard<'_, u64> {
+        self.bytes.lock()
     }
 
     fn bytes(&self) -> u64 {
@@ -242,8 +244,7 @@ impl Leaving {
         *leaving = leaving.saturating_sub(bytes);
         drop(leaving);
         self.done.notify_all();
-        let wakers =
-            std::mem::take(&mut *self.wakers.lock().unwrap_or_else(PoisonError::into_inner));
+        let wakers = std::mem::take(&mut *self.wakers.lock());
         // On the reaper's thread: a waker that panics must not end it.
         for waker in wakers {
             if crate::core::waiter::contained(|| waker.wake()).is_err() {
@@ -255,7 +256,7 @@ impl Leaving {
     /// Whether the bytes are no longer `seen`; if they still are, `waker` is woken when
     /// they change.
     fn changed_or_wake(&self, seen: u64, waker: &std::task::Waker) -> bool {
-        let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut wakers = self.wakers.lock();
         // Read under the wakers' lock, which `done` takes after changing the bytes: a
         // change after this read finds the waker.
         if self.bytes() != seen {
@@ -270,10 +271,7 @@ impl Leaving {
     /// Waits until the bytes are no longer `seen`, for at most `limit`.
     fn wait_change(&self, seen: u64, limit: Duration) {
         let leaving = self.lock();
-        let _unchanged = self
-            .done
-            .wait_timeout_while(leaving, limit, |bytes| *bytes == seen)
-            .unwrap_or_else(PoisonError::into_inner);
+        let _unchanged = leaving.wait_timeout_while(&self.done, limit, |bytes| *bytes == seen);
     }
 }
 
@@ -283,15 +281,15 @@ pub(crate) struct PoolInner {
     /// Runs residency migrations and poison fills.
     queue: Queue,
     poison: Option<Kernel>,
-    state: Mutex<PoolState>,
+    state: Mutex<PoolState, rank::PoolState>,
     leaving: Arc<Leaving>,
     /// Set when the user's last `Pool` handle is dropped: blocks coming back are released.
     closed: AtomicBool,
 }
 
 impl PoolInner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> Guard<'_, PoolState> {
+        self.state.lock()
     }
 
     /// The *stream-ordered reuse* rule: an unused block of `class` for `lane`, taken out of
