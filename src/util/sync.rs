@@ -86,6 +86,10 @@ pub(crate) mod rank {
         /// [`crate::record::release`]: a deferred release's block, while the reaper polls
         /// it or a new buffer takes it over (try-lock only for the latter).
         DeferredSlot,
+        /// [`crate::kernel::widths`]: a kernel's pending launches by width: a launch's turn
+        /// under the *widest first* rule, held across its records and its enqueue, and
+        /// while a refused launch lets its new sub-buffers go.
+        Widths,
         /// [`crate::record::sub`]: a block's sub-buffers. Taken by a launch or transfer on
         /// a view, before the records; held across `clCreateSubBuffer`,
         /// `clGetMemObjectInfo`.
@@ -105,8 +109,6 @@ pub(crate) mod rank {
         /// [`crate::kernel`]: a kernel object's state. Held across `clSetKernelArg` and
         /// `clEnqueueNDRangeKernel`.
         KernelState,
-        /// [`crate::kernel::widths`]: a kernel's pending launches by width.
-        Widths,
         /// [`crate::record::block`]: the kernels that hold a block as an argument.
         BlockKernels,
         /// [`crate::core::staging`]: a queue's free staging blocks.
