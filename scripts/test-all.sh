@@ -43,7 +43,7 @@ run() {
   # Through scripts/test.sh: a test binary that a driver's abort kills has its tests run
   # again one process each, so the row still names every failure.
   env -u CL_LIFETIME_REQUIRE_TWO_DEVICES \
-    RUST_TEST_THREADS="${THREADS:-2}" CL_LIFETIME_NOT_RUN_LOG="$PWD/$not_run_log" "$@" \
+    RUST_TEST_THREADS="${THREADS:-2}" CL_LIFETIME_NOT_RUN_LOG="$not_run_log" "$@" \
     TEST_DOC=0 bash scripts/test.sh >"$log" 2>&1
   local rc=$?
   local passed failed not_run
@@ -83,10 +83,10 @@ else
 fi
 icd=/usr/lib/oclgrind/liboclgrind-rt-icd.so
 if [ -e "$icd" ]; then
-  vendors=$PWD/$out/oclgrind-vendors
+  vendors=$out/oclgrind-vendors
   mkdir -p "$vendors"
   echo "$icd" >"$vendors/oclgrind.icd"
-  CHECK_LOG=$PWD/$out/oclgrind-checks.log
+  CHECK_LOG=$out/oclgrind-checks.log
   : >"$CHECK_LOG"
   # One test at a time: Oclgrind's runtime keeps its queues' state in globals, unlocked.
   THREADS=1 CHECK_LOG=$CHECK_LOG run oclgrind OCL_ICD_VENDORS="$vendors" CL_LIFETIME_DEVICE=oclgrind \
