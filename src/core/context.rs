@@ -51,12 +51,11 @@ pub(crate) struct ContextCore {
     /// The memory objects the context's blocks hold (by handle), with where each was
     /// handed out: one memory object is one block (a second adoption is refused).
     pub(crate) tracked: Mutex<HashMap<usize, &'static Location<'static>>, rank::Tracked>,
-    /// Sub-buffers kept until their root memory object's release: the *carves kept*
-    /// rule of [`crate::record::sub`].
-    kept_outer: Mutex<Vec<KeptOuter>, rank::Tracked>,
-    /// Roots with a view's sub-buffer made inside one of their sub-buffers since their
-    /// creation: their sub-buffers are kept from then on (the *carves kept* rule).
-    viewed_roots: Mutex<Vec<ffi::cl_mem>, rank::Tracked>,
+    /// The *carves kept* rule of [`crate::record::sub`]: by root memory object (its
+    /// handle), those with a view's sub-buffer made inside one of their sub-buffers since
+    /// their creation, each with the sub-buffers kept for it until its release, oldest
+    /// first (each with one reference of its own).
+    kept_carves: Mutex<HashMap<usize, Vec<ffi::cl_mem>>, rank::Tracked>,
     /// What the probe of SVM kernels found, coarse then fine, in a context of several
     /// devices ([`ContextCore::check_svm`]): `None` when they ran, else the device and
     /// what failed.
@@ -71,11 +70,15 @@ pub(crate) fn svm_calls() -> Guard<'static, ()> {
     SVM_CALLS.lock()
 }
 
-/// A sub-buffer of `root`, kept with one reference of its own until `root` is released
-/// (the *carves kept* rule of [`crate::record::sub`]).
-pub(crate) struct KeptOuter {
-    root: ffi::cl_mem,
-    raw: ffi::cl_mem,
+/// Releases sub-buffers kept by the *carves kept* rule, newest first.
+fn release_kept(kept: Vec<ffi::cl_mem>) {
+    for raw in kept.into_iter().rev() {
+        // SAFETY: the one reference `keep_outer` was given, released once, here; the block
+        // that held it was released (its commands had ended) before it was kept.
+        if let Err(e) = unsafe { ffi::release_mem(raw) } {
+            log::error!(target: "cl_lifetime::buffer", "releasing a kept sub-buffer: {e}");
+        }
+    }
 }
 
 // SAFETY: a cl_context may be used from any thread (OpenCL 3.0 appendix A.2: every call
@@ -88,52 +91,38 @@ impl ContextCore {
     /// Keeps `raw`, a sub-buffer of `root` whose one reference the caller gives up, until
     /// `root`'s release (the *carves kept* rule).
     pub(crate) fn keep_outer(&self, root: ffi::cl_mem, raw: ffi::cl_mem) {
-        self.kept_outer.lock().push(KeptOuter { root, raw });
+        self.kept_carves
+            .lock()
+            .entry(root as usize)
+            .or_default()
+            .push(raw);
     }
 
     /// Notes that a view's sub-buffer was made inside a sub-buffer of `root`.
     pub(crate) fn note_viewed_root(&self, root: ffi::cl_mem) {
-        let mut roots = self.viewed_roots.lock();
-        if !roots.contains(&root) {
-            roots.push(root);
-        }
+        self.kept_carves.lock().entry(root as usize).or_default();
     }
 
     /// Whether [`ContextCore::note_viewed_root`] noted `root` since its creation.
     pub(crate) fn is_viewed_root(&self, root: ffi::cl_mem) -> bool {
-        self.viewed_roots.lock().contains(&root)
+        self.kept_carves.lock().contains_key(&(root as usize))
     }
 
     /// Releases the sub-buffers kept for `root`, newest first, before `root`'s own
-    /// release: every command on them has ended (each was released as a block first).
+    /// release, and forgets `root` (the driver may hand its handle out again).
     pub(crate) fn release_outer_of(&self, root: ffi::cl_mem) {
-        // The driver may hand the handle out again after the root's release.
-        self.viewed_roots.lock().retain(|&r| r != root);
-        let mine: Vec<KeptOuter> = {
-            let mut kept = self.kept_outer.lock();
-            let (mine, rest) = std::mem::take(&mut *kept)
-                .into_iter()
-                .partition(|k| k.root == root);
-            *kept = rest;
-            mine
-        };
-        for k in mine.into_iter().rev() {
-            // SAFETY: the one reference `keep_outer` was given, released once, here; the
-            // block that held it was released (its commands had ended) before it was kept.
-            if let Err(e) = unsafe { ffi::release_mem(k.raw) } {
-                log::error!(target: "cl_lifetime::buffer", "releasing a kept sub-buffer: {e}");
-            }
-        }
+        let kept = self.kept_carves.lock().remove(&(root as usize));
+        release_kept(kept.unwrap_or_default());
     }
 
     /// How many sub-buffers are kept for `root`.
     pub(crate) fn outer_kept_for(&self, root: ffi::cl_mem) -> usize {
-        self.kept_outer
+        self.kept_carves
             .lock()
-            .iter()
-            .filter(|k| k.root == root)
-            .count()
+            .get(&(root as usize))
+            .map_or(0, Vec::len)
     }
+
     /// Notes that a block holds `raw`, handed out at `site`.
     pub(crate) fn track(&self, raw: ffi::cl_mem, site: &'static Location<'static>) {
         self.tracked.lock().insert(raw as usize, site);
@@ -228,8 +217,7 @@ impl ContextCore {
                 .then(Pins::default),
             behaviours,
             tracked: Mutex::default(),
-            kept_outer: Mutex::default(),
-            viewed_roots: Mutex::default(),
+            kept_carves: Mutex::default(),
             svm_probed: Default::default(),
         }
     }
@@ -259,12 +247,8 @@ impl Drop for ContextCore {
     fn drop(&mut self) {
         // Kept sub-buffers of roots other code released (an adopted buffer's): newest
         // first, before the context.
-        let left = std::mem::take(self.kept_outer.get_mut());
-        for k in left.into_iter().rev() {
-            // SAFETY: as in `release_outer_of`: the one reference kept, released once.
-            if let Err(e) = unsafe { ffi::release_mem(k.raw) } {
-                log::error!(target: "cl_lifetime::buffer", "releasing a kept sub-buffer: {e}");
-            }
+        for (_, kept) in std::mem::take(self.kept_carves.get_mut()) {
+            release_kept(kept);
         }
         // SAFETY: `raw` came from clCreateContext and is released once, here; every queue,
         // buffer and program of the library holds an Arc to this struct, so none is left.
