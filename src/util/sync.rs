@@ -224,6 +224,23 @@ pub(crate) struct Guard<'a, T: ?Sized> {
 }
 
 impl<'a, T> Guard<'a, T> {
+    /// Runs `wait` (a condition variable's) on the lock, its rank let go meanwhile.
+    #[track_caller]
+    fn waiting<W>(
+        &mut self,
+        wait: impl FnOnce(std::sync::MutexGuard<'a, T>) -> (std::sync::MutexGuard<'a, T>, W),
+    ) -> W {
+        let inner = self
+            .inner
+            .take()
+            .expect("a guard outside a wait holds its lock");
+        held::leave(self.rank);
+        let (inner, waited) = wait(inner);
+        held::enter(self.rank, self.name, false, true);
+        self.inner = Some(inner);
+        waited
+    }
+
     /// Waits on `condvar` while `condition` holds, the lock let go meanwhile.
     #[track_caller]
     pub(crate) fn wait_while(
@@ -231,16 +248,12 @@ impl<'a, T> Guard<'a, T> {
         condvar: &Condvar,
         condition: impl FnMut(&mut T) -> bool,
     ) -> Self {
-        let inner = self
-            .inner
-            .take()
-            .expect("a guard outside a wait holds its lock");
-        held::leave(self.rank);
-        let inner = condvar
-            .wait_while(inner, condition)
-            .unwrap_or_else(PoisonError::into_inner);
-        held::enter(self.rank, self.name, false, true);
-        self.inner = Some(inner);
+        self.waiting(|inner| {
+            let inner = condvar
+                .wait_while(inner, condition)
+                .unwrap_or_else(PoisonError::into_inner);
+            (inner, ())
+        });
         self
     }
 
@@ -253,33 +266,25 @@ impl<'a, T> Guard<'a, T> {
         timeout: Duration,
         condition: impl FnMut(&mut T) -> bool,
     ) -> (Self, bool) {
-        let inner = self
-            .inner
-            .take()
-            .expect("a guard outside a wait holds its lock");
-        held::leave(self.rank);
-        let (inner, result) = condvar
-            .wait_timeout_while(inner, timeout, condition)
-            .unwrap_or_else(PoisonError::into_inner);
-        held::enter(self.rank, self.name, false, true);
-        self.inner = Some(inner);
-        (self, result.timed_out())
+        let timed_out = self.waiting(|inner| {
+            let (inner, result) = condvar
+                .wait_timeout_while(inner, timeout, condition)
+                .unwrap_or_else(PoisonError::into_inner);
+            (inner, result.timed_out())
+        });
+        (self, timed_out)
     }
 
     /// Waits on `condvar` for at most `timeout`; `true` when it timed out.
     #[track_caller]
     pub(crate) fn wait_timeout(mut self, condvar: &Condvar, timeout: Duration) -> (Self, bool) {
-        let inner = self
-            .inner
-            .take()
-            .expect("a guard outside a wait holds its lock");
-        held::leave(self.rank);
-        let (inner, result) = condvar
-            .wait_timeout(inner, timeout)
-            .unwrap_or_else(PoisonError::into_inner);
-        held::enter(self.rank, self.name, false, true);
-        self.inner = Some(inner);
-        (self, result.timed_out())
+        let timed_out = self.waiting(|inner| {
+            let (inner, result) = condvar
+                .wait_timeout(inner, timeout)
+                .unwrap_or_else(PoisonError::into_inner);
+            (inner, result.timed_out())
+        });
+        (self, timed_out)
     }
 }
 
