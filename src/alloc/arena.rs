@@ -33,13 +33,14 @@ pub(crate) struct ArenaInner {
 /// it is written, as a new buffer does (the *zeroed carves* rule), whatever earlier
 /// carves over the same bytes held before a [`reset`](Arena::reset).
 ///
-/// NVIDIA's driver (580) crashes when carves are released and carved again after
-/// [views](crate::View) of carves had sub-buffers (design trap "overlapping sub-buffers on
-/// NVIDIA"), so from a carve's first such view on, the arena keeps every carve's
-/// sub-buffer until its own release, on every driver: a handle per carve, not memory
-/// ([`Arena::kept_sub_buffers`]). An arena that carves and views every frame is best made
-/// again now and then, or its carves passed whole with
-/// [`Arg::read_range`](crate::Arg::read_range) and its kin for the part a kernel touches.
+/// NVIDIA's driver (580) crashes when sub-buffers nested in others, carves and the
+/// sub-buffers of [views](crate::View) of them, are released and the same bytes get new
+/// ones (design trap "overlapping sub-buffers on NVIDIA"), so on every driver the arena
+/// releases none before itself: a released carve, and a view's sub-buffer, waits on the
+/// arena's shelf, and the next carve or view of exactly its region takes it
+/// ([`Arena::kept_sub_buffers`] counts the idle ones). That costs a handle per region the
+/// arena had at once, not memory, and a carve of a region carved before makes no
+/// sub-buffer.
 ///
 /// # Examples
 ///
@@ -154,18 +155,17 @@ impl Arena {
         *self.inner.next.lock()
     }
 
-    /// How many sub-buffers of released carves the arena keeps: once a
-    /// [view](crate::View) of one of its carves went to a kernel with a sub-buffer of its
-    /// own, every carve released keeps its sub-buffer, unused, until the arena's release
-    /// (the sub-buffers' *carves kept* rule; NVIDIA's driver crashes otherwise). It costs
-    /// a handle per carve, not memory: an arena that carves and views every frame is best
-    /// dropped and made again now and then, or its carves passed whole with
-    /// [`Arg::read_range`](crate::Arg::read_range) and its kin.
+    /// How many idle sub-buffers the arena holds: those of released carves, and of views
+    /// of them that went to kernels, each waiting for the next carve or view of exactly
+    /// its region, until the arena's release (the *shelved, never released* rule; NVIDIA's
+    /// driver crashes otherwise). At most one per region the arena had at once: a handle
+    /// each, not memory.
     pub fn kept_sub_buffers(&self) -> usize {
         self.inner
             .parent
             .ctx
-            .outer_kept_for(self.inner.parent.raw())
+            .shelves
+            .idle_of(self.inner.parent.raw())
     }
 
     /// The arena's size in bytes.

@@ -13,6 +13,7 @@ use super::driver::{self, Behaviour};
 use super::gates::OpenGates;
 use super::pins::Pins;
 use super::reaper::{Parked, Reaper};
+use super::shelf::Shelves;
 use super::stats::{Ledger, Stats};
 use crate::error::{Error, Result};
 use crate::ffi::{self, cl_context};
@@ -51,11 +52,8 @@ pub(crate) struct ContextCore {
     /// The memory objects the context's blocks hold (by handle), with where each was
     /// handed out: one memory object is one block (a second adoption is refused).
     pub(crate) tracked: Mutex<HashMap<usize, &'static Location<'static>>, rank::Tracked>,
-    /// The *carves kept* rule of [`crate::record::sub`]: by root memory object (its
-    /// handle), those with a view's sub-buffer made inside one of their sub-buffers since
-    /// their creation, each with the sub-buffers kept for it until its release, oldest
-    /// first (each with one reference of its own).
-    kept_carves: Mutex<HashMap<usize, Vec<ffi::cl_mem>>, rank::Tracked>,
+    /// The shelves of the roots the library makes sub-buffers on ([`super::shelf`]).
+    pub(crate) shelves: Shelves,
     /// What the probe of SVM kernels found, coarse then fine, in a context of several
     /// devices ([`ContextCore::check_svm`]): `None` when they ran, else the device and
     /// what failed.
@@ -70,17 +68,6 @@ pub(crate) fn svm_calls() -> Guard<'static, ()> {
     SVM_CALLS.lock()
 }
 
-/// Releases sub-buffers kept by the *carves kept* rule, newest first.
-fn release_kept(kept: Vec<ffi::cl_mem>) {
-    for raw in kept.into_iter().rev() {
-        // SAFETY: the one reference `keep_outer` was given, released once, here; the block
-        // that held it was released (its commands had ended) before it was kept.
-        if let Err(e) = unsafe { ffi::release_mem(raw) } {
-            log::error!(target: "cl_lifetime::buffer", "releasing a kept sub-buffer: {e}");
-        }
-    }
-}
-
 // SAFETY: a cl_context may be used from any thread (OpenCL 3.0 appendix A.2: every call
 // is thread-safe except clSetKernelArg); the other fields are thread-safe themselves.
 unsafe impl Send for ContextCore {}
@@ -88,41 +75,6 @@ unsafe impl Send for ContextCore {}
 unsafe impl Sync for ContextCore {}
 
 impl ContextCore {
-    /// Keeps `raw`, a sub-buffer of `root` whose one reference the caller gives up, until
-    /// `root`'s release (the *carves kept* rule).
-    pub(crate) fn keep_outer(&self, root: ffi::cl_mem, raw: ffi::cl_mem) {
-        self.kept_carves
-            .lock()
-            .entry(root as usize)
-            .or_default()
-            .push(raw);
-    }
-
-    /// Notes that a view's sub-buffer was made inside a sub-buffer of `root`.
-    pub(crate) fn note_viewed_root(&self, root: ffi::cl_mem) {
-        self.kept_carves.lock().entry(root as usize).or_default();
-    }
-
-    /// Whether [`ContextCore::note_viewed_root`] noted `root` since its creation.
-    pub(crate) fn is_viewed_root(&self, root: ffi::cl_mem) -> bool {
-        self.kept_carves.lock().contains_key(&(root as usize))
-    }
-
-    /// Releases the sub-buffers kept for `root`, newest first, before `root`'s own
-    /// release, and forgets `root` (the driver may hand its handle out again).
-    pub(crate) fn release_outer_of(&self, root: ffi::cl_mem) {
-        let kept = self.kept_carves.lock().remove(&(root as usize));
-        release_kept(kept.unwrap_or_default());
-    }
-
-    /// How many sub-buffers are kept for `root`.
-    pub(crate) fn outer_kept_for(&self, root: ffi::cl_mem) -> usize {
-        self.kept_carves
-            .lock()
-            .get(&(root as usize))
-            .map_or(0, Vec::len)
-    }
-
     /// Notes that a block holds `raw`, handed out at `site`.
     pub(crate) fn track(&self, raw: ffi::cl_mem, site: &'static Location<'static>) {
         self.tracked.lock().insert(raw as usize, site);
@@ -217,7 +169,7 @@ impl ContextCore {
                 .then(Pins::default),
             behaviours,
             tracked: Mutex::default(),
-            kept_carves: Mutex::default(),
+            shelves: Shelves::default(),
             svm_probed: Default::default(),
         }
     }
@@ -245,11 +197,9 @@ impl ContextCore {
 
 impl Drop for ContextCore {
     fn drop(&mut self) {
-        // Kept sub-buffers of roots other code released (an adopted buffer's): newest
-        // first, before the context.
-        for (_, kept) in std::mem::take(self.kept_carves.get_mut()) {
-            release_kept(kept);
-        }
+        // Shelved sub-buffers of roots other code released (an adopted buffer's): newest
+        // made first, before the context.
+        self.shelves.release_all();
         // SAFETY: `raw` came from clCreateContext and is released once, here; every queue,
         // buffer and program of the library holds an Arc to this struct, so none is left.
         if let Err(e) = unsafe { ffi::release_context(self.raw) } {

@@ -11,6 +11,7 @@
 //! - [`staging`]: pinned host memory that small blocking reads go through on GPUs;
 //! - [`stats`]: the enqueue counters and the memory ledger;
 //! - [`reaper`]: the thread that finishes deferred releases;
+//! - [`shelf`]: the sub-buffers a root keeps until its release, by region;
 //! - [`waiter`]: the threads that wake the tasks awaiting commands;
 //! - [`gates`]: whether failures are possible, the failure epoch, and a context's
 //!   user events not set yet.
@@ -23,6 +24,7 @@ pub(crate) mod gates;
 pub(crate) mod pins;
 pub(crate) mod queue;
 pub(crate) mod reaper;
+pub(crate) mod shelf;
 pub(crate) mod staging;
 pub(crate) mod stats;
 pub(crate) mod waiter;

@@ -209,8 +209,17 @@ impl Block {
         bytes: usize,
         site: &'static Location<'static>,
     ) -> Result<Block> {
-        // SAFETY: `parent` is live while borrowed; the driver checks the region.
-        let raw = unsafe { ffi::create_sub_buffer(parent.raw, origin, bytes) }?;
+        // The *shelved* rule of [`crate::core::shelf`]: one of the region, or a new one.
+        let shelves = &parent.ctx.shelves;
+        let raw = match shelves.take(parent.raw, (origin, bytes)) {
+            Some(raw) => raw,
+            None => {
+                // SAFETY: `parent` is live while borrowed; the driver checks the region.
+                let raw = unsafe { ffi::create_sub_buffer(parent.raw, origin, bytes) }?;
+                shelves.made(parent.raw, raw);
+                raw
+            }
+        };
         Ok(Block::adopt(
             &parent.ctx,
             raw,
@@ -232,6 +241,13 @@ impl Block {
         bucket: Bucket,
     ) -> Block {
         let freed = match memory {
+            // A carve (counted `Freed`): its memory is its arena's, and its release puts
+            // it on the arena's shelf, where it may be taken again ([`crate::core::shelf`]):
+            // nothing to watch.
+            Memory::Buffer if bucket == Bucket::Freed => {
+                ctx.track(raw, site);
+                None
+            }
             Memory::Buffer => {
                 ctx.track(raw, site);
                 // SAFETY: `raw` is valid, and one reference to it is owned here.
@@ -382,15 +398,9 @@ impl Block {
     /// argument, on a device that places sub-buffers at multiples of `align` bytes: see
     /// [`super::sub`].
     pub(crate) fn sub_for_kernel(&self, origin: usize, bytes: usize, align: usize) -> Result<Held> {
-        let held = self.subs.for_kernel(self.raw, (origin, bytes), align)?;
-        // The *carves kept* rule of [`super::sub`]: from a carve's first view on, its
-        // arena keeps every carve.
-        if held.is_new() && matches!(self.home, Some(Home::KeepAlive(_))) {
-            if let Ok(Some((root, _))) = ffi::mem_parent(self.raw) {
-                self.ctx.note_viewed_root(root);
-            }
-        }
-        Ok(held)
+        let carve = matches!(self.home, Some(Home::KeepAlive(_)));
+        self.subs
+            .for_kernel(self.raw, (origin, bytes), align, (&self.ctx, carve))
     }
 
     /// The *none for a refused launch* rule of [`super::sub`]: `held`, made for a launch

@@ -58,9 +58,9 @@ pub struct ReleaseReport {
     /// Whether the driver had freed the memory (its destructor callback fired) when
     /// `release` returned. `false` only when something outside the library still held a
     /// reference after the context's [free grace](crate::Context::free_grace). A carve of an
-    /// [`Arena`](crate::Arena) has no memory of its own: once [views](crate::View) of the
-    /// arena's carves went to kernels its sub-buffer stays with the arena until the arena's
-    /// release (the *carves kept* rule), and this is `true`.
+    /// [`Arena`](crate::Arena) has no memory of its own: its sub-buffer stays with the
+    /// arena, for the next carve of its region, until the arena's release (the *shelved,
+    /// never released* rule), and this is `true`.
     pub freed: bool,
     /// How long the release waited, after `clReleaseMemObject`, for the driver to free
     /// the memory (the *released means freed* rule): about zero normally, the whole grace when `freed` is
@@ -195,13 +195,9 @@ impl Block {
             pins.sweep();
         }
         stages.mark("failures and events released");
-        // The sub-buffers' *carves kept* rule: once a view was made inside a carve of an
-        // arena, its carves stay until the arena's release.
-        let outer = match (self.memory, &self.home) {
-            (Memory::Buffer, Some(Home::KeepAlive(_))) => ffi::mem_parent(raw)
-                .ok()
-                .flatten()
-                .filter(|&(root, _)| self.ctx.is_viewed_root(root)),
+        // The *shelved* rule ([`crate::core::shelf`]): a carve goes on its arena's shelf.
+        let shelf = match (self.memory, &self.home) {
+            (Memory::Buffer, Some(Home::KeepAlive(_))) => ffi::mem_parent(raw).ok().flatten(),
             _ => None,
         };
         // The sub-buffer *gone before the memory* rule: every command has ended.
@@ -210,15 +206,16 @@ impl Block {
             Memory::Buffer => {
                 // Before the release: the driver may hand the handle out again after it.
                 self.ctx.untrack(raw);
-                if let Some((root, _)) = outer {
-                    // Its destructor fires at the root's release: nothing to wait for.
-                    drop(self.freed.take());
-                    self.ctx.keep_outer(root, raw);
-                    stages.mark("kept for its root");
+                let shelved = match shelf {
+                    Some((root, origin)) => self.ctx.shelves.put(root, (origin, self.bytes), raw),
+                    None => Err(raw),
+                };
+                if shelved.is_ok() {
+                    stages.mark("shelved for its root");
                     Ok(())
                 } else {
-                    // Before the root: the sub-buffers kept for it go first.
-                    self.ctx.release_outer_of(raw);
+                    // Before the root: its shelf goes first.
+                    self.ctx.shelves.release_of(raw);
                     // SAFETY: `raw` came from clCreateBuffer (or clCreateSubBuffer) and is
                     // released once, here (it was swapped out for null above); every
                     // event that used it has ended (waited for above, or found ended by

@@ -16,15 +16,15 @@
 //! - **Found by range.** The kept sub-buffers are a map keyed by their region, so finding
 //!   a view's costs the logarithm of their number: a launch or transfer on a view costs
 //!   the same whatever the number of views its block has had.
-//! - **Kept for the owner's life.** A sub-buffer is released only with its block, or when
-//!   the block changes owner (none is made again over the same bytes while its owner
+//! - **Kept for the owner's life.** A block lets go of a sub-buffer only at its release,
+//!   or when it changes owner (none is made again over the same bytes while its owner
 //!   holds it), so a view launched every frame makes one; the distinct regions launched
 //!   bound their number. A transfer on a view uses the view's kept sub-buffer, and makes
 //!   none.
 //! - **Left behind at a change of owner.** A block handed to a new owner (back to its
 //!   pool, or a deferred release taken over) starts with no sub-buffers: its old owner's
-//!   are [`LeftBehind`], and released as its release would release them (the rule below),
-//!   once every command recorded on the block when it changed hands has ended: at once
+//!   are [`LeftBehind`], and let go of as its release would (the rules below), once
+//!   every command recorded on the block when it changed hands has ended: at once
 //!   when they all have, else on the reaper thread. A sub-buffer keeps its parent alive,
 //!   so the block may be released before them.
 //! - **None for a refused launch.** A sub-buffer made for a launch that is then refused
@@ -33,26 +33,20 @@
 //!   meanwhile or a newer kept one overlaps it (the next rule's order): a refused launch
 //!   leaves no sub-buffer behind but there.
 //! - **Unbound first, newest first.** The block's release, after its wait and before its
-//!   own `clReleaseMemObject`, releases its sub-buffers newest first (NVIDIA's driver
+//!   own `clReleaseMemObject`, lets go of its sub-buffers newest first (NVIDIA's driver
 //!   crashes releasing a sub-buffer while a newer one that a kernel has used lies inside it
 //!   or across it, and never crashed the other way round: design trap "overlapping
 //!   sub-buffers on NVIDIA"), each after every
 //!   kernel argument holding it has been reset to NULL (a driver that lets a kernel
 //!   argument keep its memory object would release it later, when the argument is next
 //!   set). The block alone holds each, so each goes exactly then.
-//! - **Carves kept.** Once a view's sub-buffer has been made inside an arena's carve, the
-//!   arena's carves (blocks that are sub-buffers of its buffer) are not released with
-//!   their blocks: after their views' sub-buffers go, each carve's own sub-buffer is kept,
-//!   with its one reference and never used again, until the arena's buffer is released,
-//!   which releases the kept ones newest first, before itself. NVIDIA's driver (580)
-//!   crashes, with raw calls alone (`examples/nvidia_carve_views.rs`), when carves are
-//!   released and made again over bytes where views of carves were: releasing only the
-//!   carves that had no views, or taking a kept one again for a later carve of its
-//!   region, still crashed; keeping every carve, or never carving the same bytes again,
-//!   never did (design trap "overlapping sub-buffers on NVIDIA"). Valid OpenCL on every
-//!   driver, so kept on every driver: it costs a handle, not memory (a carve's bytes are
-//!   its arena's), but one per carve until the arena goes ([`crate::Arena`] says so).
-//!   An arena whose carves never had views releases them as before.
+//! - **Shelved, never released.** A sub-buffer on a root the library owns (the block's
+//!   own memory object, or an arena's for a carve) is not released when its block lets go
+//!   of it: it goes on the root's shelf, and a later view or carve of exactly its region
+//!   takes it instead of making one; the root's release releases the shelf, newest made
+//!   first, before itself ([`crate::core::shelf`], which says why: NVIDIA's driver crashes
+//!   otherwise). Sub-buffers on a root other code owns (an adopted sub-buffer's) are
+//!   released as above.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,6 +55,7 @@ use std::sync::{Arc, Weak};
 use crate::util::sync::{Mutex, rank};
 
 use super::hooks::ArgHolder;
+use crate::core::context::ContextCore;
 use crate::core::reaper::{Deferred, Step};
 use crate::error::{Error, Result};
 use crate::event::Event;
@@ -81,6 +76,9 @@ pub(crate) struct SubMem {
     /// Found kept and handed to a command other than the launch that made it (set under
     /// the [`Subs`] lock): the *none for a refused launch* rule keeps it then.
     handed: AtomicBool,
+    /// Its root and the root's context, when the root is the library's: its drop puts it
+    /// on the root's shelf ([`crate::core::shelf`]) rather than releasing it.
+    shelf: Option<(Arc<ContextCore>, cl_mem)>,
 }
 
 // SAFETY: a cl_mem may be used from any thread (OpenCL 3.0 appendix A.2).
@@ -102,10 +100,23 @@ impl SubMem {
 
 impl Drop for SubMem {
     fn drop(&mut self) {
-        // SAFETY: `raw` came from clCreateSubBuffer and is released once, here: by the
-        // block's release, after its wait (no command uses it) and after the kernel
-        // arguments holding it were reset.
-        if let Err(e) = unsafe { ffi::release_mem(self.raw) } {
+        // Let go of by the block's release, after its wait (no command uses it) and after
+        // the kernel arguments holding it were reset.
+        let raw = match &self.shelf {
+            Some((ctx, root)) => {
+                match ctx
+                    .shelves
+                    .put(*root, (self.root_origin, self.bytes), self.raw)
+                {
+                    Ok(()) => return,
+                    Err(raw) => raw,
+                }
+            }
+            None => self.raw,
+        };
+        // SAFETY: `raw` came from clCreateSubBuffer (or a shelf, with its one reference)
+        // and is released once, here, as it was let go of above.
+        if let Err(e) = unsafe { ffi::release_mem(raw) } {
             log::error!(target: "cl_lifetime::buffer", "releasing a view's sub-buffer: {e}");
         }
     }
@@ -147,12 +158,15 @@ impl Subs {
 
     /// The sub-buffer for the view of `bytes` at `origin` of `block` (a live memory
     /// object) passed to a kernel, on a device that places sub-buffers at multiples of
-    /// `align` bytes: the kept one, or a new one, as the rules above give it.
+    /// `align` bytes: the kept one, or a new one, as the rules above give it. Where the
+    /// root is the library's (`block` itself, or an arena's buffer when `block` is one
+    /// of its carves) the *shelved* rule applies, through `ctx`.
     pub(crate) fn for_kernel(
         &self,
         block: cl_mem,
         (origin, bytes): (usize, usize),
         align: usize,
+        (ctx, carve): (&Arc<ContextCore>, bool),
     ) -> Result<Held> {
         let mut subs = self.0.lock();
         if let Some(held) = find_kept(&subs, origin, bytes, align)? {
@@ -160,14 +174,24 @@ impl Subs {
             return Ok(held);
         }
         // The *on the root* rule.
-        let (root, root_origin) = match ffi::mem_parent(block)? {
-            Some((root, offset)) => (root, offset + origin),
-            None => (block, origin),
+        let (root, root_origin, shelf) = match ffi::mem_parent(block)? {
+            Some((root, offset)) => (root, offset + origin, carve.then_some(ctx)),
+            None => (block, origin, Some(ctx)),
         };
         check_align(root_origin, align)?;
-        // SAFETY: `root` is live: `block` is (the caller's), and a sub-buffer keeps the
-        // object it was made from; the driver checks the region.
-        let raw = unsafe { ffi::create_sub_buffer(root, root_origin, bytes) }?;
+        let shelved = shelf.and_then(|ctx| ctx.shelves.take(root, (root_origin, bytes)));
+        let raw = match shelved {
+            Some(raw) => raw,
+            None => {
+                // SAFETY: `root` is live: `block` is (the caller's), and a sub-buffer keeps
+                // the object it was made from; the driver checks the region.
+                let raw = unsafe { ffi::create_sub_buffer(root, root_origin, bytes) }?;
+                if let Some(ctx) = shelf {
+                    ctx.shelves.made(root, raw);
+                }
+                raw
+            }
+        };
         let sub = Arc::new(SubMem {
             raw,
             id: next_id(),
@@ -175,6 +199,7 @@ impl Subs {
             bytes,
             root_origin,
             handed: AtomicBool::new(false),
+            shelf: shelf.map(|ctx| (ctx.clone(), root)),
         });
         log::trace!(target: "cl_lifetime::buffer", "view {origin}+{bytes} of {block:p}: new sub-buffer {raw:p} at {root_origin} of {root:p} ({} kept)", subs.len());
         subs.insert((origin, bytes), sub.clone());

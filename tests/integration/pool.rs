@@ -1400,7 +1400,10 @@ fn arena_carves_aligned_non_overlapping_sub_buffers() {
     }
     let watch = common::watch(&a, &[]);
     drop((a, b, c));
-    watch.assert_released_after_events();
+    // Released carves wait on the arena's shelf, released with it (the *shelved, never
+    // released* rule).
+    assert_eq!(arena.kept_sub_buffers(), 3);
+    assert!(!watch.fired());
     assert!(matches!(arena.reset(), Err(Error::ArenaBusy { live: 1 })));
     drop(d);
     arena.reset().unwrap();
@@ -1414,6 +1417,7 @@ fn arena_carves_aligned_non_overlapping_sub_buffers() {
     assert!(matches!(arena.carve::<u8>(1), Err(Error::ArenaFull { .. })));
     drop(whole);
     drop(arena);
+    watch.assert_released_after_events();
     assert_eq!(ctx.memory_stats().live_bytes, 0);
 }
 
@@ -1490,11 +1494,14 @@ fn arena_reset_is_refused_while_a_deferred_release_of_a_sub_buffer_is_pending() 
     );
     gate.complete().unwrap();
     ctx.wait_deferred();
-    watch.assert_released_after_events();
+    // On the arena's shelf now, after its fill ended; released with the arena.
+    assert_eq!(arena.kept_sub_buffers(), 1);
     arena.reset().unwrap();
     let new = arena.carve::<u32>(n).unwrap();
     other.fill(&new, b).unwrap();
     assert_eq!(contents(&other, &new), vec![b; n]);
+    drop((new, arena));
+    watch.assert_released_after_events();
 }
 
 #[test]
