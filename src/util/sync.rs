@@ -180,12 +180,13 @@ impl<T: ?Sized, R: Rank> Mutex<T, R> {
     /// Takes the lock, poison ignored; in debug builds, panics if a lock of this rank may
     /// not be taken now (the *ranked* rule).
     #[track_caller]
+    #[inline]
     pub(crate) fn lock(&self) -> Guard<'_, T> {
-        held::enter(R::RANK, R::NAME, R::REPEATS, true);
+        let rank = Held::of(R::RANK, R::NAME);
+        rank.enter(R::REPEATS, true);
         Guard {
             inner: Some(self.inner.lock().unwrap_or_else(PoisonError::into_inner)),
-            rank: R::RANK,
-            name: R::NAME,
+            rank,
         }
     }
 
@@ -196,11 +197,11 @@ impl<T: ?Sized, R: Rank> Mutex<T, R> {
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(TryLockError::WouldBlock) => return None,
         };
-        held::enter(R::RANK, R::NAME, R::REPEATS, false);
+        let rank = Held::of(R::RANK, R::NAME);
+        rank.enter(R::REPEATS, false);
         Some(Guard {
             inner: Some(inner),
-            rank: R::RANK,
-            name: R::NAME,
+            rank,
         })
     }
 
@@ -219,8 +220,46 @@ impl<T: ?Sized + std::fmt::Debug, R: Rank> std::fmt::Debug for Mutex<T, R> {
 pub(crate) struct Guard<'a, T: ?Sized> {
     /// Always `Some` but inside a condition variable's wait.
     inner: Option<std::sync::MutexGuard<'a, T>>,
+    rank: Held,
+}
+
+/// The rank a guard holds, for the checks: nothing in release builds, where a guard is as
+/// small as the standard one (the enqueue path moves guards into its lists).
+#[derive(Clone, Copy)]
+struct Held {
+    #[cfg(debug_assertions)]
     rank: u16,
+    #[cfg(debug_assertions)]
     name: &'static str,
+}
+
+impl Held {
+    #[cfg_attr(not(debug_assertions), allow(unused_variables))]
+    const fn of(rank: u16, name: &'static str) -> Held {
+        Held {
+            #[cfg(debug_assertions)]
+            rank,
+            #[cfg(debug_assertions)]
+            name,
+        }
+    }
+
+    /// Notes that the thread takes it: see [`held::enter`].
+    #[track_caller]
+    #[inline(always)]
+    fn enter(self, repeats: bool, check: bool) {
+        #[cfg(debug_assertions)]
+        held::enter(self.rank, self.name, repeats, check);
+        #[cfg(not(debug_assertions))]
+        let _ = (repeats, check);
+    }
+
+    /// Notes that the thread let it go.
+    #[inline(always)]
+    fn leave(self) {
+        #[cfg(debug_assertions)]
+        held::leave(self.rank);
+    }
 }
 
 impl<'a, T> Guard<'a, T> {
@@ -234,9 +273,9 @@ impl<'a, T> Guard<'a, T> {
             .inner
             .take()
             .expect("a guard outside a wait holds its lock");
-        held::leave(self.rank);
+        self.rank.leave();
         let (inner, waited) = wait(inner);
-        held::enter(self.rank, self.name, false, true);
+        self.rank.enter(false, true);
         self.inner = Some(inner);
         waited
     }
@@ -290,6 +329,7 @@ impl<'a, T> Guard<'a, T> {
 
 impl<T: ?Sized> Deref for Guard<'_, T> {
     type Target = T;
+    #[inline]
     fn deref(&self) -> &T {
         self.inner
             .as_deref()
@@ -298,6 +338,7 @@ impl<T: ?Sized> Deref for Guard<'_, T> {
 }
 
 impl<T: ?Sized> DerefMut for Guard<'_, T> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut T {
         self.inner
             .as_deref_mut()
@@ -305,10 +346,12 @@ impl<T: ?Sized> DerefMut for Guard<'_, T> {
     }
 }
 
+// Release builds have nothing to note: the standard guard's own drop lets the lock go.
+#[cfg(debug_assertions)]
 impl<T: ?Sized> Drop for Guard<'_, T> {
     fn drop(&mut self) {
         if self.inner.take().is_some() {
-            held::leave(self.rank);
+            self.rank.leave();
         }
     }
 }
@@ -352,14 +395,6 @@ mod held {
             }
         });
     }
-}
-
-#[cfg(not(debug_assertions))]
-mod held {
-    #[inline(always)]
-    pub(super) fn enter(_: u16, _: &'static str, _: bool, _: bool) {}
-    #[inline(always)]
-    pub(super) fn leave(_: u16) {}
 }
 
 #[cfg(test)]
