@@ -200,6 +200,7 @@ impl Block {
             (Memory::Buffer, Some(Home::KeepAlive(_))) => ffi::mem_parent(raw).ok().flatten(),
             _ => None,
         };
+        let mut on_shelf = false;
         // The sub-buffer *gone before the memory* rule: every command has ended.
         self.release_subs();
         let released = match self.memory {
@@ -211,6 +212,7 @@ impl Block {
                     None => Err(raw),
                 };
                 if shelved.is_ok() {
+                    on_shelf = true;
                     stages.mark("shelved for its root");
                     Ok(())
                 } else {
@@ -249,8 +251,9 @@ impl Block {
         // The *unbind at release* rule, only where it matters: a kernel argument can keep
         // the memory only if the driver has not freed it already (PoCL frees it inside
         // clReleaseMemObject, so the arguments it was set to are left as they are; they
-        // name a block that no launch can name again).
-        if unfreed.is_some() || self.shared || released.is_err() {
+        // name a block that no launch can name again), or where it was not released but
+        // shelved (its root's release must find no argument holding it).
+        if unfreed.is_some() || self.shared || released.is_err() || on_shelf {
             self.unbind_kernels();
             stages.mark("kernel arguments reset");
         }
