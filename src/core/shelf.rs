@@ -87,6 +87,22 @@ impl Shelves {
         raw.map(|raw| raw as cl_mem)
     }
 
+    /// The idle sub-buffer of `root` over exactly `region`, or a new one from `make`, noted
+    /// as made on `root`: how the library gets every sub-buffer of a root it owns.
+    pub(crate) fn take_or_make(
+        &self,
+        root: cl_mem,
+        region: (usize, usize),
+        make: impl FnOnce() -> crate::error::Result<cl_mem>,
+    ) -> crate::error::Result<cl_mem> {
+        if let Some(raw) = self.take(root, region) {
+            return Ok(raw);
+        }
+        let raw = make()?;
+        self.made(root, raw);
+        Ok(raw)
+    }
+
     /// Puts `raw`, a sub-buffer of `root` over `region` that nothing uses any more, on
     /// `root`'s shelf with its one reference; gives it back when `root` has no shelf (it
     /// was released, or `raw` was not made through [`Shelves::made`]): the caller

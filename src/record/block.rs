@@ -210,16 +210,13 @@ impl Block {
         site: &'static Location<'static>,
     ) -> Result<Block> {
         // The *shelved* rule of [`crate::core::shelf`]: one of the region, or a new one.
-        let shelves = &parent.ctx.shelves;
-        let raw = match shelves.take(parent.raw, (origin, bytes)) {
-            Some(raw) => raw,
-            None => {
+        let raw = parent
+            .ctx
+            .shelves
+            .take_or_make(parent.raw, (origin, bytes), || {
                 // SAFETY: `parent` is live while borrowed; the driver checks the region.
-                let raw = unsafe { ffi::create_sub_buffer(parent.raw, origin, bytes) }?;
-                shelves.made(parent.raw, raw);
-                raw
-            }
-        };
+                unsafe { ffi::create_sub_buffer(parent.raw, origin, bytes) }
+            })?;
         Ok(Block::adopt(
             &parent.ctx,
             raw,

@@ -179,18 +179,12 @@ impl Subs {
             None => (block, origin, Some(ctx)),
         };
         check_align(root_origin, align)?;
-        let shelved = shelf.and_then(|ctx| ctx.shelves.take(root, (root_origin, bytes)));
-        let raw = match shelved {
-            Some(raw) => raw,
-            None => {
-                // SAFETY: `root` is live: `block` is (the caller's), and a sub-buffer keeps
-                // the object it was made from; the driver checks the region.
-                let raw = unsafe { ffi::create_sub_buffer(root, root_origin, bytes) }?;
-                if let Some(ctx) = shelf {
-                    ctx.shelves.made(root, raw);
-                }
-                raw
-            }
+        // SAFETY: `root` is live: `block` is (the caller's), and a sub-buffer keeps the
+        // object it was made from; the driver checks the region.
+        let make = || unsafe { ffi::create_sub_buffer(root, root_origin, bytes) };
+        let raw = match shelf {
+            Some(ctx) => ctx.shelves.take_or_make(root, (root_origin, bytes), make)?,
+            None => make()?,
         };
         let sub = Arc::new(SubMem {
             raw,
