@@ -104,7 +104,7 @@ impl Ended {
             log::warn!(target: "cl_lifetime::waiter", "flushing an awaited command's queue: {e}");
         }
         // SAFETY: the event is live (held by `self.event`).
-        let Some(raw) = (unsafe { RawEvent::retain(self.event.raw()) }) else {
+        let Some(raw) = unsafe { RawEvent::retain(self.event.raw()) }.ok() else {
             return self.block_here();
         };
         let watch = Arc::new(Watch::default());
@@ -135,7 +135,7 @@ impl Ended {
             Some(queue) => Order {
                 // A device of the queue's platform: one per driver, for the life of the
                 // process (a context's handle may be reused by another's).
-                driver: queue.ctx.device.id as usize,
+                driver: queue.ctx.device.id.raw() as usize,
                 queue: Some(queue.lane.id),
                 in_order: queue.lane.in_order,
                 ends_on_its_own: self.event.enqueued_ungated(),

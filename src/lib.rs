@@ -155,7 +155,7 @@
 //! | layer | what it is for |
 //! |---|---|
 //! | `error`, `status`, [`tracker`], `checks` (the launch checks), `pod`, `util`, `census` | plain data and rules with no OpenCL call: typed errors and statuses, the event record and its hazard rules, the launch checks, the process-wide counts of what the library holds |
-//! | `ffi` | the only code that calls OpenCL; every `unsafe` FFI call, each with its safety contract |
+//! | `ffi` | the only code that calls OpenCL; every `unsafe` FFI call, each with its safety contract; one owner type for the references to each kind of handle, whose drop releases (so the types above are `Send` and `Sync` by composition) |
 //! | [`trace`] | the opt-in lifetime trace: records what the layers above report, writes Chrome trace-event JSON |
 //! | `core` | per-context and per-queue state: devices, counters, the memory ledger, the reaper thread, open gates, the waiter threads |
 //! | `event` | retained events, user events, and failed events kept until their dependencies end |

@@ -276,7 +276,7 @@ impl Context {
             .devices
             .iter()
             .find(|d| d.id == device.id)
-            .ok_or_else(|| Error::context_mismatch(device.to_string(), None, self.core().raw))?;
+            .ok_or_else(|| Error::context_mismatch(device.to_string(), None, self.core().raw()))?;
         let core = QueueCore::create(
             self.core(),
             device,
@@ -474,7 +474,7 @@ impl Context {
     #[track_caller]
     pub fn user_event(&self) -> Result<UserEvent> {
         UserEvent::new(
-            self.core().raw,
+            self.core().raw(),
             &self.core().gates,
             next_id(),
             std::panic::Location::caller(),
@@ -573,7 +573,7 @@ impl Context {
 
     /// The raw handle, still owned by this context.
     pub fn as_raw(&self) -> cl_context {
-        self.core().raw
+        self.core().raw()
     }
 }
 
@@ -609,9 +609,9 @@ impl Context {
             })?;
         // SAFETY: `raw` is valid, as the caller vouches; the reference taken here is the
         // one `ContextCore` releases.
-        unsafe { crate::ffi::retain_context(raw) }?;
+        let owned = unsafe { crate::ffi::OwnedContext::retain(raw) }?;
         Ok(Context::from_core(ContextCore::adopt(
-            raw,
+            owned,
             &devices[0],
             &devices,
         )))
@@ -633,11 +633,11 @@ impl Context {
     /// [`Error::Cl`] when its properties cannot be read.
     pub(crate) unsafe fn adopt_queue(&self, raw: crate::ffi::cl_command_queue) -> Result<Queue> {
         let info = crate::ffi::queue_info(raw)?;
-        if info.context != self.core().raw {
+        if info.context != self.core().raw() {
             return Err(Error::context_mismatch(
                 format!("queue {raw:p}"),
                 Some(info.context),
-                self.core().raw,
+                self.core().raw(),
             ));
         }
         let device = self
@@ -649,15 +649,15 @@ impl Context {
                 Error::context_mismatch(
                     format!("the device {:p} of queue {raw:p}", info.device),
                     None,
-                    self.core().raw,
+                    self.core().raw(),
                 )
             })?;
         // SAFETY: `raw` is valid, as the caller vouches; the reference taken here is the
         // one `QueueCore` releases.
-        unsafe { crate::ffi::retain_queue(raw) }?;
+        let owned = unsafe { crate::ffi::OwnedQueue::retain(raw) }?;
         Ok(Queue::from_core(Arc::new(QueueCore::adopt(
             self.core(),
-            raw,
+            owned,
             device,
             info.out_of_order,
             info.profiling,

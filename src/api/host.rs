@@ -18,7 +18,7 @@ use std::marker::PhantomData;
 use crate::core::context::ContextCore;
 use crate::core::staging::Pinned;
 use crate::error::{Error, Result};
-use crate::ffi::{self, cl_command_queue};
+use crate::ffi;
 use crate::pod::Pod;
 use crate::record::block::Block;
 
@@ -111,15 +111,15 @@ impl<T: Pod> HostMemory<T> for Vec<T> {
 /// ```
 pub struct HostBuffer<T: Pod> {
     pinned: Option<Pinned>,
-    /// The queue it was mapped through, for its unmap (a queue of its own).
-    queue: cl_command_queue,
+    /// The queue it was mapped through, for its unmap (a queue of its own), released
+    /// after it.
+    queue: ffi::OwnedQueue,
     len: usize,
     _elements: PhantomData<T>,
 }
 
-// SAFETY: the buffer and queue handles may be used from any thread (OpenCL 3.0 appendix
-// A.2); the mapped memory is plain host memory, reached through `&self` and `&mut self`
-// as a slice's is.
+// SAFETY: the mapped memory is plain host memory, reached through `&self` and `&mut self`
+// as a slice's is; the handles' owners are `Send` and `Sync`.
 unsafe impl<T: Pod> Send for HostBuffer<T> {}
 // SAFETY: as above: `&HostBuffer` gives only `&[T]`.
 unsafe impl<T: Pod> Sync for HostBuffer<T> {}
@@ -137,23 +137,17 @@ impl<T: Pod> HostBuffer<T> {
     /// as every buffer's is ([`Block::check_size`]).
     pub(crate) fn new(ctx: &ContextCore, len: usize) -> Result<HostBuffer<T>> {
         let bytes = Block::check_size::<T>(ctx, len)?;
-        let (context, device) = (ctx.raw, ctx.device.id);
+        let (context, device) = (ctx.raw(), ctx.device.id);
         let major = ctx.device.opencl_major();
         let queue = ffi::create_queue(context, device, false, false, major)?;
-        let pinned = match Pinned::create(context, queue, bytes) {
-            Ok(pinned) => pinned,
-            Err(e) => {
-                // SAFETY: made above and released once, here.
-                let _ = unsafe { ffi::release_queue(queue) };
-                return Err(e);
-            }
-        };
+        // SAFETY: clCreateCommandQueue* returned the queue with one reference, given to its
+        // owner (so an error below releases it).
+        let queue = unsafe { ffi::OwnedQueue::from_raw(queue) };
+        let pinned = Pinned::create(context, queue.raw(), bytes)?;
         // No slice of a misaligned pointer: the mapping and its queue go.
         if let Err(e) = super::map::check_aligned::<T>(pinned.ptr()) {
             // Its own queue: shared with no one.
-            pinned.release(queue, false);
-            // SAFETY: made above and released once, here, after its mapping.
-            let _ = unsafe { ffi::release_queue(queue) };
+            pinned.release(queue.raw(), false);
             return Err(e);
         }
         // SAFETY: the mapping holds at least `bytes` writable bytes, used by nothing else.
@@ -213,11 +207,8 @@ impl<T: Pod> Drop for HostBuffer<T> {
     fn drop(&mut self) {
         if let Some(pinned) = self.pinned.take() {
             // Its own queue: shared with no one.
-            pinned.release(self.queue, false);
+            pinned.release(self.queue.raw(), false);
         }
-        // SAFETY: made in `new` and released once, here, after the unmap it ran.
-        if let Err(e) = unsafe { ffi::release_queue(self.queue) } {
-            log::warn!(target: "cl_lifetime::queue", "releasing a host buffer's queue: {e}");
-        }
+        // Then the queue, by its owner, after the unmap it ran.
     }
 }

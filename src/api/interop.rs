@@ -39,8 +39,8 @@ impl Kernel {
         // SAFETY: a valid kernel's program is valid while the kernel is.
         let program = unsafe { ProgramInner::adopt(ctx.core(), program) }?;
         // SAFETY: as the caller vouches; the reference taken here is the kernel's.
-        unsafe { ffi::retain_kernel(raw) }?;
-        Kernel::adopt(raw, &name, &program)
+        let owned = unsafe { ffi::OwnedKernel::retain(raw) }?;
+        Kernel::adopt(owned, &name, &program)
     }
 }
 

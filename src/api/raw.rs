@@ -235,13 +235,13 @@ fn checked(raw: cl_event, queue: &crate::core::queue::QueueCore) -> Result<cl_ev
         return Err(Error::NullEvent);
     }
     let context = ffi::event_context(raw);
-    if context != queue.ctx.raw {
+    if context != queue.ctx.raw() {
         // SAFETY: the closure handed its one reference over (`enqueue_raw`'s contract).
         let _ = unsafe { ffi::release_event(raw) };
         return Err(Error::context_mismatch(
             format!("event {raw:p} returned by a raw enqueue"),
             (!context.is_null()).then_some(context),
-            queue.ctx.raw,
+            queue.ctx.raw(),
         ));
     }
     Ok(raw)
@@ -257,7 +257,7 @@ fn barrier_event(
         wait.iter()
             // SAFETY: every event of the wait list is live (retained by the locked
             // records); each gets a reference of its own.
-            .filter_map(|&w| unsafe { Event::retained(w, queue.ctx.raw) })
+            .filter_map(|&w| unsafe { Event::retained(w, queue.ctx.raw()) })
             .collect::<Vec<_>>()
             .into_boxed_slice()
     });

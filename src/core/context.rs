@@ -27,7 +27,7 @@ pub const FREE_GRACE: Duration = Duration::from_secs(2);
 /// ledger, reaper thread and open gates. Queues, buffers and programs hold it in an `Arc`,
 /// so the context is released after the last of them.
 pub(crate) struct ContextCore {
-    pub(crate) raw: cl_context,
+    owned: ffi::OwnedContext,
     pub(crate) id: u64,
     /// The first of `devices`: the default for queues.
     pub(crate) device: Device,
@@ -68,13 +68,14 @@ pub(crate) fn svm_calls() -> Guard<'static, ()> {
     SVM_CALLS.lock()
 }
 
-// SAFETY: a cl_context may be used from any thread (OpenCL 3.0 appendix A.2: every call
-// is thread-safe except clSetKernelArg); the other fields are thread-safe themselves.
-unsafe impl Send for ContextCore {}
-// SAFETY: as above.
-unsafe impl Sync for ContextCore {}
-
 impl ContextCore {
+    /// The context's handle: every queue, buffer and program of the library holds an
+    /// `Arc` to this struct, so it is released after the last of them.
+    #[inline]
+    pub(crate) fn raw(&self) -> cl_context {
+        self.owned.raw()
+    }
+
     /// Notes that a block holds `raw`, handed out at `site`.
     pub(crate) fn track(&self, raw: ffi::cl_mem, site: &'static Location<'static>) {
         self.tracked.lock().insert(raw as usize, site);
@@ -110,7 +111,7 @@ impl ContextCore {
         let probed = &self.svm_probed[usize::from(kind == SvmKind::Fine)];
         let failed = probed.get_or_init(|| {
             let failed =
-                driver::svm_kernels_fail(self.raw, &self.devices, kind == SvmKind::Fine, svm_calls);
+                driver::svm_kernels_fail(self.raw(), &self.devices, kind == SvmKind::Fine, svm_calls);
             if let Some((device, why)) = &failed {
                 log::warn!(target: "cl_lifetime::context", "{kind:?} SVM refused in this context: on {device}, {why}");
             }
@@ -136,19 +137,25 @@ impl ContextCore {
             });
         };
         let ids: Vec<_> = devices.iter().map(|d| d.id).collect();
-        let raw = ffi::create_context(&ids)?;
+        // SAFETY: clCreateContext returned the context with one reference, given to its
+        // owner.
+        let owned = unsafe { ffi::OwnedContext::from_raw(ffi::create_context(&ids)?) };
         log::debug!(target: "cl_lifetime::context", "context on {devices:?}");
-        Ok(ContextCore::adopt(raw, first, devices))
+        Ok(ContextCore::adopt(owned, first, devices))
     }
 
-    /// Takes over one reference to `raw`, a context over `devices` (`first` among them).
-    pub(crate) fn adopt(raw: cl_context, first: &Device, devices: &[Device]) -> ContextCore {
+    /// The context `owned` holds, over `devices` (`first` among them).
+    pub(crate) fn adopt(
+        owned: ffi::OwnedContext,
+        first: &Device,
+        devices: &[Device],
+    ) -> ContextCore {
         let behaviours: Vec<Behaviour> = devices
             .iter()
-            .map(|device| driver::behaviour(device, raw))
+            .map(|device| driver::behaviour(device, owned.raw()))
             .collect();
         ContextCore {
-            raw,
+            owned,
             id: next_id(),
             device: first.clone(),
             devices: devices.to_vec(),
@@ -200,10 +207,6 @@ impl Drop for ContextCore {
         // Shelved sub-buffers of roots other code released (an adopted buffer's): newest
         // made first, before the context.
         self.shelves.release_all();
-        // SAFETY: `raw` came from clCreateContext and is released once, here; every queue,
-        // buffer and program of the library holds an Arc to this struct, so none is left.
-        if let Err(e) = unsafe { ffi::release_context(self.raw) } {
-            log::error!(target: "cl_lifetime::context", "{e}");
-        }
+        // Then the context, by its owner: the first field, dropped before the others.
     }
 }

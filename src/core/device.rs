@@ -52,8 +52,8 @@ pub const DEVICE_VAR: &str = "CL_LIFETIME_DEVICE";
 /// ```
 #[derive(Clone)]
 pub struct Device {
-    pub(crate) platform: cl_platform_id,
-    pub(crate) id: cl_device_id,
+    pub(crate) platform: ffi::PlatformId,
+    pub(crate) id: ffi::DeviceId,
     platform_index: usize,
     device_index: usize,
     platform_name: String,
@@ -70,12 +70,6 @@ pub struct Device {
     /// What a launch is checked against (`crate::checks`).
     pub(crate) limits: Limits,
 }
-
-// SAFETY: platform and device IDs are plain handles that the OpenCL runtime lets any thread
-// use (OpenCL 3.0 appendix A.2: all API calls are thread-safe except clSetKernelArg).
-unsafe impl Send for Device {}
-// SAFETY: as above; `Device` holds no interior mutability.
-unsafe impl Sync for Device {}
 
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -127,7 +121,7 @@ impl SvmKind {
 }
 
 /// A device's launch limits; `version` is its `CL_DEVICE_VERSION`.
-fn limits(id: cl_device_id, version: &str) -> Result<Limits> {
+fn limits(id: ffi::DeviceId, version: &str) -> Result<Limits> {
     let mut max_item = [1; 3];
     let sizes = ffi::device_sizes(id, ffi::CL_DEVICE_MAX_WORK_ITEM_SIZES)?;
     for (slot, size) in max_item.iter_mut().zip(sizes) {
@@ -151,11 +145,11 @@ fn limits(id: cl_device_id, version: &str) -> Result<Limits> {
 
 impl Device {
     fn query(
-        platform: cl_platform_id,
+        platform: ffi::PlatformId,
         platform_index: usize,
         platform_name: &str,
         platform_vendor: &str,
-        id: cl_device_id,
+        id: ffi::DeviceId,
         device_index: usize,
     ) -> Result<Device> {
         let version = ffi::device_string(id, ffi::CL_DEVICE_VERSION)?;
@@ -337,13 +331,13 @@ impl Device {
 
     /// The raw platform ID.
     pub fn platform_as_raw(&self) -> cl_platform_id {
-        self.platform
+        self.platform.raw()
     }
 
     /// The raw device ID (not reference counted: root devices live as long as the
     /// platform).
     pub fn as_raw(&self) -> cl_device_id {
-        self.id
+        self.id.raw()
     }
 }
 
@@ -409,8 +403,8 @@ mod tests {
     /// A device as the selection rules see it: names and indices, no driver behind it.
     fn device(p: usize, d: usize, platform: &str, vendor: &str, name: &str) -> Device {
         Device {
-            platform: std::ptr::null_mut(),
-            id: std::ptr::null_mut(),
+            platform: ffi::PlatformId::new(std::ptr::null_mut()),
+            id: ffi::DeviceId::new(std::ptr::null_mut()),
             platform_index: p,
             device_index: d,
             platform_name: platform.to_string(),

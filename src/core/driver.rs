@@ -197,7 +197,7 @@ pub(crate) fn behaviour(device: &Device, context: cl_context) -> Behaviour {
     // would otherwise both probe it.
     static PROBED: Mutex<Vec<(usize, Behaviour)>, rank::Probed> = Mutex::new(Vec::new());
     let mut probed = PROBED.lock();
-    let key = device.id as usize;
+    let key = device.id.raw() as usize;
     if let Some((_, known)) = probed.iter().find(|(id, _)| *id == key) {
         return *known;
     }
@@ -221,16 +221,14 @@ fn probe(device: &Device, context: cl_context) -> Behaviour {
     let Ok(queue) = ffi::create_queue(context, device.id, false, false, major) else {
         return Behaviour::CAREFUL;
     };
-    let queue = Owned {
-        raw: queue,
-        release: ffi::release_queue,
-    };
+    // SAFETY: the creation's one reference, handed over.
+    let queue = unsafe { ffi::OwnedQueue::from_raw(queue) };
     let careful = Behaviour::CAREFUL;
     let mut found = Behaviour {
-        events_keep_buffers: keeps_buffers(context, queue.raw)
+        events_keep_buffers: keeps_buffers(context, queue.raw())
             .unwrap_or(careful.events_keep_buffers),
-        chains_events: chains_events(context, queue.raw).unwrap_or(careful.chains_events),
-        ends_batches_together: ends_batches_together(context, queue.raw)
+        chains_events: chains_events(context, queue.raw()).unwrap_or(careful.chains_events),
+        ends_batches_together: ends_batches_together(context, queue.raw())
             .unwrap_or(careful.ends_batches_together),
         reports_failed_complete: careful.reports_failed_complete,
         mishandles_failures: careful.mishandles_failures,
@@ -238,7 +236,7 @@ fn probe(device: &Device, context: cl_context) -> Behaviour {
         measured: true,
         probe_time: Duration::ZERO,
     };
-    if let Some(complete) = reports_failed_complete(context, queue.raw) {
+    if let Some(complete) = reports_failed_complete(context, queue.raw()) {
         found.reports_failed_complete = complete;
         found.mishandles_failures = complete;
     }
@@ -254,13 +252,12 @@ fn probe_workarounds(device: &Device, context: cl_context) -> Behaviour {
     let major = device.opencl_major();
     let mut found = Behaviour::CAREFUL;
     if let Ok(queue) = ffi::create_queue(context, device.id, false, false, major) {
-        let queue = Owned {
-            raw: queue,
-            release: ffi::release_queue,
-        };
-        found.mishandles_failures = reports_failed_complete(context, queue.raw) == Some(true);
+        // SAFETY: the creation's one reference, handed over.
+        let queue = unsafe { ffi::OwnedQueue::from_raw(queue) };
+        found.mishandles_failures = reports_failed_complete(context, queue.raw()) == Some(true);
         // The careful value, where a flush before a gated command does not block the host.
-        found.ends_batches_together = flush_returns_behind_gates(context, queue.raw) == Some(true);
+        found.ends_batches_together =
+            flush_returns_behind_gates(context, queue.raw()) == Some(true);
     }
     found.probe_time = start.elapsed();
     found
@@ -285,23 +282,6 @@ fn affected_pocl(device_version: &str, driver_version: &str) -> bool {
     major.is_none_or(|m| (5..7).contains(&m))
 }
 
-/// A queue or buffer the probe made, released on drop (so every early return releases
-/// it). Events are [`RawEvent`]s.
-struct Owned<H: Copy> {
-    raw: H,
-    release: unsafe fn(H) -> crate::error::Result<()>,
-}
-
-impl<H: Copy> Drop for Owned<H> {
-    fn drop(&mut self) {
-        // SAFETY: `raw` holds the one reference the probe took when it made the object,
-        // given up here, once.
-        if let Err(e) = unsafe { (self.release)(self.raw) } {
-            log::debug!(target: "cl_lifetime::driver", "probe: {e}");
-        }
-    }
-}
-
 /// A fill of `mem`'s first 4 KiB on `queue` behind `wait`.
 fn fill(queue: ffi::cl_command_queue, mem: ffi::cl_mem, wait: &[cl_event]) -> Option<RawEvent> {
     let pattern = 0u32;
@@ -311,23 +291,21 @@ fn fill(queue: ffi::cl_command_queue, mem: ffi::cl_mem, wait: &[cl_event]) -> Op
         unsafe { ffi::enqueue_fill(queue, mem, (&raw const pattern).cast(), 4, 0, 4096, wait) }
             .ok()?;
     // SAFETY: the enqueue's one reference, handed over.
-    Some(unsafe { RawEvent::own(raw) })
+    Some(unsafe { RawEvent::from_raw(raw) })
 }
 
 /// A user event of `context`, not set.
 fn gate(context: cl_context) -> Option<RawEvent> {
     let raw = ffi::create_user_event(context).ok()?;
     // SAFETY: the creation's one reference, handed over.
-    Some(unsafe { RawEvent::own(raw) })
+    Some(unsafe { RawEvent::from_raw(raw) })
 }
 
-fn buffer(context: cl_context) -> Option<Owned<ffi::cl_mem>> {
+fn buffer(context: cl_context) -> Option<ffi::OwnedMem> {
     // SAFETY: no host pointer.
     let raw = unsafe { ffi::create_buffer(context, 4096, std::ptr::null()) }.ok()?;
-    Some(Owned {
-        raw,
-        release: ffi::release_mem,
-    })
+    // SAFETY: the creation's one reference, handed over.
+    Some(unsafe { ffi::OwnedMem::from_raw(raw) })
 }
 
 /// Whether a completed command's event keeps its buffer: the buffer's reference count
@@ -335,10 +313,10 @@ fn buffer(context: cl_context) -> Option<Owned<ffi::cl_mem>> {
 /// freed until the event goes.
 fn keeps_buffers(context: cl_context, queue: ffi::cl_command_queue) -> Option<bool> {
     let owned = buffer(context)?;
-    let raw = owned.raw;
+    let raw = owned.raw();
     let event = fill(queue, raw, &[])?;
-    ffi::wait_terminal(&[event.as_raw()]);
-    if ffi::execution_status(event.as_raw()).ok()? != CL_COMPLETE {
+    ffi::wait_terminal(&[event.raw()]);
+    if ffi::execution_status(event.raw()).ok()? != CL_COMPLETE {
         return None;
     }
     if ffi::mem_reference_count(raw).ok()? > 1 {
@@ -361,19 +339,19 @@ fn keeps_buffers(context: cl_context, queue: ffi::cl_command_queue) -> Option<bo
 fn chains_events(context: cl_context, queue: ffi::cl_command_queue) -> Option<bool> {
     let owned = buffer(context)?;
     let gate = gate(context)?;
-    let event = fill(queue, owned.raw, &[gate.as_raw()])?;
+    let event = fill(queue, owned.raw(), &[gate.raw()])?;
     // Opened before any flush: a driver that runs commands at their flush (Oclgrind)
     // would wait there for the gate.
-    ffi::set_user_event_status(gate.as_raw(), CL_COMPLETE).ok()?;
-    ffi::wait_terminal(&[event.as_raw()]);
-    if ffi::execution_status(event.as_raw()).ok()? != CL_COMPLETE {
+    ffi::set_user_event_status(gate.raw(), CL_COMPLETE).ok()?;
+    ffi::wait_terminal(&[event.raw()]);
+    if ffi::execution_status(event.raw()).ok()? != CL_COMPLETE {
         return None;
     }
     // A driver lets go of a command's dependencies on a thread of its own, a moment after
     // the command's status reads complete.
     let deadline = Instant::now() + PROBE_LIMIT;
     loop {
-        if ffi::event_reference_count(gate.as_raw()).ok()? <= 1 {
+        if ffi::event_reference_count(gate.raw()).ok()? <= 1 {
             return Some(false);
         }
         if Instant::now() >= deadline {
@@ -422,20 +400,20 @@ fn flushed_behind_a_gate(
 ) -> Option<bool> {
     let owned = buffer(context)?;
     let gate = gate(context)?;
-    let first = fill(queue, owned.raw, &[])?;
-    let gated = fill(queue, owned.raw, &[gate.as_raw()])?;
+    let first = fill(queue, owned.raw(), &[])?;
+    let gated = fill(queue, owned.raw(), &[gate.raw()])?;
     let opened = Arc::new(AtomicBool::new(false));
     let (open_now, wait_for_it) = mpsc::channel::<()>();
-    let raw_gate = SendEvent(gate.as_raw());
+    // The helper's own reference to the gate.
+    let helper_gate = gate.try_clone().ok()?;
     let helper = {
         let opened = opened.clone();
         std::thread::Builder::new()
             .name("cl-lifetime-probe".into())
             .spawn(move || {
-                let raw_gate = raw_gate;
                 let _ = wait_for_it.recv_timeout(PROBE_LIMIT * 2);
                 opened.store(true, Ordering::SeqCst);
-                let _ = ffi::set_user_event_status(raw_gate.0, CL_COMPLETE);
+                let _ = ffi::set_user_event_status(helper_gate.raw(), CL_COMPLETE);
             })
             .ok()?
     };
@@ -443,10 +421,10 @@ fn flushed_behind_a_gate(
     // A flush that returned only once the helper opened the gate runs the queue's commands
     // itself, gate included (Oclgrind).
     let flush_waited = opened.load(Ordering::SeqCst);
-    let answer = (!flush_waited).then(|| after_flush(first.as_raw(), &opened));
+    let answer = (!flush_waited).then(|| after_flush(first.raw(), &opened));
     let _ = open_now.send(());
     let _ = helper.join();
-    ffi::wait_terminal(&[first.as_raw(), gated.as_raw()]);
+    ffi::wait_terminal(&[first.raw(), gated.raw()]);
     flushed.then_some(answer.unwrap_or(false))
 }
 
@@ -457,22 +435,16 @@ fn flushed_behind_a_gate(
 fn reports_failed_complete(context: cl_context, queue: ffi::cl_command_queue) -> Option<bool> {
     let owned = buffer(context)?;
     let gate = gate(context)?;
-    let gated = fill(queue, owned.raw, &[gate.as_raw()])?;
-    ffi::set_user_event_status(gate.as_raw(), -1).ok()?;
+    let gated = fill(queue, owned.raw(), &[gate.raw()])?;
+    ffi::set_user_event_status(gate.raw(), -1).ok()?;
     ffi::flush(queue).ok()?;
-    ffi::wait_terminal(&[gated.as_raw()]);
-    match ffi::execution_status(gated.as_raw()).ok()? {
+    ffi::wait_terminal(&[gated.raw()]);
+    match ffi::execution_status(gated.raw()).ok()? {
         CL_COMPLETE => Some(true),
         status if status < 0 => Some(false),
         _ => None,
     }
 }
-
-/// A raw user event handed to the probe's helper thread.
-struct SendEvent(cl_event);
-// SAFETY: OpenCL event handles may be used from any thread (OpenCL 3.0 appendix A.2); the
-// probe keeps the event alive until the helper has been joined.
-unsafe impl Send for SendEvent {}
 
 /// The probe of SVM in a context of several devices (design trap "NVIDIA runs no SVM
 /// kernel in a context of two GPUs"): an allocation of `kind`, a kernel on each device
@@ -521,45 +493,39 @@ fn svm_kernels_on(
     const SOURCE: &str =
         "__kernel void svm_probe(__global int *word, uint value) { *word = (int)value; }";
     let program = ffi::create_program(context, SOURCE).map_err(|e| (first(), e.to_string()))?;
-    let program = Owned {
-        raw: program,
-        release: ffi::release_program,
-    };
+    // SAFETY: the creation's one reference, handed over.
+    let program = unsafe { ffi::OwnedProgram::from_raw(program) };
     let ids: Vec<_> = devices.iter().map(|d| d.id).collect();
-    ffi::build_program(program.raw, &ids, c"").map_err(|s| {
+    ffi::build_program(program.raw(), &ids, c"").map_err(|s| {
         let status = crate::error::ClStatus(s);
         (
             first(),
             format!("the probe's kernel did not build: {status}"),
         )
     })?;
-    let kernel = ffi::create_kernel(program.raw, c"svm_probe").map_err(|s| {
+    let kernel = ffi::create_kernel(program.raw(), c"svm_probe").map_err(|s| {
         (
             first(),
             format!("the probe's kernel: {}", crate::error::ClStatus(s)),
         )
     })?;
-    let kernel = Owned {
-        raw: kernel,
-        release: ffi::release_kernel,
-    };
+    // SAFETY: the creation's one reference, handed over.
+    let kernel = unsafe { ffi::OwnedKernel::from_raw(kernel) };
     let mut queues = Vec::new();
     for (i, device) in devices.iter().enumerate() {
         let major = device.opencl_major();
         let queue = ffi::create_queue(context, device.id, false, false, major)
             .map_err(|e| (device.to_string(), e.to_string()))?;
-        let queue = Owned {
-            raw: queue,
-            release: ffi::release_queue,
-        };
+        // SAFETY: the creation's one reference, handed over.
+        let queue = unsafe { ffi::OwnedQueue::from_raw(queue) };
         let value = i as u32 + 1;
         // SAFETY: the kernel is the probe's own (no other thread sets its arguments);
         // `words` holds one i32 per device, so word `i` lies inside the allocation; the
         // value is 4 readable bytes, copied before the call returns; no event waits.
         let event = unsafe {
-            ffi::set_arg_svm(kernel.raw, 0, words.add(i).cast())
-                .and_then(|()| ffi::set_arg_bytes(kernel.raw, 1, &value.to_ne_bytes()))
-                .and_then(|()| ffi::enqueue_kernel(queue.raw, kernel.raw, &[1], None, &[]))
+            ffi::set_arg_svm(kernel.raw(), 0, words.add(i).cast())
+                .and_then(|()| ffi::set_arg_bytes(kernel.raw(), 1, &value.to_ne_bytes()))
+                .and_then(|()| ffi::enqueue_kernel(queue.raw(), kernel.raw(), &[1], None, &[]))
         }
         .map_err(|s| {
             let status = crate::error::ClStatus(s);
@@ -567,10 +533,10 @@ fn svm_kernels_on(
             (device.to_string(), why)
         })?;
         // SAFETY: the enqueue's one reference, handed over.
-        let event = unsafe { RawEvent::own(event) };
-        let _ = ffi::flush(queue.raw);
+        let event = unsafe { RawEvent::from_raw(event) };
+        let _ = ffi::flush(queue.raw());
         event.wait();
-        match ffi::execution_status(event.as_raw()) {
+        match ffi::execution_status(event.raw()) {
             Ok(CL_COMPLETE) => {}
             Ok(status) | Err(status) => {
                 let status = crate::error::ClStatus(status);
@@ -587,13 +553,13 @@ fn svm_kernels_on(
     };
     let bytes = 4 * devices.len();
     // SAFETY: the queue is live, `words` holds `bytes` bytes of SVM, nothing waits.
-    let mapped = unsafe { ffi::enqueue_svm_map(queue.raw, words.cast(), false, bytes, &[]) }
+    let mapped = unsafe { ffi::enqueue_svm_map(queue.raw(), words.cast(), false, bytes, &[]) }
         .map_err(|e| (first(), e.to_string()))?;
     // SAFETY: the enqueue's one reference, handed over.
-    let mapped = unsafe { RawEvent::own(mapped) };
-    let _ = ffi::flush(queue.raw);
+    let mapped = unsafe { RawEvent::from_raw(mapped) };
+    let _ = ffi::flush(queue.raw());
     mapped.wait();
-    let seen: Vec<i32> = if ffi::execution_status(mapped.as_raw()) == Ok(CL_COMPLETE) {
+    let seen: Vec<i32> = if ffi::execution_status(mapped.raw()) == Ok(CL_COMPLETE) {
         // SAFETY: the map completed, so the host may read the mapped words until the
         // unmap below.
         (0..devices.len())
@@ -603,11 +569,11 @@ fn svm_kernels_on(
         Vec::new()
     };
     // SAFETY: `words` was mapped above, on this queue, and is unmapped once.
-    let unmapped = unsafe { ffi::enqueue_svm_unmap(queue.raw, words.cast(), &[]) }
+    let unmapped = unsafe { ffi::enqueue_svm_unmap(queue.raw(), words.cast(), &[]) }
         .map_err(|e| (first(), e.to_string()))?;
     // SAFETY: the enqueue's one reference, handed over.
-    let unmapped = unsafe { RawEvent::own(unmapped) };
-    let _ = ffi::flush(queue.raw);
+    let unmapped = unsafe { RawEvent::from_raw(unmapped) };
+    let _ = ffi::flush(queue.raw());
     unmapped.wait();
     let wanted: Vec<i32> = (1..=devices.len() as i32).collect();
     if seen != wanted {

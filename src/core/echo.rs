@@ -40,8 +40,8 @@
 //!   ties every command of an in-order queue to the one before it, and a failed command
 //!   must outlive that one (design trap "PoCL's failed command behind a pending one").
 
-use crate::census;
-use crate::ffi::{self, CL_COMPLETE, cl_event, cl_int};
+use super::gates::EventKind;
+use crate::ffi::{self, CL_COMPLETE, cl_int};
 
 /// A command the echo watches: something whose execution status can be read.
 pub(crate) trait Watched {
@@ -274,7 +274,7 @@ impl Echo<RawEvent> {
             .iter()
             .take_while(|(seq, _)| *seq < before)
             // SAFETY: a watched event is live (held here).
-            .filter_map(|(_, w)| unsafe { RawEvent::retain(w.as_raw()) })
+            .filter_map(|(_, w)| unsafe { RawEvent::retain(w.raw()) }.ok())
             .collect()
     }
 
@@ -286,7 +286,7 @@ impl Echo<RawEvent> {
             .take_while(|(seq, _)| *seq < before)
             .find(|(_, w)| !w.has_ended())
             // SAFETY: a watched event is live (held here).
-            .and_then(|(_, w)| unsafe { RawEvent::retain(w.as_raw()) })
+            .and_then(|(_, w)| unsafe { RawEvent::retain(w.raw()) }.ok())
     }
 
     /// The number the next command will get.
@@ -295,42 +295,16 @@ impl Echo<RawEvent> {
     }
 }
 
-/// A retained raw event, released on drop: what a queue's echo watches. It holds no
-/// library handle, so the queue and its watched commands do not keep each other alive.
-pub(crate) struct RawEvent(cl_event);
-
-// SAFETY: OpenCL event handles may be used from any thread (OpenCL 3.0 appendix A.2).
-unsafe impl Send for RawEvent {}
-// SAFETY: as above; a `RawEvent` has no state but the handle.
-unsafe impl Sync for RawEvent {}
+/// One reference to an event, counted in the census and released by the gates' *failure
+/// in flight* rule: what a queue's echo watches, and what an [`crate::event::Event`]
+/// holds. It holds no library handle, so the queue and its watched commands do not keep
+/// each other alive.
+pub(crate) type RawEvent = ffi::Owned<EventKind>;
 
 impl RawEvent {
-    /// Takes one more reference to `raw`.
-    ///
-    /// # Safety
-    ///
-    /// `raw` is a valid event.
-    pub(crate) unsafe fn retain(raw: cl_event) -> Option<RawEvent> {
-        // SAFETY: as the caller vouches.
-        unsafe { ffi::retain_event(raw) }.ok().map(|()| {
-            census::event_taken();
-            RawEvent(raw)
-        })
-    }
-
     /// Whether its command has ended (an unreadable status counts as ended).
     pub(crate) fn has_ended(&self) -> bool {
-        ffi::has_ended(self.0)
-    }
-
-    /// Takes over the one reference the caller owns.
-    ///
-    /// # Safety
-    ///
-    /// `raw` is a valid event whose reference the caller gives up.
-    pub(crate) unsafe fn own(raw: cl_event) -> RawEvent {
-        census::event_taken();
-        RawEvent(raw)
+        ffi::has_ended(self.raw())
     }
 }
 
@@ -348,30 +322,16 @@ impl Echo<RawEvent> {
 }
 
 impl RawEvent {
-    /// The raw handle, still owned by this `RawEvent`.
-    pub(crate) fn as_raw(&self) -> cl_event {
-        self.0
-    }
-
     /// Blocks until the command has ended.
     pub(crate) fn wait(&self) {
-        ffi::wait_terminal(&[self.0]);
+        ffi::wait_terminal(&[self.raw()]);
     }
 }
 
 impl Watched for RawEvent {
     fn status(&self) -> cl_int {
         // An unreadable status counts as failed: nothing is known of the command.
-        ffi::execution_status(self.0).unwrap_or(-1)
-    }
-}
-
-impl Drop for RawEvent {
-    fn drop(&mut self) {
-        // SAFETY: one reference was taken in `retain` or handed over to `own`, and is
-        // given up here, once (held back while a gate fails: the gates' *failure in
-        // flight* rule).
-        unsafe { super::gates::release_event(self.0, true) }
+        ffi::execution_status(self.raw()).unwrap_or(-1)
     }
 }
 

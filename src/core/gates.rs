@@ -134,6 +134,31 @@ pub(crate) fn failing<R>(fail: impl FnOnce() -> R) -> R {
     result
 }
 
+/// The events the library holds ([`crate::core::echo::RawEvent`]): each reference counted
+/// in the census, and given up by [`release_event`] (the *failure in flight* rule).
+pub(crate) enum EventKind {}
+
+// SAFETY: a `cl_event` is an OpenCL object handle.
+unsafe impl ffi::Kind for EventKind {
+    type Raw = cl_event;
+    const TARGET: &'static str = "cl_lifetime::event";
+
+    unsafe fn retain(raw: cl_event) -> crate::error::Result<()> {
+        // SAFETY: as the caller vouches.
+        unsafe { ffi::retain_event(raw) }
+    }
+
+    unsafe fn release(raw: cl_event) -> crate::error::Result<()> {
+        // SAFETY: as the caller vouches; counted, as `taken` counted it.
+        unsafe { release_event(raw, true) };
+        Ok(())
+    }
+
+    fn taken() {
+        census::event_taken();
+    }
+}
+
 /// Gives up the library's reference to the event `raw` (one `clReleaseEvent`, logged if
 /// refused, and counted in the census if `counted`: taken with `census::event_taken`), or,
 /// while a gate is being failed through the library, holds it back until that failure has
@@ -144,7 +169,9 @@ pub(crate) fn failing<R>(fail: impl FnOnce() -> R) -> R {
 /// The caller owns one reference to `raw` and gives it up here: it does not use `raw`
 /// again.
 pub(crate) unsafe fn release_event(raw: cl_event, counted: bool) {
-    let held = Held { raw, counted };
+    // SAFETY: the caller gives up its reference, to this owner.
+    let event = unsafe { ffi::OwnedEvent::from_raw(raw) };
+    let held = Held { event, counted };
     // `SeqCst`, after the caller saw the event's command end: a failure that ended it
     // counted itself before it failed anything.
     if FAILING.load(Ordering::SeqCst) == 0 {
@@ -154,13 +181,9 @@ pub(crate) unsafe fn release_event(raw: cl_event, counted: bool) {
     }
 }
 
-/// `clReleaseEvent` of a reference given up, logged if refused.
+/// `clReleaseEvent` of a reference given up (by its owner, which logs a refusal).
 fn release_now(held: Held) {
-    // SAFETY: the caller of `release_event` gave this reference up, and it is released
-    // once: either here at once, or once from the held list.
-    if let Err(e) = unsafe { ffi::release_event(held.raw) } {
-        log::error!(target: "cl_lifetime::event", "{e}");
-    }
+    drop(held.event);
     if held.counted {
         census::event_given_up();
     }
@@ -168,22 +191,19 @@ fn release_now(held: Held) {
 
 /// An event reference held back by the *failure in flight* rule.
 struct Held {
-    raw: cl_event,
+    event: ffi::OwnedEvent,
     /// Counted in the census.
     counted: bool,
 }
 
-// SAFETY: an OpenCL event handle may be used, and released, from any thread (OpenCL 3.0
-// appendix A.2); `Held` owns one reference and nothing else.
-unsafe impl Send for Held {}
-
 /// Gate failures running now, by ticket, and the releases held back behind them.
-struct InFlight {
+/// (`H`, what is held back, is a plain value in the unit tests.)
+struct InFlight<H = Held> {
     next: u64,
     running: Vec<u64>,
     /// Each with the first ticket not running when it was given up: it waits for every
     /// ticket below that one.
-    held: Vec<(u64, Held)>,
+    held: Vec<(u64, H)>,
 }
 
 static IN_FLIGHT: Mutex<InFlight, rank::GatesInFlight> = Mutex::new(InFlight {
@@ -196,7 +216,7 @@ fn lock_in_flight() -> Guard<'static, InFlight> {
     IN_FLIGHT.lock()
 }
 
-impl InFlight {
+impl<H> InFlight<H> {
     /// A failure begins: its ticket.
     fn start(&mut self) -> u64 {
         let ticket = self.next;
@@ -206,7 +226,7 @@ impl InFlight {
     }
 
     /// Failure `ticket` returned: the releases that no running failure holds back now.
-    fn end(&mut self, ticket: u64) -> Vec<Held> {
+    fn end(&mut self, ticket: u64) -> Vec<H> {
         self.running.retain(|&t| t != ticket);
         let oldest = self.running.iter().copied().min().unwrap_or(self.next);
         let (free, still): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
@@ -218,7 +238,7 @@ impl InFlight {
 
     /// Holds `held` back if a failure is running; gives it back (the caller releases it)
     /// if none is.
-    fn hold(&mut self, held: Held) -> Result<(), Held> {
+    fn hold(&mut self, held: H) -> Result<(), H> {
         if self.running.is_empty() {
             return Err(held);
         }
@@ -323,20 +343,17 @@ impl OpenGates {
 
 #[cfg(test)]
 mod tests {
-    use super::{Held, InFlight};
+    use super::InFlight;
 
-    fn held(tag: usize) -> Held {
-        Held {
-            raw: std::ptr::without_provenance_mut(tag),
-            counted: false,
-        }
+    fn held(tag: usize) -> usize {
+        tag
     }
 
-    fn tags(free: &[Held]) -> Vec<usize> {
-        free.iter().map(|h| h.raw.addr()).collect()
+    fn tags(free: &[usize]) -> Vec<usize> {
+        free.to_vec()
     }
 
-    fn in_flight() -> InFlight {
+    fn in_flight() -> InFlight<usize> {
         InFlight {
             next: 0,
             running: Vec::new(),

@@ -15,7 +15,7 @@ use super::pins::LetGo;
 use super::staging::{Pinned, STAGE_MAX, Staging};
 use crate::checks::Limits;
 use crate::error::Result;
-use crate::ffi::{self, CL_COMPLETE, cl_command_queue, cl_device_id, cl_event};
+use crate::ffi::{self, CL_COMPLETE, cl_command_queue, cl_event};
 use crate::tracker::Lane;
 use crate::util::next_id;
 
@@ -25,11 +25,12 @@ pub(crate) struct QueueCore {
     /// The driver's queue that commands go to now: replaced where a failure left the
     /// one before failing every command (the *renewed* rule of [`QueueCore::settle`]).
     raw: AtomicPtr<std::ffi::c_void>,
-    /// Queues replaced by the *renewed* rule, every command of each ended; released with
-    /// this one (a thread may still hold one's handle from before the swap).
-    retired: Mutex<Vec<cl_command_queue>, rank::Retired>,
+    /// Every driver queue `raw` has named, the current one last: those the *renewed* rule
+    /// replaced (every command of each ended) are released with this one, since a thread
+    /// may still hold one's handle from before the swap. Dropped before the other fields.
+    owned: Mutex<Vec<ffi::OwnedQueue>, rank::Retired>,
     /// What a replacement queue is made on, and what launches are checked against.
-    device: cl_device_id,
+    device: ffi::DeviceId,
     opencl_major: u32,
     pub(crate) lane: Lane,
     pub(crate) ctx: Arc<ContextCore>,
@@ -114,12 +115,6 @@ impl Finishes {
     }
 }
 
-// SAFETY: a cl_command_queue may be used from any thread (OpenCL 3.0 appendix A.2: every
-// call is thread-safe except clSetKernelArg); `dirty` is atomic.
-unsafe impl Send for QueueCore {}
-// SAFETY: as above.
-unsafe impl Sync for QueueCore {}
-
 impl QueueCore {
     /// A new queue of `ctx` on `device` (one of its devices), out of order and with
     /// profiling as asked.
@@ -141,12 +136,15 @@ impl QueueCore {
             );
         }
         let raw = ffi::create_queue(
-            ctx.raw,
+            ctx.raw(),
             device.id,
             out_of_order,
             profiling,
             device.opencl_major(),
         )?;
+        // SAFETY: clCreateCommandQueue* returned the queue with one reference, given to its
+        // owner.
+        let owned = unsafe { ffi::OwnedQueue::from_raw(raw) };
         // A driver may drop the flag silently (AMD's masks it): its properties, read back,
         // say what the queue is, and every rule of the library follows them.
         let out_of_order = match ffi::queue_info(raw) {
@@ -155,7 +153,7 @@ impl QueueCore {
         };
         Ok(QueueCore::adopt(
             ctx,
-            raw,
+            owned,
             device,
             out_of_order,
             profiling,
@@ -163,11 +161,11 @@ impl QueueCore {
         ))
     }
 
-    /// Takes over one reference to `raw`, a queue of `ctx` on `device` made with the
-    /// properties given; small blocking reads go through pinned blocks when `stage_reads`.
+    /// The queue `owned` holds, of `ctx` on `device`, made with the properties given;
+    /// small blocking reads go through pinned blocks when `stage_reads`.
     pub(crate) fn adopt(
         ctx: &Arc<ContextCore>,
-        raw: cl_command_queue,
+        owned: ffi::OwnedQueue,
         device: &Device,
         out_of_order: bool,
         profiling: bool,
@@ -180,8 +178,8 @@ impl QueueCore {
         }
         let single_event_waits = !out_of_order && behaviour.mishandles_failures();
         QueueCore {
-            raw: AtomicPtr::new(raw),
-            retired: Mutex::new(Vec::new()),
+            raw: AtomicPtr::new(owned.raw()),
+            owned: Mutex::new(vec![owned]),
             device: device.id,
             opencl_major: device.opencl_major(),
             lane: Lane {
@@ -236,7 +234,7 @@ impl QueueCore {
                 // though it runs.
                 // SAFETY: the pending marker is live (held by the echo).
                 echo.pending_marker()
-                    .and_then(|m| unsafe { RawEvent::retain(m.as_raw()) })
+                    .and_then(|m| unsafe { RawEvent::retain(m.raw()) }.ok())
             } else {
                 // SAFETY: `raw` is live (held by `self`); an empty wait list waits for
                 // every command enqueued before.
@@ -249,10 +247,10 @@ impl QueueCore {
                 };
                 // SAFETY: the marker was just returned by the enqueue, so it is valid; this
                 // second reference is this function's.
-                let ours = unsafe { RawEvent::retain(marker) };
+                let ours = unsafe { RawEvent::retain(marker) }.ok();
                 // SAFETY: the enqueue's reference, which nothing else releases, goes to
                 // the echo.
-                echo.settling(unsafe { RawEvent::own(marker) });
+                echo.settling(unsafe { RawEvent::from_raw(marker) });
                 ours
             }
         };
@@ -274,7 +272,7 @@ impl QueueCore {
     }
 
     /// The queue's device.
-    pub(crate) fn device(&self) -> cl_device_id {
+    pub(crate) fn device(&self) -> ffi::DeviceId {
         self.device
     }
 
@@ -293,13 +291,13 @@ impl QueueCore {
         if status >= CL_COMPLETE {
             return;
         }
-        let mut retired = self.retired.lock();
-        if ffi::event_queue(marker.as_raw()) != self.raw() {
+        let mut owned = self.owned.lock();
+        if ffi::event_queue(marker.raw()) != self.raw() {
             // Renewed already, by another thread that waited for this marker.
             return;
         }
         let fresh = ffi::create_queue(
-            self.ctx.raw,
+            self.ctx.raw(),
             self.device,
             !self.lane.in_order,
             self.profiling,
@@ -307,6 +305,9 @@ impl QueueCore {
         );
         match fresh {
             Ok(fresh) => {
+                // SAFETY: clCreateCommandQueue* returned the queue with one reference,
+                // given to its owner, kept before any thread can read it from `raw`.
+                owned.push(unsafe { ffi::OwnedQueue::from_raw(fresh) });
                 let old = self.raw.swap(fresh, Ordering::AcqRel);
                 log::info!(
                     target: "cl_lifetime::queue",
@@ -314,7 +315,6 @@ impl QueueCore {
                      every later command; commands go to a new queue {fresh:p}",
                     crate::status::ExecStatus(status)
                 );
-                retired.push(old);
             }
             Err(e) => log::warn!(
                 target: "cl_lifetime::queue",
@@ -352,7 +352,7 @@ impl QueueCore {
                      {MARKER_LIMIT:?}; a command enqueued on it outside the library may wait on \
                      a user event not set (the context's unset ones were created at {})",
                     self.raw(),
-                    marker.as_raw(),
+                    marker.raw(),
                     if gates.is_empty() { "nowhere: none is unset".to_string() } else { gates.join(", ") }
                 );
                 return false;
@@ -394,10 +394,10 @@ impl QueueCore {
                 Ok(marker) => {
                     // SAFETY: the marker was just returned by the enqueue, so it is valid;
                     // this second reference is this function's.
-                    let ours = unsafe { RawEvent::retain(marker) };
+                    let ours = unsafe { RawEvent::retain(marker) }.ok();
                     // SAFETY: the enqueue's reference, which nothing else releases, goes
                     // to the echo.
-                    echo.settling(unsafe { RawEvent::own(marker) });
+                    echo.settling(unsafe { RawEvent::from_raw(marker) });
                     if let Some(ours) = ours {
                         if self.await_marker(&ours) {
                             self.renew_if_failed(&ours);
@@ -430,7 +430,7 @@ impl QueueCore {
         };
         let watched = if echo.watches(may_fail) {
             // SAFETY: `raw` was just returned by the enqueue, so it is valid.
-            unsafe { RawEvent::retain(raw) }
+            unsafe { RawEvent::retain(raw) }.ok()
         } else {
             None
         };
@@ -438,7 +438,7 @@ impl QueueCore {
         let seq = echo.enqueued(watched);
         let before = if self.follows {
             // SAFETY: `raw` was just returned by the enqueue, so it is valid.
-            unsafe { RawEvent::retain(raw) }
+            unsafe { RawEvent::retain(raw) }.ok()
         } else {
             None
         };
@@ -552,7 +552,7 @@ impl QueueCore {
     /// read goes straight to its destination.
     pub(crate) fn stage(&self, bytes: usize) -> Option<(&Staging, Pinned)> {
         let staging = self.staging.as_ref().filter(|_| bytes <= STAGE_MAX)?;
-        match staging.take(self.ctx.raw, self.raw(), bytes) {
+        match staging.take(self.ctx.raw(), self.raw(), bytes) {
             Ok(block) => Some((staging, block)),
             Err(e) => {
                 log::debug!(target: "cl_lifetime::queue", "reading without staging: {e}");
@@ -601,7 +601,7 @@ impl QueueCore {
         }
         // Read, not waited on: they have ended for the driver, only their status lags.
         let deadline = std::time::Instant::now() + MARKER_LIMIT;
-        while !unended.iter().all(|e| ffi::has_ended(e.as_raw()))
+        while !unended.iter().all(|e| ffi::has_ended(e.raw()))
             && std::time::Instant::now() < deadline
         {
             std::thread::yield_now();
@@ -635,15 +635,8 @@ impl Drop for QueueCore {
         // Flushed first: a marker not yet submitted would never end.
         let _ = ffi::flush(self.raw());
         self.echo.echo.lock().wait_for_markers();
-        // SAFETY: `raw` came from clCreateCommandQueue* and is released once, here. The
-        // release flushes the queue; its commands still complete.
-        let retired = std::mem::take(self.retired.get_mut());
-        for raw in retired.into_iter().chain([self.raw()]) {
-            // SAFETY: each came from clCreateCommandQueue* and is released once, here.
-            if let Err(e) = unsafe { ffi::release_queue(raw) } {
-                log::error!(target: "cl_lifetime::queue", "{e}");
-            }
-        }
+        // Then every driver queue, oldest first, by their owners (`owned`, dropped before
+        // the other fields). A release flushes its queue; its commands still complete.
     }
 }
 

@@ -29,8 +29,9 @@
 use crate::util::sync::{Mutex, rank};
 use std::ffi::c_void;
 
+use super::echo::RawEvent;
 use crate::error::Result;
-use crate::ffi::{self, cl_command_queue, cl_context, cl_mem};
+use crate::ffi::{self, cl_command_queue, cl_context};
 
 /// Reads up to this many bytes are staged (the *small only* rule).
 pub(crate) const STAGE_MAX: usize = 1 << 20;
@@ -40,13 +41,13 @@ const KEEP: usize = 4;
 
 /// One pinned block: a mapped `CL_MEM_ALLOC_HOST_PTR` buffer.
 pub(crate) struct Pinned {
-    mem: cl_mem,
+    mem: ffi::OwnedMem,
     ptr: *mut c_void,
     bytes: usize,
 }
 
-// SAFETY: the buffer handle may be used from any thread; the mapped memory is plain host
-// memory, used by one reader at a time (the *one reader per block* rule).
+// SAFETY: `ptr` is the buffer's mapping: plain host memory, used by one reader at a time
+// (the *one reader per block* rule), and unmapped before the buffer goes.
 unsafe impl Send for Pinned {}
 
 impl Pinned {
@@ -61,29 +62,25 @@ impl Pinned {
         queue: cl_command_queue,
         bytes: usize,
     ) -> Result<Pinned> {
-        let mem = ffi::create_pinned_buffer(context, bytes)?;
+        // SAFETY: clCreateBuffer returned the buffer with one reference, given to its owner.
+        let mem = unsafe { ffi::OwnedMem::from_raw(ffi::create_pinned_buffer(context, bytes)?) };
         let mapped = {
             // The map joins the queue behind its commands, which a failing gate may be
             // failing right now: a command a driver meets mid-enqueue in a failure's
             // propagation crashes PoCL 3.1 (the gates' *no failure mid-enqueue* rule).
             let _enqueuing = super::gates::Enqueuing::begin();
             // SAFETY: `queue` and `mem` are live; the map waits on nothing.
-            unsafe { ffi::enqueue_map(queue, mem, true, 0, bytes, &[]) }
+            unsafe { ffi::enqueue_map(queue, mem.raw(), true, 0, bytes, &[]) }
         };
-        let (event, ptr) = match mapped {
-            Ok(mapped) => mapped,
-            Err(e) => {
-                // SAFETY: created above and released once, here.
-                let _ = unsafe { ffi::release_mem(mem) };
-                return Err(e);
-            }
-        };
-        ffi::wait_terminal(&[event]);
-        let status = ffi::execution_status(event);
-        // SAFETY: the map's event, owned here and released once (it waits behind the
-        // queue's commands, so it may fail as a gate fails: the gates' *failure in flight*
-        // rule).
-        unsafe { super::gates::release_event(event, false) };
+        // An error releases the buffer (its owner).
+        let (event, ptr) = mapped?;
+        // SAFETY: the map's event, with the enqueue's one reference (it waits behind the
+        // queue's commands, so it may fail as a gate fails: its owner's release follows the
+        // gates' *failure in flight* rule).
+        let event = unsafe { RawEvent::from_raw(event) };
+        event.wait();
+        let status = ffi::execution_status(event.raw());
+        drop(event);
         let pinned = Pinned { mem, ptr, bytes };
         match status {
             Ok(ffi::CL_COMPLETE) => Ok(pinned),
@@ -104,24 +101,20 @@ impl Pinned {
                 let _enqueuing = guarded.then(super::gates::Enqueuing::begin);
                 // SAFETY: `ptr` is this buffer's mapping, unmapped once, here; nothing uses
                 // it.
-                unsafe { ffi::enqueue_unmap(queue, self.mem, self.ptr, &[]) }
+                unsafe { ffi::enqueue_unmap(queue, self.mem.raw(), self.ptr, &[]) }
             };
             match unmapped {
                 Ok(event) => {
-                    ffi::wait_terminal(&[event]);
-                    // SAFETY: the unmap's event, owned here and released once (as the
+                    // SAFETY: the unmap's event, with the enqueue's one reference (as the
                     // map's).
-                    unsafe { super::gates::release_event(event, false) };
+                    unsafe { RawEvent::from_raw(event) }.wait();
                 }
                 Err(e) => {
                     log::warn!(target: "cl_lifetime::queue", "unmapping a staging block: {e}")
                 }
             }
         }
-        // SAFETY: created in `create` and released once, here.
-        if let Err(e) = unsafe { ffi::release_mem(self.mem) } {
-            log::warn!(target: "cl_lifetime::queue", "releasing a staging block: {e}");
-        }
+        // Then the buffer, by its owner.
     }
 }
 

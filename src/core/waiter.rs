@@ -103,7 +103,7 @@ pub(crate) trait Awaited: Send + Sync + 'static {
 
 impl Awaited for super::echo::RawEvent {
     fn has_ended(&self) -> bool {
-        crate::ffi::has_ended(self.as_raw())
+        crate::ffi::has_ended(self.raw())
     }
 
     fn wait(&self) {

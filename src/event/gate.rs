@@ -98,7 +98,7 @@ impl Gate {
             .stand_in
             .get()
             .and_then(Option::as_ref)
-            .map_or(inner.raw, StandIn::raw)
+            .map_or(inner.raw.raw(), StandIn::raw)
     }
 
     pub(crate) fn is_set(&self) -> bool {
@@ -114,9 +114,10 @@ impl Gate {
         // SAFETY: `source` is a live event (the caller's); each handle below takes a
         // reference of its own.
         let (watched, followed) = unsafe { (RawEvent::retain(source), RawEvent::retain(source)) };
-        let (Some(watched), Some(followed)) = (watched, followed) else {
-            return Err("clRetainEvent refused".into());
-        };
+        let (watched, followed) = (
+            watched.map_err(|e| e.to_string())?,
+            followed.map_err(|e| e.to_string())?,
+        );
         let watch = Arc::new(Watch::default());
         let waker = std::task::Waker::from(Arc::new(Follower {
             source: followed,
@@ -124,7 +125,7 @@ impl Gate {
         }));
         watch.ended_or_wake(&waker);
         let order = Order {
-            driver: self.event.inner.context as usize,
+            driver: self.event.inner.context.raw() as usize,
             queue: None,
             in_order: false,
             ends_on_its_own: on_its_own,
@@ -149,18 +150,19 @@ impl Gate {
             match self.make_twin() {
                 Ok(twin) => Some(StandIn::Twin(twin)),
                 Err(e) => {
-                    log::warn!(target: "cl_lifetime::event", "no twin for the user event {:p} ({e}); its own handle is handed out, and a failure set through it is not covered", inner.raw);
+                    log::warn!(target: "cl_lifetime::event", "no twin for the user event {:p} ({e}); its own handle is handed out, and a failure set through it is not covered", inner.raw.raw());
                     None
                 }
             }
         });
-        stand_in.as_ref().map_or(inner.raw, StandIn::raw)
+        stand_in.as_ref().map_or(inner.raw.raw(), StandIn::raw)
     }
 
     fn make_twin(self: &Arc<Gate>) -> std::result::Result<RawEvent, String> {
-        let raw = ffi::create_user_event(self.event.inner.context).map_err(|e| e.to_string())?;
+        let raw =
+            ffi::create_user_event(self.event.inner.context.raw()).map_err(|e| e.to_string())?;
         // SAFETY: `raw` was just created; its one reference is the twin's.
-        let twin = unsafe { RawEvent::own(raw) };
+        let twin = unsafe { RawEvent::from_raw(raw) };
         if crate::trace::on() {
             crate::trace::not_a_command(raw);
         }
@@ -196,7 +198,7 @@ impl Gate {
             let _twin = self.twin.lock();
             if let Some(Some(StandIn::Twin(twin))) = self.event.inner.stand_in.get() {
                 // Refused when other code set it first: that set is what this follows.
-                let _ = ffi::set_user_event_status(twin.as_raw(), status);
+                let _ = ffi::set_user_event_status(twin.raw(), status);
             }
         }
         // Failed events that waited on this gate may be free to go now.
@@ -211,7 +213,7 @@ impl Gate {
             return;
         }
         if let Some(Some(StandIn::Twin(twin))) = self.event.inner.stand_in.get() {
-            follow_status(self, twin.as_raw());
+            follow_status(self, twin.raw());
         }
     }
 }
@@ -242,7 +244,7 @@ impl std::task::Wake for Follower {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        follow_status(&self.gate, self.source.as_raw());
+        follow_status(&self.gate, self.source.raw());
     }
 }
 

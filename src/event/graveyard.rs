@@ -31,13 +31,10 @@
 use super::*;
 
 struct Grave {
-    raw: cl_event,
+    raw: RawEvent,
     deps: Box<[Event]>,
     before: Option<RawEvent>,
 }
-
-// SAFETY: as for `EventInner`: the handle may be used from any thread.
-unsafe impl Send for Grave {}
 
 static GRAVES: Mutex<Vec<Grave>, rank::Graveyard> = Mutex::new(Vec::new());
 /// How many graves there are, read without the lock.
@@ -45,7 +42,7 @@ static COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Sweep when the graveyard has grown to this many (doubling, like a record's prune).
 static SWEEP_AT: AtomicUsize = AtomicUsize::new(16);
 
-pub(super) fn bury(raw: cl_event, deps: Box<[Event]>, before: Option<RawEvent>) {
+pub(super) fn bury(raw: RawEvent, deps: Box<[Event]>, before: Option<RawEvent>) {
     let count = {
         let mut graves = GRAVES.lock();
         graves.push(Grave { raw, deps, before });
@@ -71,7 +68,7 @@ pub(crate) fn sweep() -> usize {
         };
         let (ready, waiting): (Vec<Grave>, Vec<Grave>) =
             std::mem::take(&mut *graves).into_iter().partition(|g| {
-                ffi::has_ended(g.raw)
+                g.raw.has_ended()
                     && g.deps.iter().all(Event::has_ended)
                     && g.before.as_ref().is_none_or(RawEvent::has_ended)
             });
@@ -82,7 +79,7 @@ pub(crate) fn sweep() -> usize {
     // Outside the lock: dropping dependencies can bury more.
     for grave in ready {
         drop_iteratively(grave.deps);
-        release_raw(grave.raw);
+        drop(grave.raw);
         drop(grave.before);
     }
     left

@@ -10,12 +10,12 @@
 //! `user` and `gate` the host's gates; `profile` the profiling times.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use crate::util::sync::{Mutex, rank};
 
-use crate::census;
 use crate::core::context::ContextCore;
 use crate::core::echo::RawEvent;
 use crate::core::gates::{OpenGates, failures_possible, note_failure, note_failure_possible};
@@ -35,13 +35,14 @@ pub use profile::Profile;
 pub use user::UserEvent;
 
 pub(crate) struct EventInner {
-    raw: cl_event,
+    /// Its one reference: given up by its drop, or handed to the [`graveyard`].
+    raw: ManuallyDrop<RawEvent>,
     /// The library's queue that produced it, if any: flushed before the event enters
     /// another queue's wait list (design trap "flush before a cross-queue wait").
     pub(crate) queue: Option<Arc<QueueCore>>,
     /// Its context, known when it was made (a queue's, a user event's) or read from the
     /// driver once when adopted, so that `after` can check it without a driver call.
-    context: cl_context,
+    context: ffi::UnownedContext,
     /// The events in the command's wait list (once a failure is possible), kept until the
     /// command is seen complete (see [`graveyard`]): a failed command must outlive its own
     /// dependencies.
@@ -96,12 +97,6 @@ enum StandIn {
 /// [`EventInner::seen`] before a terminal status has been read.
 const UNKNOWN: cl_int = i32::MAX;
 
-// SAFETY: OpenCL event handles may be used from any thread; every OpenCL call is
-// thread-safe except clSetKernelArg on a shared cl_kernel (OpenCL 3.0 appendix A.2).
-unsafe impl Send for EventInner {}
-// SAFETY: as above; the other fields are atomics and a Mutex.
-unsafe impl Sync for EventInner {}
-
 impl EventInner {
     fn new(
         raw: cl_event,
@@ -112,13 +107,16 @@ impl EventInner {
         seq: u64,
         origin: Origin,
     ) -> Self {
-        census::event_taken();
         let finish_count = queue.as_ref().map_or(0, |q| q.finish_count());
         let may_fail_alone = had_wait_list || queue.is_none();
         let enqueued_ungated = queue.as_ref().is_some_and(|q| q.ctx.gates.count() == 0);
         EventInner {
-            raw,
-            context,
+            // SAFETY: `raw` comes with its one reference: the enqueue's (`from_enqueue`),
+            // one just taken (`retained`), `clCreateUserEvent`'s (`Gate::new`), or the
+            // caller's (`from_raw_owned`, as its contract says).
+            raw: ManuallyDrop::new(unsafe { RawEvent::from_raw(raw) }),
+            // An event keeps its context.
+            context: ffi::UnownedContext::new(context),
             queue,
             deps: Mutex::new(deps),
             seen: AtomicI32::new(UNKNOWN),
@@ -153,7 +151,7 @@ impl EventInner {
         // A status already read (terminal) is not read again from the driver.
         let seen = *self.seen.get_mut();
         let status = if seen == UNKNOWN {
-            ffi::execution_status(self.raw)
+            ffi::execution_status(self.raw.raw())
         } else {
             Ok(seen)
         };
@@ -171,23 +169,18 @@ impl EventInner {
 impl Drop for EventInner {
     fn drop(&mut self) {
         let deps = self.deps.get_mut().take().unwrap_or_default();
-        if self.must_outlive_drop(&deps) {
-            graveyard::bury(self.raw, deps, self.before.take());
+        let outlive = self.must_outlive_drop(&deps);
+        // SAFETY: taken once, here, as the event goes; nothing reads `raw` after.
+        let raw = unsafe { ManuallyDrop::take(&mut self.raw) };
+        if outlive {
+            graveyard::bury(raw, deps, self.before.take());
             return;
         }
         drop_iteratively(deps);
-        release_raw(self.raw);
+        drop(raw);
         // After its own: the command before it is let go of once it no longer needs it.
         drop(self.before.take());
     }
-}
-
-/// Releases one reference to `raw`, logging a failure (held back while a gate fails: the
-/// gates' *failure in flight* rule).
-fn release_raw(raw: cl_event) {
-    // SAFETY: the caller owns one reference to `raw` (taken in `from_raw`,
-    // `from_enqueue` or `UserEvent::new`) and gives it up here, exactly once.
-    unsafe { crate::core::gates::release_event(raw, true) }
 }
 
 /// Drops a list of events without recursing through their own dependency lists, which
@@ -234,7 +227,7 @@ pub struct Event {
 
 impl fmt::Debug for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Event").field(&self.inner.raw).finish()
+        f.debug_tuple("Event").field(&self.inner.raw.raw()).finish()
     }
 }
 
@@ -254,16 +247,16 @@ impl Event {
 
     /// Whether the event belongs to `ctx`.
     pub(crate) fn in_context(&self, ctx: &ContextCore) -> bool {
-        self.inner.context == ctx.raw
+        self.inner.context.raw() == ctx.raw()
     }
 
     /// [`Error::ContextMismatch`] for this event, used with the context `used_with`.
     pub(crate) fn context_mismatch(&self, used_with: crate::ffi::cl_context) -> Error {
         let object = match self.command_kind() {
-            Ok(kind) => format!("event {:p} of a {kind:?} command", self.inner.raw),
-            Err(_) => format!("event {:p}", self.inner.raw),
+            Ok(kind) => format!("event {:p} of a {kind:?} command", self.inner.raw.raw()),
+            Err(_) => format!("event {:p}", self.inner.raw.raw()),
         };
-        Error::context_mismatch(object, Some(self.inner.context), used_with)
+        Error::context_mismatch(object, Some(self.inner.context.raw()), used_with)
     }
 
     /// The event of a command the library enqueued on `queue` after the events `deps`,
@@ -291,7 +284,7 @@ impl Event {
         Event {
             inner: Arc::new(EventInner::new(
                 raw,
-                queue.ctx.raw,
+                queue.ctx.raw(),
                 Some(queue.clone()),
                 deps,
                 had_wait_list,
@@ -378,7 +371,7 @@ impl Event {
 
     /// The driver's handle, for the library's own calls (wait lists, status reads).
     pub(crate) fn raw(&self) -> cl_event {
-        self.inner.raw
+        self.inner.raw.raw()
     }
 
     /// The raw handle, still owned by this `Event`, for other code to wait on.
@@ -394,10 +387,10 @@ impl Event {
     pub fn as_raw(&self) -> cl_event {
         let inner = &self.inner;
         let Origin::Gate(gate) = &inner.origin else {
-            return inner.raw;
+            return inner.raw.raw();
         };
         if let Some(stand_in) = inner.stand_in.get() {
-            return stand_in.as_ref().map_or(inner.raw, StandIn::raw);
+            return stand_in.as_ref().map_or(inner.raw.raw(), StandIn::raw);
         }
         match gate.upgrade() {
             Some(gate) => gate.public_handle(),
@@ -406,7 +399,7 @@ impl Event {
                 .stand_in
                 .get()
                 .and_then(Option::as_ref)
-                .map_or(inner.raw, StandIn::raw),
+                .map_or(inner.raw.raw(), StandIn::raw),
         }
     }
 
@@ -419,14 +412,14 @@ impl Event {
             return None;
         }
         let stand_in = inner.stand_in.get_or_init(|| {
-            if ffi::has_ended(inner.raw) {
+            if ffi::has_ended(inner.raw.raw()) {
                 // Ended for good: a wait on it can no longer meet its failure.
                 return None;
             }
-            match gate::Gate::following(inner.raw, inner.context, gates) {
+            match gate::Gate::following(inner.raw.raw(), inner.context.raw(), gates) {
                 Ok(proxy) => Some(StandIn::Proxy(proxy)),
                 Err(e) => {
-                    log::warn!(target: "cl_lifetime::event", "no gate could stand in for the foreign event {:p} ({e}); commands wait on it directly", inner.raw);
+                    log::warn!(target: "cl_lifetime::event", "no gate could stand in for the foreign event {:p} ({e}); commands wait on it directly", inner.raw.raw());
                     None
                 }
             }
@@ -482,7 +475,7 @@ impl Event {
             Status::Failed(status) => return Err(Error::CommandFailed { status }),
             _ => return not_available(),
         }
-        let [queued, submitted, started, ended] = ffi::profiling_times(self.inner.raw)?;
+        let [queued, submitted, started, ended] = ffi::profiling_times(self.inner.raw.raw())?;
         if started == 0 || !(queued <= submitted && submitted <= started && started <= ended) {
             return not_available();
         }
@@ -512,7 +505,9 @@ impl Event {
     ///
     /// [`Error::Cl`] when the type cannot be queried.
     pub fn command_kind(&self) -> Result<CommandKind> {
-        Ok(CommandKind::from_raw(ffi::command_type(self.inner.raw)?))
+        Ok(CommandKind::from_raw(ffi::command_type(
+            self.inner.raw.raw(),
+        )?))
     }
 
     /// Blocks until the command completes or fails.
@@ -536,7 +531,7 @@ impl Event {
     /// # }
     /// ```
     pub fn wait(&self) -> Result<()> {
-        ffi::wait_terminal(&[self.inner.raw]);
+        ffi::wait_terminal(&[self.inner.raw.raw()]);
         self.outcome()
     }
 
@@ -550,7 +545,7 @@ impl Event {
 
     /// Its context's handle.
     pub(crate) fn context_raw(&self) -> cl_context {
-        self.inner.context
+        self.inner.context.raw()
     }
 
     /// Whether the library enqueued it while every user event of its context was set.
@@ -578,7 +573,7 @@ impl Event {
 impl StandIn {
     fn raw(&self) -> cl_event {
         match self {
-            StandIn::Twin(twin) => twin.as_raw(),
+            StandIn::Twin(twin) => twin.raw(),
             StandIn::Proxy(proxy) => proxy.event.raw(),
         }
     }

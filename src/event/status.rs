@@ -43,8 +43,8 @@ impl Event {
         if self.finished_by_its_queue() {
             return Ok(Status::from_raw(self.finish(ffi::CL_COMPLETE)));
         }
-        let raw =
-            ffi::execution_status(self.inner.raw).map_err(|s| Error::cl("clGetEventInfo", s))?;
+        let raw = ffi::execution_status(self.inner.raw.raw())
+            .map_err(|s| Error::cl("clGetEventInfo", s))?;
         let raw = match raw {
             ffi::CL_COMPLETE if failures_possible() => self.resolve_complete(),
             terminal if terminal <= ffi::CL_COMPLETE => self.finish(terminal),
@@ -164,7 +164,7 @@ impl Event {
             return seen;
         }
         if crate::trace::on() {
-            crate::trace::seen_ended(self.inner.raw, raw);
+            crate::trace::seen_ended(self.inner.raw.raw(), raw);
         }
         if raw == ffi::CL_COMPLETE {
             // Complete, so every dependency completed before it: none is needed now,
@@ -190,7 +190,7 @@ impl Event {
         if seen != UNKNOWN {
             return seen;
         }
-        ffi::execution_status(self.inner.raw).unwrap_or(-1)
+        ffi::execution_status(self.inner.raw.raw()).unwrap_or(-1)
     }
 
     /// Whether the command has ended (completed or failed), asked without recursion.

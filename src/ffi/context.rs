@@ -2,12 +2,13 @@ use std::ptr;
 
 use opencl3::context::context as cl;
 
-use super::{cl_context, cl_device_id};
+use super::{DeviceId, cl_context, cl_device_id};
 use crate::error::{Error, Result};
 
 /// `clCreateContext` over `devices` (all of one platform).
-pub(crate) fn create_context(devices: &[cl_device_id]) -> Result<cl_context> {
-    cl::create_context(devices, ptr::null(), None, ptr::null_mut())
+pub(crate) fn create_context(devices: &[DeviceId]) -> Result<cl_context> {
+    let devices: Vec<cl_device_id> = devices.iter().map(|d| d.raw()).collect();
+    cl::create_context(&devices, ptr::null(), None, ptr::null_mut())
         .map_err(|s| Error::cl("clCreateContext", s))
 }
 
@@ -32,9 +33,12 @@ pub(crate) unsafe fn retain_context(raw: cl_context) -> Result<()> {
 }
 
 /// `CL_CONTEXT_DEVICES`.
-pub(crate) fn context_devices(raw: cl_context) -> Result<Vec<cl_device_id>> {
+pub(crate) fn context_devices(raw: cl_context) -> Result<Vec<DeviceId>> {
     let devices = cl::get_context_info(raw, cl::CL_CONTEXT_DEVICES)
         .map_err(|s| Error::cl("clGetContextInfo", s))?
         .to_vec_intptr();
-    Ok(devices.into_iter().map(|d| d as cl_device_id).collect())
+    Ok(devices
+        .into_iter()
+        .map(|d| DeviceId::new(d as cl_device_id))
+        .collect())
 }

@@ -8,14 +8,14 @@
 //! hold. Nothing here keeps state or decides policy: which events to wait on, when to
 //! release and what a status means are decided above.
 //!
-//! Handles stay raw (`cl_mem`, `cl_event`, ...). The layers above own them in RAII types
-//! that release them exactly once: [`crate::event::Event`], the record layer's block, and
-//! the queue, context, program and kernel cores.
+//! Calls take handles raw (`cl_mem`, `cl_event`, ...). The layers above hold their
+//! references through one owner type, [`Owned`], which releases each exactly once.
 
 mod context;
 mod device;
 mod event;
 mod mem;
+mod owned;
 mod program;
 mod queue;
 mod svm;
@@ -24,6 +24,23 @@ pub(crate) use context::*;
 pub(crate) use device::*;
 pub(crate) use event::*;
 pub(crate) use mem::*;
+pub(crate) use owned::{Kind, Owned, Unowned};
+
+/// One reference to a memory object.
+pub(crate) type OwnedMem = Owned<owned::Mem>;
+/// One reference to a command queue.
+pub(crate) type OwnedQueue = Owned<owned::Queue>;
+/// One reference to a context.
+pub(crate) type OwnedContext = Owned<owned::Context>;
+/// A context that what holds it keeps alive.
+pub(crate) type UnownedContext = Unowned<owned::Context>;
+/// One reference to a program.
+pub(crate) type OwnedProgram = Owned<owned::Program>;
+/// One reference to a kernel object.
+pub(crate) type OwnedKernel = Owned<owned::Kernel>;
+/// One reference to an event, released at once (the core layer's events follow its
+/// rules first).
+pub(crate) type OwnedEvent = Owned<owned::Event>;
 pub(crate) use program::*;
 pub(crate) use queue::*;
 pub(crate) use svm::*;

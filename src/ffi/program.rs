@@ -4,7 +4,7 @@ use std::ptr;
 use opencl3::kernel as clk;
 use opencl3::program as clp;
 
-use super::{cl_context, cl_device_id, cl_int, cl_kernel, cl_mem, cl_program};
+use super::{DeviceId, cl_context, cl_device_id, cl_int, cl_kernel, cl_mem, cl_program};
 use crate::error::{ClStatus, Error, Result};
 
 pub(crate) use clk::{
@@ -21,21 +21,22 @@ pub(crate) fn create_program(context: cl_context, source: &str) -> Result<cl_pro
 /// `clBuildProgram` for `devices`, or the failed build's status.
 pub(crate) fn build_program(
     program: cl_program,
-    devices: &[cl_device_id],
+    devices: &[DeviceId],
     options: &CStr,
 ) -> std::result::Result<(), cl_int> {
-    clp::build_program(program, devices, options, None, ptr::null_mut())
+    let devices: Vec<cl_device_id> = devices.iter().map(|d| d.raw()).collect();
+    clp::build_program(program, &devices, options, None, ptr::null_mut())
 }
 
 /// Whether `program` built for `device` (`CL_PROGRAM_BUILD_STATUS`).
-pub(crate) fn built_for(program: cl_program, device: cl_device_id) -> bool {
-    clp::get_program_build_info(program, device, clp::CL_PROGRAM_BUILD_STATUS)
+pub(crate) fn built_for(program: cl_program, device: DeviceId) -> bool {
+    clp::get_program_build_info(program, device.raw(), clp::CL_PROGRAM_BUILD_STATUS)
         .is_ok_and(|s| s.to_int() == clp::CL_BUILD_SUCCESS)
 }
 
 /// The build log of `program` for `device`, or why there is none.
-pub(crate) fn build_log(program: cl_program, device: cl_device_id) -> String {
-    clp::get_program_build_info(program, device, clp::CL_PROGRAM_BUILD_LOG)
+pub(crate) fn build_log(program: cl_program, device: DeviceId) -> String {
+    clp::get_program_build_info(program, device.raw(), clp::CL_PROGRAM_BUILD_LOG)
         .map(|v| String::from(v).trim_end_matches('\0').to_string())
         .unwrap_or_else(|s| format!("(no build log: {})", ClStatus(s)))
 }
@@ -119,9 +120,9 @@ pub(crate) fn kernel_num_args(kernel: cl_kernel) -> Result<usize> {
 /// `CL_KERNEL_WORK_GROUP_SIZE` of `kernel` on `device`, or the status of the failure.
 pub(crate) fn kernel_work_group_size(
     kernel: cl_kernel,
-    device: cl_device_id,
+    device: DeviceId,
 ) -> std::result::Result<usize, cl_int> {
-    clk::get_kernel_work_group_info(kernel, device, clk::CL_KERNEL_WORK_GROUP_SIZE)
+    clk::get_kernel_work_group_info(kernel, device.raw(), clk::CL_KERNEL_WORK_GROUP_SIZE)
         .map(|v| v.to_size())
 }
 
@@ -129,11 +130,14 @@ pub(crate) fn kernel_work_group_size(
 /// declares no `reqd_work_group_size`), or the status of the failure.
 pub(crate) fn kernel_compile_work_group_size(
     kernel: cl_kernel,
-    device: cl_device_id,
+    device: DeviceId,
 ) -> std::result::Result<[usize; 3], cl_int> {
-    let sizes =
-        clk::get_kernel_work_group_info(kernel, device, clk::CL_KERNEL_COMPILE_WORK_GROUP_SIZE)?
-            .to_vec_size();
+    let sizes = clk::get_kernel_work_group_info(
+        kernel,
+        device.raw(),
+        clk::CL_KERNEL_COMPILE_WORK_GROUP_SIZE,
+    )?
+    .to_vec_size();
     let mut out = [0; 3];
     for (slot, size) in out.iter_mut().zip(sizes) {
         *slot = size;

@@ -4,7 +4,8 @@ use std::ptr;
 use opencl3::command_queue as cl;
 
 use super::{
-    cl_command_queue, cl_context, cl_device_id, cl_event, cl_kernel, cl_mem, wait_len, wait_ptr,
+    DeviceId, cl_command_queue, cl_context, cl_device_id, cl_event, cl_kernel, cl_mem, wait_len,
+    wait_ptr,
 };
 use crate::error::{Error, Result};
 
@@ -14,11 +15,12 @@ use crate::error::{Error, Result};
 /// ocl-icd it spins forever).
 pub(crate) fn create_queue(
     context: cl_context,
-    device: cl_device_id,
+    device: DeviceId,
     out_of_order: bool,
     profiling: bool,
     opencl_major: u32,
 ) -> Result<cl_command_queue> {
+    let device = device.raw();
     let mut flags = 0;
     if out_of_order {
         flags |= cl::CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE;
@@ -53,7 +55,7 @@ pub(crate) unsafe fn retain_queue(raw: cl_command_queue) -> Result<()> {
 /// What a queue was made with: its context, device and properties.
 pub(crate) struct QueueInfo {
     pub(crate) context: cl_context,
-    pub(crate) device: cl_device_id,
+    pub(crate) device: DeviceId,
     pub(crate) out_of_order: bool,
     pub(crate) profiling: bool,
 }
@@ -66,7 +68,7 @@ pub(crate) fn queue_info(raw: cl_command_queue) -> Result<QueueInfo> {
     let properties = info(cl::CL_QUEUE_PROPERTIES)?.to_ulong();
     Ok(QueueInfo {
         context: info(cl::CL_QUEUE_CONTEXT)?.to_ptr() as cl_context,
-        device: info(cl::CL_QUEUE_DEVICE)?.to_ptr() as cl_device_id,
+        device: DeviceId::new(info(cl::CL_QUEUE_DEVICE)?.to_ptr() as cl_device_id),
         out_of_order: properties & cl::CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE != 0,
         profiling: properties & cl::CL_QUEUE_PROFILING_ENABLE != 0,
     })

@@ -11,7 +11,7 @@ use std::ffi::c_void;
 use opencl3::command_queue as cl;
 use opencl3::memory as mem;
 
-use super::{cl_command_queue, cl_context, cl_device_id, cl_event, cl_int, cl_kernel};
+use super::{DeviceId, cl_command_queue, cl_context, cl_event, cl_int, cl_kernel};
 use super::{wait_len, wait_ptr};
 use crate::error::{Error, Result};
 
@@ -25,8 +25,8 @@ pub(crate) const SVM_FINE_GRAIN_BUFFER: u64 = 1 << 1;
 /// The device's `CL_DEVICE_SVM_CAPABILITIES`, or 0 for a device that does not know the
 /// query. Asked only of an OpenCL 2.0 device or newer: below that the query is not
 /// defined (the caller checks the version).
-pub(crate) fn svm_capabilities(id: cl_device_id) -> u64 {
-    opencl3::device::get_device_info(id, CL_DEVICE_SVM_CAPABILITIES)
+pub(crate) fn svm_capabilities(id: DeviceId) -> u64 {
+    opencl3::device::get_device_info(id.raw(), CL_DEVICE_SVM_CAPABILITIES)
         .map(|v| v.to_ulong())
         .unwrap_or(0)
 }

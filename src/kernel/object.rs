@@ -13,7 +13,7 @@ use super::widths::Turn;
 use crate::checks::{self, Groups, Limits, Param};
 use crate::core::context::ContextCore;
 use crate::error::{ClStatus, Error, Result};
-use crate::ffi::{self, cl_command_queue, cl_device_id, cl_event, cl_kernel};
+use crate::ffi::{self, cl_command_queue, cl_event, cl_kernel};
 use crate::record::hooks::ArgHolder;
 use crate::record::sub::Held;
 
@@ -46,7 +46,7 @@ fn params(raw: cl_kernel, count: usize, address_bits: u32) -> Option<Box<[Param]
 
 /// The launch checks' *work sizes* rule: the kernel's work-group limits on `device`, or
 /// `None` where the driver does not say.
-fn groups(raw: cl_kernel, device: cl_device_id) -> Option<Groups> {
+fn groups(raw: cl_kernel, device: ffi::DeviceId) -> Option<Groups> {
     let max = ffi::kernel_work_group_size(raw, device);
     let reqd = ffi::kernel_compile_work_group_size(raw, device);
     match (max, reqd) {
@@ -94,19 +94,22 @@ impl Bound {
 }
 
 struct KernelState {
-    raw: cl_kernel,
+    raw: ffi::OwnedKernel,
     /// The *arguments set once* rule: one entry per argument.
     bound: Vec<Bound>,
     /// Other kernel objects of the same kernel, with what their arguments hold: the *one
     /// kind per argument object* rule.
-    others: Vec<(cl_kernel, Vec<Bound>)>,
+    others: Vec<(ffi::OwnedKernel, Vec<Bound>)>,
 }
 
 impl KernelState {
     /// Every kernel object, with what its arguments hold.
     fn objects(&mut self) -> impl Iterator<Item = (cl_kernel, &mut Vec<Bound>)> {
-        std::iter::once((self.raw, &mut self.bound))
-            .chain(self.others.iter_mut().map(|(raw, bound)| (*raw, bound)))
+        std::iter::once((self.raw.raw(), &mut self.bound)).chain(
+            self.others
+                .iter_mut()
+                .map(|(raw, bound)| (raw.raw(), bound)),
+        )
     }
 }
 
@@ -118,24 +121,11 @@ pub(crate) struct KernelInner {
     /// What each parameter declares (`None`: no argument information).
     params: Option<Box<[Param]>>,
     /// Its work-group limits on each device of its program (`None`: not known).
-    groups: Box<[(cl_device_id, Option<Groups>)]>,
+    groups: Box<[(ffi::DeviceId, Option<Groups>)]>,
     program: Arc<ProgramInner>,
     /// The arguments (a bit per index) already logged as read through a writable
     /// parameter (the launch checks' *const parameters* rule logs each once).
     logged_reads: AtomicU64,
-}
-
-// SAFETY: every use of the cl_kernel goes through the Mutex, which makes clSetKernelArg
-// plus enqueue one critical section (the *one lock per kernel* rule; OpenCL 3.0 appendix A.2 names
-// clSetKernelArg as the one call that is not thread-safe on a shared kernel).
-unsafe impl Send for KernelInner {}
-// SAFETY: as above.
-unsafe impl Sync for KernelInner {}
-
-impl KernelInner {
-    fn state_mut(&mut self) -> &mut KernelState {
-        self.state.get_mut()
-    }
 }
 
 impl KernelInner {
@@ -185,19 +175,6 @@ impl ArgHolder for KernelInner {
     }
 }
 
-impl Drop for KernelInner {
-    fn drop(&mut self) {
-        let raws: Vec<cl_kernel> = self.state_mut().objects().map(|(raw, _)| raw).collect();
-        for raw in raws {
-            // SAFETY: each came from clCreateKernel (or was retained when adopted) and is
-            // released once, here.
-            if let Err(e) = unsafe { ffi::release_kernel(raw) } {
-                log::error!(target: "cl_lifetime::program", "{e}");
-            }
-        }
-    }
-}
-
 /// A kernel of a built program. Cheap to clone; clones share one `cl_kernel` and its lock.
 ///
 /// # Examples
@@ -232,11 +209,19 @@ impl fmt::Debug for Kernel {
 }
 
 impl Kernel {
-    /// Takes ownership of `raw`, the kernel `name` of `program`.
-    pub(crate) fn adopt(raw: cl_kernel, name: &str, program: &Arc<ProgramInner>) -> Result<Kernel> {
+    /// The kernel `name` of `program`, held by `owned`. Every call that sets its
+    /// arguments or enqueues it is made under its state's lock (the *one lock per kernel*
+    /// rule: `clSetKernelArg` is the one OpenCL call not safe on a kernel shared between
+    /// threads).
+    pub(crate) fn adopt(
+        owned: ffi::OwnedKernel,
+        name: &str,
+        program: &Arc<ProgramInner>,
+    ) -> Result<Kernel> {
+        let raw = owned.raw();
         let mut kernel = KernelInner {
             state: Mutex::new(KernelState {
-                raw,
+                raw: owned,
                 bound: Vec::new(),
                 others: Vec::new(),
             }),
@@ -249,7 +234,7 @@ impl Kernel {
         };
         // `kernel` owns `raw` from here on, so an error below releases it.
         kernel.num_args = ffi::kernel_num_args(raw)?;
-        kernel.state_mut().bound = vec![Bound::Unknown; kernel.num_args];
+        kernel.state.get_mut().bound = vec![Bound::Unknown; kernel.num_args];
         kernel.params = params(raw, kernel.num_args, program.address_bits);
         kernel.groups = program
             .devices
@@ -268,7 +253,7 @@ impl Kernel {
     /// buffer (or the other way round) runs on another object of the same kernel (the
     /// kernel layer's *one kind per argument object* rule).
     pub fn as_raw(&self) -> ffi::cl_kernel {
-        self.inner.state.lock().raw
+        self.inner.state.lock().raw.raw()
     }
 
     /// The kernel's name.
@@ -286,18 +271,18 @@ impl Kernel {
     pub(crate) fn check_launch(
         &self,
         ctx: &ContextCore,
-        device: cl_device_id,
+        device: ffi::DeviceId,
         limits: &Limits,
         global: &[usize],
         local: Option<&[usize]>,
         args: &[Arg<'_>],
     ) -> Result<()> {
         if self.inner.program.ctx_id != ctx.id {
-            let its = ffi::program_context(self.inner.program.raw).ok();
+            let its = ffi::program_context(self.inner.program.raw()).ok();
             return Err(Error::context_mismatch(
                 format!("kernel {}", self.inner.name),
                 its,
-                ctx.raw,
+                ctx.raw(),
             ));
         }
         if args.len() != self.inner.num_args {
@@ -369,8 +354,8 @@ impl Kernel {
         // then `set_args` under this lock), `global` and `local` have the same dimensions
         // (`check_launch`), and the wait list holds live events (retained by the records
         // and dependencies the caller holds locked).
-        unsafe { ffi::enqueue_kernel(queue, state.raw, global, local, wait) }.map_err(|status| {
-            match status {
+        unsafe { ffi::enqueue_kernel(queue, state.raw.raw(), global, local, wait) }.map_err(
+            |status| match status {
                 ffi::codes::CL_INVALID_WORK_GROUP_SIZE
                 | ffi::codes::CL_INVALID_WORK_ITEM_SIZE
                 | ffi::codes::CL_INVALID_GLOBAL_WORK_SIZE
@@ -383,8 +368,8 @@ impl Kernel {
                     status: Some(ClStatus(status)),
                 },
                 _ => Error::cl("clEnqueueNDRangeKernel", status),
-            }
-        })
+            },
+        )
     }
 
     /// The *one kind per argument object* rule: makes current a kernel object on which no
@@ -408,9 +393,14 @@ impl Kernel {
             None => {
                 let name = std::ffi::CString::new(&*self.inner.name)
                     .map_err(|_| Error::cl("clCreateKernel", ffi::codes::CL_INVALID_KERNEL_NAME))?;
-                let raw = ffi::create_kernel(self.inner.program.raw, &name)
+                let raw = ffi::create_kernel(self.inner.program.raw(), &name)
                     .map_err(|s| Error::cl("clCreateKernel", s))?;
-                (raw, vec![Bound::Unknown; self.inner.num_args])
+                // SAFETY: clCreateKernel returned the kernel with one reference, given to
+                // its owner.
+                (
+                    unsafe { ffi::OwnedKernel::from_raw(raw) },
+                    vec![Bound::Unknown; self.inner.num_args],
+                )
             }
         };
         let (raw, bound) = other;
@@ -430,7 +420,7 @@ impl Kernel {
         subs: &[(usize, Held)],
     ) -> Result<()> {
         self.object_for(state, args)?;
-        let raw = state.raw;
+        let raw = state.raw.raw();
         let sub_of = |index: usize| subs.iter().find(|(i, _)| *i == index).map(|(_, s)| s);
         for ((index, arg), bound) in args.iter().enumerate().zip(state.bound.iter_mut()) {
             let wanted = match &arg.0 {

@@ -16,7 +16,7 @@ use crate::ffi::{self, cl_program};
 const ARG_INFO: &str = "-cl-kernel-arg-info";
 
 pub(crate) struct ProgramInner {
-    pub(super) raw: cl_program,
+    owned: ffi::OwnedProgram,
     pub(super) ctx_id: u64,
     pub(super) file: PathBuf,
     /// The first device's `CL_DEVICE_ADDRESS_BITS` (the size of `size_t` parameters).
@@ -26,30 +26,19 @@ pub(crate) struct ProgramInner {
     pub(super) widths: Arc<Widths>,
     /// The devices it is built for, those of its context (each kernel reads its work-group
     /// limits on each: the launch checks' *work sizes* rule).
-    pub(super) devices: Box<[ffi::cl_device_id]>,
+    pub(super) devices: Box<[ffi::DeviceId]>,
     /// Whether its options allow non-uniform work groups where the device runs them (the
     /// *work sizes* rule); `None` for a program built by other code, whose options the
     /// library does not know.
     pub(super) non_uniform: Option<bool>,
 }
 
-// SAFETY: a cl_program may be used from any thread (OpenCL 3.0 appendix A.2: every call is
-// thread-safe except clSetKernelArg); the other fields are immutable or thread-safe.
-unsafe impl Send for ProgramInner {}
-// SAFETY: as above.
-unsafe impl Sync for ProgramInner {}
-
-impl Drop for ProgramInner {
-    fn drop(&mut self) {
-        // SAFETY: `raw` came from clCreateProgramWithSource and is released once, here;
-        // kernels made from it hold an Arc to this struct.
-        if let Err(e) = unsafe { ffi::release_program(self.raw) } {
-            log::error!(target: "cl_lifetime::program", "{e}");
-        }
-    }
-}
-
 impl ProgramInner {
+    /// The program's handle; kernels made from it hold an `Arc` to this struct.
+    pub(super) fn raw(&self) -> cl_program {
+        self.owned.raw()
+    }
+
     /// The *checked options* and *argument checks* rules: builds `source`, named `file`,
     /// for the context's devices.
     pub(crate) fn build(
@@ -63,7 +52,9 @@ impl ProgramInner {
         let options = &format!("{options} {ARG_INFO}");
         // Owned from here on, so a failed build releases it.
         let program = ProgramInner {
-            raw: ffi::create_program(ctx.raw, source)?,
+            // SAFETY: clCreateProgramWithSource returned the program with one reference,
+            // given to its owner.
+            owned: unsafe { ffi::OwnedProgram::from_raw(ffi::create_program(ctx.raw(), source)?) },
             ctx_id: ctx.id,
             file: file.to_path_buf(),
             address_bits: ctx.device.limits.address_bits,
@@ -74,21 +65,21 @@ impl ProgramInner {
         // `check_options` refused a NUL byte.
         let c_options = CString::new(options.as_str()).unwrap_or_default();
         let ids: Vec<_> = ctx.devices.iter().map(|d| d.id).collect();
-        let built = ffi::build_program(program.raw, &ids, &c_options);
+        let built = ffi::build_program(program.raw(), &ids, &c_options);
         log::debug!(target: "cl_lifetime::program", "built {} ({options}) for {:?}: {built:?}", file.display(), ctx.devices);
         if let Err(status) = built {
             // Report the first device whose build failed, with its full log.
             let failed = ctx
                 .devices
                 .iter()
-                .find(|d| !ffi::built_for(program.raw, d.id))
+                .find(|d| !ffi::built_for(program.raw(), d.id))
                 .unwrap_or(&ctx.device);
             return Err(Error::Build {
                 file: file.to_path_buf(),
                 device: failed.to_string(),
                 options: given.to_string(),
                 status: ClStatus(status),
-                log: ffi::build_log(program.raw, failed.id),
+                log: ffi::build_log(program.raw(), failed.id),
             });
         }
         Ok(Arc::new(program))
@@ -103,17 +94,16 @@ impl ProgramInner {
     /// `raw` is a valid program.
     pub(crate) unsafe fn adopt(ctx: &ContextCore, raw: cl_program) -> Result<Arc<ProgramInner>> {
         let its = ffi::program_context(raw)?;
-        if its != ctx.raw {
+        if its != ctx.raw() {
             return Err(Error::context_mismatch(
                 format!("program {raw:p}"),
                 Some(its),
-                ctx.raw,
+                ctx.raw(),
             ));
         }
-        // SAFETY: as the caller vouches; the reference taken here is released by `Drop`.
-        unsafe { ffi::retain_program(raw) }?;
         Ok(Arc::new(ProgramInner {
-            raw,
+            // SAFETY: `raw` is a valid program, as the caller vouches.
+            owned: unsafe { ffi::OwnedProgram::retain(raw) }?,
             ctx_id: ctx.id,
             file: PathBuf::from("<raw>"),
             address_bits: ctx.device.limits.address_bits,
@@ -164,7 +154,7 @@ impl Program {
 
     /// The raw handle, still owned by this program.
     pub fn as_raw(&self) -> ffi::cl_program {
-        self.inner.raw
+        self.inner.raw()
     }
 
     /// The file it was built from.
@@ -178,7 +168,7 @@ impl Program {
     ///
     /// [`Error::Cl`] when the program cannot be queried.
     pub fn kernel_names(&self) -> Result<Vec<String>> {
-        ffi::kernel_names(self.inner.raw)
+        ffi::kernel_names(self.inner.raw())
     }
 
     /// A new kernel object for the kernel `name`.
@@ -193,8 +183,14 @@ impl Program {
             available: self.kernel_names().unwrap_or_default(),
         };
         let c_name = CString::new(name).map_err(|_| unknown())?;
-        match ffi::create_kernel(self.inner.raw, &c_name) {
-            Ok(raw) => Kernel::adopt(raw, name, &self.inner),
+        match ffi::create_kernel(self.inner.raw(), &c_name) {
+            // SAFETY: clCreateKernel returned the kernel with one reference, given to its
+            // owner.
+            Ok(raw) => Kernel::adopt(
+                unsafe { ffi::OwnedKernel::from_raw(raw) },
+                name,
+                &self.inner,
+            ),
             Err(ffi::codes::CL_INVALID_KERNEL_NAME) => Err(unknown()),
             Err(s) => Err(Error::cl("clCreateKernel", s)),
         }

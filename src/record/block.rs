@@ -116,7 +116,7 @@ impl Block {
             }
         }
         // SAFETY: as the caller vouches.
-        let raw = unsafe { ffi::create_buffer(ctx.raw, bytes, init) }?;
+        let raw = unsafe { ffi::create_buffer(ctx.raw(), bytes, init) }?;
         Ok(Block::adopt(
             ctx,
             raw,
@@ -140,7 +140,7 @@ impl Block {
         let at = {
             let _one_at_a_time = svm_calls();
             // SAFETY: every device of the context reports `kind` (checked above).
-            unsafe { ffi::svm_alloc(ctx.raw, bytes, kind == SvmKind::Fine) }?
+            unsafe { ffi::svm_alloc(ctx.raw(), bytes, kind == SvmKind::Fine) }?
         };
         Ok(Block::adopt(
             ctx,
@@ -162,7 +162,7 @@ impl Block {
     pub(crate) fn context_mismatch(&self, used_with: ffi::cl_context) -> Error {
         Error::context_mismatch(
             format!("buffer allocated at {}", self.allocated_at),
-            Some(self.ctx.raw),
+            Some(self.ctx.raw()),
             used_with,
         )
     }
@@ -179,11 +179,11 @@ impl Block {
         site: &'static Location<'static>,
     ) -> Result<Block> {
         let (bytes, context) = ffi::mem_size_and_context(raw)?;
-        if context != ctx.raw {
+        if context != ctx.raw() {
             return Err(Error::context_mismatch(
                 format!("memory object {raw:p}"),
                 Some(context),
-                ctx.raw,
+                ctx.raw(),
             ));
         }
         // One memory object is one block: two records of it would not order each other's

@@ -288,9 +288,9 @@ impl Record {
         let (queue, ahead) = self.failed.first_ahead()?;
         // SAFETY: `ahead` is live (held until the end of this call); the reference taken
         // here is the new event's.
-        unsafe { ffi::retain_event(ahead.as_raw()) }.ok()?;
+        unsafe { ffi::retain_event(ahead.raw()) }.ok()?;
         Some(Event::from_enqueue_with(
-            ahead.as_raw(),
+            ahead.raw(),
             &queue,
             None,
             false,

@@ -181,7 +181,7 @@ impl Block {
         let mut waited = waited;
         while let Some((_, ahead)) = block.then(|| failed.first_ahead()).flatten() {
             let start = Instant::now();
-            wait_reporting_stalls(&[ahead.as_raw()], &self.ctx.gates, self.allocated_at);
+            wait_reporting_stalls(&[ahead.raw()], &self.ctx.gates, self.allocated_at);
             waited += start.elapsed();
         }
         drop(unasked);
@@ -235,7 +235,7 @@ impl Block {
                     // has ended, as above. Kernels hold no reference to it: an argument
                     // set to it is set again at the next launch that names it (its block
                     // ID is new).
-                    unsafe { ffi::svm_free(self.ctx.raw, raw.cast()) }
+                    unsafe { ffi::svm_free(self.ctx.raw(), raw.cast()) }
                 };
                 stages.mark("clSVMFree");
                 released

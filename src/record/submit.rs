@@ -269,7 +269,7 @@ impl Submit<'_> {
     ) -> Result<Event> {
         let queue = self.queue;
         if let Some(d) = self.deps.iter().find(|d| !d.in_context(&queue.ctx)) {
-            return Err(d.context_mismatch(queue.ctx.raw));
+            return Err(d.context_mismatch(queue.ctx.raw()));
         }
         // After a failure on a queue whose failures echo, let the queue drain first when
         // it can, so that this command runs ([`crate::core::echo`]).
@@ -466,7 +466,7 @@ impl Submit<'_> {
         let mut order: inline::List<&Touch<'_>> = inline::List::new();
         for touch in touches {
             if touch.block.ctx.id != self.queue.ctx.id {
-                return Err(touch.block.context_mismatch(self.queue.ctx.raw));
+                return Err(touch.block.context_mismatch(self.queue.ctx.raw()));
             }
             order.push(touch);
         }

@@ -723,8 +723,8 @@ impl Pool {
         if queue.core.ctx.id != self.inner.ctx.id {
             return Err(Error::context_mismatch(
                 "queue",
-                Some(queue.core.ctx.raw),
-                self.inner.ctx.raw,
+                Some(queue.core.ctx.raw()),
+                self.inner.ctx.raw(),
             ));
         }
         self.take::<T>(len, Some(queue), Location::caller())
@@ -809,8 +809,8 @@ impl Pool {
         if queue.core.ctx.id != self.inner.ctx.id {
             return Err(Error::context_mismatch(
                 "queue",
-                Some(queue.core.ctx.raw),
-                self.inner.ctx.raw,
+                Some(queue.core.ctx.raw()),
+                self.inner.ctx.raw(),
             ));
         }
         self.take_svm(len, kind, Some(queue), Location::caller())
@@ -887,7 +887,7 @@ impl Pool {
         len: usize,
     ) -> impl std::future::Future<Output = Result<ClBuffer<T>>> + Send + 'static {
         let mismatch = (queue.core.ctx.id != self.inner.ctx.id).then(|| {
-            Error::context_mismatch("queue", Some(queue.core.ctx.raw), self.inner.ctx.raw)
+            Error::context_mismatch("queue", Some(queue.core.ctx.raw()), self.inner.ctx.raw())
         });
         let taken = self.take_async(len, Some(queue.clone()), Location::caller());
         async move {
