@@ -20,71 +20,95 @@ use std::collections::{BTreeMap, HashMap};
 use crate::ffi::{self, cl_mem};
 use crate::util::sync::{Mutex, rank};
 
+/// What a shelf holds: a sub-buffer's owner ([`ffi::OwnedMem`]), or, in the unit tests, a
+/// stand-in with no driver behind it.
+pub(crate) trait Shelved {
+    /// Its handle, as a number: what [`Shelves::made`] notes it by.
+    fn key(&self) -> usize;
+}
+
+impl Shelved for ffi::OwnedMem {
+    fn key(&self) -> usize {
+        self.raw() as usize
+    }
+}
+
 /// One root's sub-buffers: the order each was made in, and the idle ones by region.
-#[derive(Default)]
-struct Shelf {
+struct Shelf<H> {
     /// Every sub-buffer made on the root and not released, by handle: when it was made
     /// (the *newest made first* order of the release).
     made: HashMap<usize, u64>,
-    /// The idle ones by region (origin in the root, bytes), each with its one reference
-    /// (handles as numbers: the shelf only holds them, so it is `Send` as it is).
-    idle: BTreeMap<(usize, usize), Vec<usize>>,
+    /// The idle ones by region (origin in the root, bytes), each with its one reference.
+    idle: BTreeMap<(usize, usize), Vec<H>>,
     /// The next one's place in `made`.
     next: u64,
 }
 
-impl Shelf {
+impl<H> Default for Shelf<H> {
+    fn default() -> Self {
+        Shelf {
+            made: HashMap::new(),
+            idle: BTreeMap::new(),
+            next: 0,
+        }
+    }
+}
+
+impl<H: Shelved> Shelf<H> {
     /// The idle ones, newest made first.
-    fn release_order(&self) -> Vec<cl_mem> {
-        let mut idle: Vec<(u64, cl_mem)> = self
+    fn release_order(self) -> Vec<H> {
+        let made = self.made;
+        let mut idle: Vec<(u64, H)> = self
             .idle
-            .values()
+            .into_values()
             .flatten()
-            .map(|&raw| (self.made.get(&raw).copied().unwrap_or(0), raw as cl_mem))
+            .map(|h| (made.get(&h.key()).copied().unwrap_or(0), h))
             .collect();
         idle.sort_unstable_by_key(|&(made, _)| std::cmp::Reverse(made));
-        idle.into_iter().map(|(_, raw)| raw).collect()
+        idle.into_iter().map(|(_, h)| h).collect()
     }
 
-    /// Releases the idle ones, newest made first; forgets the rest (in use: their holder
-    /// releases them itself, finding no shelf).
+    /// Releases the idle ones (their owners), newest made first; forgets the rest (in
+    /// use: their holder releases them itself, finding no shelf). Every command on one
+    /// had ended before it was shelved.
     fn release(self) {
-        for raw in self.release_order() {
-            // SAFETY: the one reference the shelf was given, released once, here; every
-            // command on it had ended before it was shelved.
-            if let Err(e) = unsafe { ffi::release_mem(raw) } {
-                log::error!(target: "cl_lifetime::buffer", "releasing a shelved sub-buffer: {e}");
-            }
+        for h in self.release_order() {
+            drop(h);
         }
     }
 }
 
 /// The shelves of a context's roots, by root handle. A root has one from its first
 /// sub-buffer made by the library to its release.
-#[derive(Default)]
-pub(crate) struct Shelves(Mutex<HashMap<usize, Shelf>, rank::Tracked>);
+pub(crate) struct Shelves<H = ffi::OwnedMem>(Mutex<HashMap<usize, Shelf<H>>, rank::Tracked>);
 
-impl Shelves {
-    /// Notes that `raw` was just made on `root`, which the library owns and releases (its
+impl<H> Default for Shelves<H> {
+    fn default() -> Self {
+        Shelves(Mutex::default())
+    }
+}
+
+impl<H: Shelved> Shelves<H> {
+    /// Notes that `sub` was just made on `root`, which the library owns and releases (its
     /// shelf opens if it had none).
-    pub(crate) fn made(&self, root: cl_mem, raw: cl_mem) {
+    pub(crate) fn made(&self, root: cl_mem, sub: &H) {
         let mut shelves = self.0.lock();
         let shelf = shelves.entry(root as usize).or_default();
-        shelf.made.insert(raw as usize, shelf.next);
+        shelf.made.insert(sub.key(), shelf.next);
         shelf.next += 1;
     }
 
     /// An idle sub-buffer of `root` over exactly `region` (origin in the root, bytes), taken
-    /// off the shelf with its one reference.
-    pub(crate) fn take(&self, root: cl_mem, region: (usize, usize)) -> Option<cl_mem> {
+    /// off the shelf.
+    pub(crate) fn take(&self, root: cl_mem, region: (usize, usize)) -> Option<H> {
         let mut shelves = self.0.lock();
         let idle = &mut shelves.get_mut(&(root as usize))?.idle;
         let same = idle.get_mut(&region)?;
-        let raw = same.pop();
+        let sub = same.pop();
         if same.is_empty() {
             idle.remove(&region);
         }
-        raw.map(|raw| raw as cl_mem)
+        sub
     }
 
     /// The idle sub-buffer of `root` over exactly `region`, or a new one from `make`, noted
@@ -93,33 +117,27 @@ impl Shelves {
         &self,
         root: cl_mem,
         region: (usize, usize),
-        make: impl FnOnce() -> crate::error::Result<cl_mem>,
-    ) -> crate::error::Result<cl_mem> {
-        if let Some(raw) = self.take(root, region) {
-            return Ok(raw);
+        make: impl FnOnce() -> crate::error::Result<H>,
+    ) -> crate::error::Result<H> {
+        if let Some(sub) = self.take(root, region) {
+            return Ok(sub);
         }
-        let raw = make()?;
-        self.made(root, raw);
-        Ok(raw)
+        let sub = make()?;
+        self.made(root, &sub);
+        Ok(sub)
     }
 
-    /// Puts `raw`, a sub-buffer of `root` over `region` that nothing uses any more, on
-    /// `root`'s shelf with its one reference; gives it back when `root` has no shelf (it
-    /// was released, or `raw` was not made through [`Shelves::made`]): the caller
-    /// releases it then.
-    pub(crate) fn put(
-        &self,
-        root: cl_mem,
-        region: (usize, usize),
-        raw: cl_mem,
-    ) -> std::result::Result<(), cl_mem> {
+    /// Puts `sub`, a sub-buffer of `root` over `region` that nothing uses any more, on
+    /// `root`'s shelf; gives it back when `root` has no shelf (it was released, or `sub`
+    /// was not made through [`Shelves::made`]): the caller releases it then.
+    pub(crate) fn put(&self, root: cl_mem, region: (usize, usize), sub: H) -> Result<(), H> {
         let mut shelves = self.0.lock();
         match shelves.get_mut(&(root as usize)) {
-            Some(shelf) if shelf.made.contains_key(&(raw as usize)) => {
-                shelf.idle.entry(region).or_default().push(raw as usize);
+            Some(shelf) if shelf.made.contains_key(&sub.key()) => {
+                shelf.idle.entry(region).or_default().push(sub);
                 Ok(())
             }
-            _ => Err(raw),
+            _ => Err(sub),
         }
     }
 
@@ -156,15 +174,22 @@ mod tests {
         n as cl_mem
     }
 
+    /// A stand-in sub-buffer: its number.
+    impl Shelved for usize {
+        fn key(&self) -> usize {
+            *self
+        }
+    }
+
     #[test]
     fn a_shelf_gives_a_region_back_only_to_that_region_and_only_what_was_made_on_its_root() {
-        let shelves = Shelves::default();
+        let shelves = Shelves::<usize>::default();
         let (root, other) = (handle(0x1000), handle(0x2000));
-        let (a, b, stranger) = (handle(0x10), handle(0x20), handle(0x30));
+        let (a, b, stranger) = (0x10, 0x20, 0x30);
         // No shelf before the root's first sub-buffer: given back, for the caller to release.
         assert_eq!(shelves.put(root, (0, 64), a), Err(a));
-        shelves.made(root, a);
-        shelves.made(root, b);
+        shelves.made(root, &a);
+        shelves.made(root, &b);
         assert_eq!(shelves.put(root, (0, 64), a), Ok(()));
         assert_eq!(shelves.put(root, (64, 64), b), Ok(()));
         // Made elsewhere, or on another root: not this shelf's.
@@ -176,17 +201,16 @@ mod tests {
         assert_eq!(shelves.take(root, (0, 64)), Some(a));
         assert_eq!(shelves.take(root, (0, 64)), None);
         assert_eq!(shelves.idle_of(root), 1);
-        // Forgotten without a release: the handles are not real.
         let shelf = shelves.0.lock().remove(&(root as usize)).unwrap();
         assert_eq!(shelf.release_order(), vec![b]);
     }
 
     #[test]
     fn a_shelf_releases_newest_made_first_whatever_order_they_were_let_go_of() {
-        let shelves = Shelves::default();
+        let shelves = Shelves::<usize>::default();
         let root = handle(0x1000);
-        let made: Vec<cl_mem> = (1..=5).map(|n| handle(n * 0x10)).collect();
-        for &raw in &made {
+        let made: Vec<usize> = (1..=5).map(|n| n * 0x10).collect();
+        for raw in &made {
             shelves.made(root, raw);
         }
         // Let go of in an order unlike the one they were made in, two of one region.
@@ -197,7 +221,7 @@ mod tests {
         let again = shelves.take(root, (0, 64)).unwrap();
         shelves.put(root, (0, 64), again).unwrap();
         let shelf = shelves.0.lock().remove(&(root as usize)).unwrap();
-        let newest_first: Vec<cl_mem> = made.iter().rev().copied().collect();
+        let newest_first: Vec<usize> = made.iter().rev().copied().collect();
         assert_eq!(shelf.release_order(), newest_first);
     }
 }

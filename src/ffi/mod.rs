@@ -28,6 +28,8 @@ pub(crate) use owned::{Kind, Owned, Unowned};
 
 /// One reference to a memory object.
 pub(crate) type OwnedMem = Owned<owned::Mem>;
+/// A memory object that what holds it keeps alive.
+pub(crate) type UnownedMem = Unowned<owned::Mem>;
 /// One reference to a command queue.
 pub(crate) type OwnedQueue = Owned<owned::Queue>;
 /// One reference to a context.

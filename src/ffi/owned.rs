@@ -96,6 +96,16 @@ impl<K: Kind> Owned<K> {
     pub(crate) fn raw(&self) -> K::Raw {
         self.raw
     }
+
+    /// Gives up the reference now and returns what the release returned (a drop logs a
+    /// refusal instead).
+    pub(crate) fn release(self) -> Result<()> {
+        let raw = self.raw;
+        std::mem::forget(self);
+        // SAFETY: the owner's one reference, given up here, once: `forget` keeps its drop
+        // from giving it up again.
+        unsafe { K::release(raw) }
+    }
 }
 
 impl<K: Kind> Drop for Owned<K> {

@@ -11,7 +11,7 @@ use std::ffi::c_void;
 use opencl3::command_queue as cl;
 use opencl3::memory as mem;
 
-use super::{DeviceId, cl_command_queue, cl_context, cl_event, cl_int, cl_kernel};
+use super::{DeviceId, UnownedContext, cl_command_queue, cl_context, cl_event, cl_int, cl_kernel};
 use super::{wait_len, wait_ptr};
 use crate::error::{Error, Result};
 
@@ -59,6 +59,59 @@ pub(crate) unsafe fn svm_alloc(
 pub(crate) unsafe fn svm_free(context: cl_context, ptr: *mut c_void) -> Result<()> {
     // SAFETY: as the caller vouches.
     unsafe { mem::svm_free(context, ptr) }.map_err(|s| Error::cl("clSVMFree", s))
+}
+
+/// One shared virtual memory allocation of a context, freed by [`SvmAlloc::free`] alone:
+/// `clSVMFree` frees at once, whatever still uses the memory, so only a release that has
+/// waited for the allocation's commands may call it. Dropped any other way (a panic in
+/// the middle of a release), it is left allocated, which is safe, where freeing it could
+/// let a pending command write freed memory.
+pub(crate) struct SvmAlloc {
+    ptr: *mut c_void,
+    /// Kept alive by the holder (a block holds its context).
+    context: UnownedContext,
+}
+
+// SAFETY: the allocation's address may be passed to OpenCL from any thread (OpenCL 3.0
+// appendix A.2); the host reaches its bytes only through the library's maps and fine-
+// grained views, whose own types keep Rust's aliasing rules.
+unsafe impl Send for SvmAlloc {}
+// SAFETY: as above; `&SvmAlloc` only reads the address.
+unsafe impl Sync for SvmAlloc {}
+
+impl SvmAlloc {
+    /// [`svm_alloc`] of `bytes` in `context`, fine-grained when `fine`.
+    ///
+    /// # Safety
+    ///
+    /// As [`svm_alloc`]; the caller holds the process's SVM call lock
+    /// (`core::context::svm_calls`), and `context` outlives the allocation.
+    pub(crate) unsafe fn alloc(context: cl_context, bytes: usize, fine: bool) -> Result<SvmAlloc> {
+        // SAFETY: as the caller vouches.
+        let ptr = unsafe { svm_alloc(context, bytes, fine) }?;
+        Ok(SvmAlloc {
+            ptr,
+            context: UnownedContext::new(context),
+        })
+    }
+
+    /// Its address.
+    #[inline]
+    pub(crate) fn ptr(&self) -> *mut c_void {
+        self.ptr
+    }
+
+    /// [`svm_free`]s it.
+    ///
+    /// # Safety
+    ///
+    /// No command that uses it is pending, and the caller holds the process's SVM call
+    /// lock.
+    pub(crate) unsafe fn free(self) -> Result<()> {
+        // SAFETY: allocated in `context` by `alloc`, freed once (it is consumed), with no
+        // command pending, as the caller vouches.
+        unsafe { svm_free(self.context.raw(), self.ptr) }
+    }
 }
 
 /// A non-blocking `clEnqueueSVMMemcpy` of `bytes` bytes from `src` to `dst`, either of which

@@ -26,10 +26,10 @@ use crate::util::next_id;
 /// typed handle to one; a pool keeps unused ones. Its drop releases it (the *release*
 /// rules of [`crate::record`]).
 pub(crate) struct Block {
-    /// The allocation's handle: a `cl_mem`, or for shared virtual memory the pointer
-    /// `clSVMAlloc` returned (`memory` says which); null once released.
-    pub(super) raw: cl_mem,
-    /// What `raw` is, and so how commands name it and how it is freed.
+    /// The allocation, owned: a buffer's reference, or a shared virtual memory allocation
+    /// (`memory` says which); [`Alloc::Released`] once its release took it.
+    pub(super) alloc: Alloc,
+    /// What `alloc` is, and so how commands name it and how it is freed.
     pub(crate) memory: Memory,
     pub(crate) id: u64,
     pub(super) bytes: usize,
@@ -53,6 +53,33 @@ pub(crate) struct Block {
     pub(super) subs: Subs,
 }
 
+/// A block's allocation, with its owner.
+pub(crate) enum Alloc {
+    /// Taken by the block's release (or moved to another block).
+    Released,
+    /// A buffer's one reference.
+    Buffer(ffi::OwnedMem),
+    /// A shared virtual memory allocation, freed by the release alone.
+    Svm(ffi::SvmAlloc),
+}
+
+impl Alloc {
+    /// Its handle: the `cl_mem`, or the SVM allocation's address as one; null once
+    /// released.
+    #[inline]
+    pub(crate) fn raw(&self) -> cl_mem {
+        match self {
+            Alloc::Buffer(mem) => mem.raw(),
+            Alloc::Svm(svm) => svm.ptr().cast(),
+            Alloc::Released => ptr::null_mut(),
+        }
+    }
+
+    pub(crate) fn is_released(&self) -> bool {
+        matches!(self, Alloc::Released)
+    }
+}
+
 /// What a block's memory is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Memory {
@@ -74,12 +101,6 @@ pub(crate) enum Home {
     /// never read, only held.
     KeepAlive(#[allow(dead_code)] Arc<dyn Any + Send + Sync>),
 }
-
-// SAFETY: a cl_mem may be used from any thread (OpenCL 3.0 appendix A.2: every call is
-// thread-safe except clSetKernelArg); the record and the kernel list are behind Mutexes.
-unsafe impl Send for Block {}
-// SAFETY: as above.
-unsafe impl Sync for Block {}
 
 impl Block {
     /// The size check every allocation makes: `len` elements of `T`, at least one byte,
@@ -115,11 +136,11 @@ impl Block {
                 return Ok(block);
             }
         }
-        // SAFETY: as the caller vouches.
-        let raw = unsafe { ffi::create_buffer(ctx.raw(), bytes, init) }?;
+        // SAFETY: as the caller vouches; the creation's one reference goes to its owner.
+        let mem = unsafe { ffi::OwnedMem::from_raw(ffi::create_buffer(ctx.raw(), bytes, init)?) };
         Ok(Block::adopt(
             ctx,
-            raw,
+            Alloc::Buffer(mem),
             Memory::Buffer,
             bytes,
             site,
@@ -137,14 +158,15 @@ impl Block {
         site: &'static Location<'static>,
     ) -> Result<Block> {
         ctx.check_svm(kind)?;
-        let at = {
+        let svm = {
             let _one_at_a_time = svm_calls();
-            // SAFETY: every device of the context reports `kind` (checked above).
-            unsafe { ffi::svm_alloc(ctx.raw(), bytes, kind == SvmKind::Fine) }?
+            // SAFETY: every device of the context reports `kind` (checked above), the SVM
+            // call lock is held, and the block holds its context.
+            unsafe { ffi::SvmAlloc::alloc(ctx.raw(), bytes, kind == SvmKind::Fine) }?
         };
         Ok(Block::adopt(
             ctx,
-            at.cast(),
+            Alloc::Svm(svm),
             Memory::Svm(kind),
             bytes,
             site,
@@ -195,8 +217,15 @@ impl Block {
             });
         }
         // SAFETY: `raw` is valid, as the caller vouches; this reference is the block's.
-        unsafe { ffi::retain_mem(raw) }?;
-        let mut block = Block::adopt(ctx, raw, Memory::Buffer, bytes, site, Bucket::Live);
+        let mem = unsafe { ffi::OwnedMem::retain(raw) }?;
+        let mut block = Block::adopt(
+            ctx,
+            Alloc::Buffer(mem),
+            Memory::Buffer,
+            bytes,
+            site,
+            Bucket::Live,
+        );
         block.shared = true;
         Ok(block)
     }
@@ -210,16 +239,18 @@ impl Block {
         site: &'static Location<'static>,
     ) -> Result<Block> {
         // The *shelved* rule of [`crate::core::shelf`]: one of the region, or a new one.
-        let raw = parent
-            .ctx
-            .shelves
-            .take_or_make(parent.raw, (origin, bytes), || {
-                // SAFETY: `parent` is live while borrowed; the driver checks the region.
-                unsafe { ffi::create_sub_buffer(parent.raw, origin, bytes) }
-            })?;
+        let root = parent.raw();
+        let mem = parent.ctx.shelves.take_or_make(root, (origin, bytes), || {
+            // SAFETY: `parent` is live while borrowed; the driver checks the region.
+            // The creation's one reference goes to its owner.
+            unsafe {
+                ffi::create_sub_buffer(root, origin, bytes).map(|raw| ffi::OwnedMem::from_raw(raw))
+            }
+        })?;
+        // The block gives it back to the shelf at its release.
         Ok(Block::adopt(
             &parent.ctx,
-            raw,
+            Alloc::Buffer(mem),
             Memory::Buffer,
             bytes,
             site,
@@ -227,16 +258,17 @@ impl Block {
         ))
     }
 
-    /// Takes ownership of `raw` (one reference, or the allocation) as a block of `memory`
-    /// of `bytes` handed out at `site`, counted in `bucket` (`Live` for a new allocation).
+    /// `alloc` as a block of `memory` of `bytes` handed out at `site`, counted in `bucket`
+    /// (`Live` for a new allocation).
     fn adopt(
         ctx: &Arc<ContextCore>,
-        raw: cl_mem,
+        alloc: Alloc,
         memory: Memory,
         bytes: usize,
         site: &'static Location<'static>,
         bucket: Bucket,
     ) -> Block {
+        let raw = alloc.raw();
         let freed = match memory {
             // A carve (counted `Freed`): its memory is its arena's, and its release puts
             // it on the arena's shelf, where it may be taken again ([`crate::core::shelf`]):
@@ -254,7 +286,7 @@ impl Block {
             Memory::Svm(_) => None,
         };
         let mut block = Block {
-            raw,
+            alloc,
             memory,
             id: next_id(),
             bytes,
@@ -310,7 +342,7 @@ impl Block {
     /// Moves the block out, leaving a hollow `Block` whose drop does nothing.
     pub(crate) fn take_block(&mut self) -> Block {
         Block {
-            raw: std::mem::replace(&mut self.raw, ptr::null_mut()),
+            alloc: std::mem::replace(&mut self.alloc, Alloc::Released),
             memory: self.memory,
             id: self.id,
             bytes: self.bytes,
@@ -334,7 +366,7 @@ impl Block {
     /// The buffer's `cl_mem`.
     pub(crate) fn raw(&self) -> cl_mem {
         debug_assert_eq!(self.memory, Memory::Buffer, "an SVM block has no cl_mem");
-        self.raw
+        self.alloc.raw()
     }
 
     /// The address of byte `offset` of a shared virtual memory block.
@@ -344,7 +376,7 @@ impl Block {
             "a buffer has no address"
         );
         debug_assert!(offset <= self.bytes);
-        self.raw.cast::<u8>().wrapping_add(offset).cast()
+        self.alloc.raw().cast::<u8>().wrapping_add(offset).cast()
     }
 
     /// Whether the block is shared virtual memory.
@@ -397,7 +429,7 @@ impl Block {
     pub(crate) fn sub_for_kernel(&self, origin: usize, bytes: usize, align: usize) -> Result<Held> {
         let carve = matches!(self.home, Some(Home::KeepAlive(_)));
         self.subs
-            .for_kernel(self.raw, (origin, bytes), align, (&self.ctx, carve))
+            .for_kernel(self.alloc.raw(), (origin, bytes), align, (&self.ctx, carve))
     }
 
     /// The *none for a refused launch* rule of [`super::sub`]: `held`, made for a launch

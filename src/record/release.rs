@@ -3,14 +3,13 @@
 
 use std::any::Any;
 use std::panic::Location;
-use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::util::sync::{Mutex, rank};
 use std::time::{Duration, Instant};
 
-use super::block::{Block, Home, Memory};
+use super::block::{Alloc, Block, Home, Memory};
 use super::failure::FailedCommand;
 use crate::core::context::{ContextCore, svm_calls};
 use crate::core::gates::OpenGates;
@@ -132,7 +131,7 @@ impl Block {
     /// reaper calls this only once they have all ended) and releases the memory. Returns
     /// the destructor signal still to wait for (*released means freed*), if it has not fired yet.
     fn retire_then(&mut self, block: bool) -> Result<(ReleaseReport, Option<Arc<Freed>>)> {
-        if self.raw.is_null() {
+        if self.alloc.is_released() {
             let report = ReleaseReport {
                 freed: true,
                 ..ReleaseReport::default()
@@ -148,7 +147,8 @@ impl Block {
         }
         let mut stages = Stages::start();
         let called = crate::trace::on().then(Instant::now);
-        let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
+        let alloc = std::mem::replace(&mut self.alloc, Alloc::Released);
+        let raw = alloc.raw();
         self.given_back();
         let mut record = self.record.lock();
         stages.mark("ledger");
@@ -203,43 +203,45 @@ impl Block {
         let mut on_shelf = false;
         // The sub-buffer *gone before the memory* rule: every command has ended.
         self.release_subs();
-        let released = match self.memory {
-            Memory::Buffer => {
+        let released = match alloc {
+            // Every event that used it has ended (waited for above, or found ended by the
+            // reaper before it called this).
+            Alloc::Buffer(owned) => {
                 // Before the release: the driver may hand the handle out again after it.
                 self.ctx.untrack(raw);
                 let shelved = match shelf {
-                    Some((root, origin)) => self.ctx.shelves.put(root, (origin, self.bytes), raw),
-                    None => Err(raw),
+                    Some((root, origin)) => self.ctx.shelves.put(root, (origin, self.bytes), owned),
+                    None => Err(owned),
                 };
-                if shelved.is_ok() {
-                    on_shelf = true;
-                    stages.mark("shelved for its root");
-                    Ok(())
-                } else {
-                    // Before the root: its shelf goes first.
-                    self.ctx.shelves.release_of(raw);
-                    // SAFETY: `raw` came from clCreateBuffer (or clCreateSubBuffer) and is
-                    // released once, here (it was swapped out for null above); every
-                    // event that used it has ended (waited for above, or found ended by
-                    // the reaper before it called this).
-                    let released = unsafe { ffi::release_mem(raw) };
-                    stages.mark("clReleaseMemObject");
-                    released
+                match shelved {
+                    Ok(()) => {
+                        on_shelf = true;
+                        stages.mark("shelved for its root");
+                        Ok(())
+                    }
+                    Err(owned) => {
+                        // Before the root: its shelf goes first.
+                        self.ctx.shelves.release_of(raw);
+                        let released = owned.release();
+                        stages.mark("clReleaseMemObject");
+                        released
+                    }
                 }
             }
-            Memory::Svm(_) => {
+            Alloc::Svm(svm) => {
                 let released = {
                     let _one_at_a_time = svm_calls();
-                    // SAFETY: `raw` came from clSVMAlloc on this context and is freed
-                    // once, here (swapped out for null above); every command that used it
-                    // has ended, as above. Kernels hold no reference to it: an argument
-                    // set to it is set again at the next launch that names it (its block
-                    // ID is new).
-                    unsafe { ffi::svm_free(self.ctx.raw(), raw.cast()) }
+                    // SAFETY: every command that used it has ended, as above, and the SVM
+                    // call lock is held. Kernels hold no reference to it: an argument set
+                    // to it is set again at the next launch that names it (its block ID is
+                    // new).
+                    unsafe { svm.free() }
                 };
                 stages.mark("clSVMFree");
                 released
             }
+            // Taken at the top of this function, where it was checked.
+            Alloc::Released => Ok(()),
         };
         let watched = self.freed.take();
         // A buffer is freed when its destructor callback has fired, SVM inside clSVMFree.
@@ -290,7 +292,7 @@ impl Block {
     /// with their queues flushed; none where the block goes back to its owner, whose
     /// release waits for nothing. For a release that awaits them first.
     pub(crate) fn awaited_at_release(&mut self) -> Vec<Event> {
-        if self.raw.is_null() || matches!(self.home, Some(Home::Owner(_))) {
+        if self.alloc.is_released() || matches!(self.home, Some(Home::Owner(_))) {
             return Vec::new();
         }
         let mut record = self.record.lock();
@@ -304,7 +306,7 @@ impl Block {
     /// awaited [`Block::awaited_at_release`] (a command seen failed only then may have
     /// some), one at a time; `None` where the block goes back to its owner.
     pub(crate) fn awaited_ahead(&mut self) -> Option<Event> {
-        if self.raw.is_null() || matches!(self.home, Some(Home::Owner(_))) {
+        if self.alloc.is_released() || matches!(self.home, Some(Home::Owner(_))) {
             return None;
         }
         let mut record = self.record.lock();
@@ -358,7 +360,7 @@ impl Block {
     /// else holds and no owner takes back (not shared virtual memory, which a new buffer
     /// cannot be).
     fn reclaimable(&self) -> bool {
-        !self.raw.is_null()
+        !self.alloc.is_released()
             && self.memory == Memory::Buffer
             && self.home.is_none()
             && !self.shared
@@ -417,7 +419,7 @@ impl Block {
     /// Whether every command recorded on the block has ended (asks the driver; never
     /// blocks).
     fn ended(&mut self) -> bool {
-        self.raw.is_null() || self.record.lock().all_ended()
+        self.alloc.is_released() || self.record.lock().all_ended()
     }
 
     /// The *drop behind a gate* rule: whether this block's release would wait behind a user event of its
@@ -586,7 +588,7 @@ impl Deferred for DeferredRelease {
 impl Drop for Block {
     fn drop(&mut self) {
         let pooled = matches!(self.home, Some(Home::Owner(_)));
-        if !self.raw.is_null() && !pooled && self.behind_open_gate() {
+        if !self.alloc.is_released() && !pooled && self.behind_open_gate() {
             // The drop behind a gate rule: the caller may be about to set the gate (it drops after this
             // buffer), or unwinding past it; waiting here could be forever.
             log::info!(

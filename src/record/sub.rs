@@ -65,7 +65,9 @@ use crate::util::next_id;
 /// A sub-buffer for one view, held by its block alone (and, for a moment, by a
 /// [`Held`]): released when the block lets go of it.
 pub(crate) struct SubMem {
-    raw: cl_mem,
+    /// Its one reference (`None` only in its drop, which hands it to the shelf or
+    /// releases it).
+    mem: Option<ffi::OwnedMem>,
     /// Unique for the process, as blocks' IDs are (a kernel argument names it).
     id: u64,
     /// Its region of its block, in bytes.
@@ -78,15 +80,19 @@ pub(crate) struct SubMem {
     handed: AtomicBool,
     /// Its root and the root's context, when the root is the library's: its drop puts it
     /// on the root's shelf ([`crate::core::shelf`]) rather than releasing it.
-    shelf: Option<(Arc<ContextCore>, cl_mem)>,
+    /// (The root outlives it: its block lets go of it before the root's release.)
+    shelf: Option<(Arc<ContextCore>, ffi::UnownedMem)>,
 }
 
-// SAFETY: a cl_mem may be used from any thread (OpenCL 3.0 appendix A.2).
-unsafe impl Send for SubMem {}
-// SAFETY: as above; nothing in it changes after it is made.
-unsafe impl Sync for SubMem {}
-
 impl SubMem {
+    /// Its handle.
+    #[inline]
+    pub(crate) fn raw(&self) -> cl_mem {
+        self.mem
+            .as_ref()
+            .map_or(std::ptr::null_mut(), ffi::OwnedMem::raw)
+    }
+
     /// Its ID, by which kernel arguments name it.
     pub(crate) fn id(&self) -> u64 {
         self.id
@@ -102,23 +108,21 @@ impl Drop for SubMem {
     fn drop(&mut self) {
         // Let go of by the block's release, after its wait (no command uses it) and after
         // the kernel arguments holding it were reset.
-        let raw = match &self.shelf {
+        let Some(mem) = self.mem.take() else { return };
+        let mem = match &self.shelf {
             Some((ctx, root)) => {
                 match ctx
                     .shelves
-                    .put(*root, (self.root_origin, self.bytes), self.raw)
+                    .put(root.raw(), (self.root_origin, self.bytes), mem)
                 {
                     Ok(()) => return,
-                    Err(raw) => raw,
+                    Err(mem) => mem,
                 }
             }
-            None => self.raw,
+            None => mem,
         };
-        // SAFETY: `raw` came from clCreateSubBuffer (or a shelf, with its one reference)
-        // and is released once, here, as it was let go of above.
-        if let Err(e) = unsafe { ffi::release_mem(raw) } {
-            log::error!(target: "cl_lifetime::buffer", "releasing a view's sub-buffer: {e}");
-        }
+        // Released by its owner, as it was let go of above.
+        drop(mem);
     }
 }
 
@@ -135,7 +139,7 @@ impl Held {
     }
 
     pub(crate) fn raw(&self) -> cl_mem {
-        self.0.raw
+        self.0.raw()
     }
 
     pub(crate) fn id(&self) -> u64 {
@@ -170,7 +174,7 @@ impl Subs {
     ) -> Result<Held> {
         let mut subs = self.0.lock();
         if let Some(held) = find_kept(&subs, origin, bytes, align)? {
-            log::trace!(target: "cl_lifetime::buffer", "view {origin}+{bytes} of {block:p}: kept sub-buffer {:p} ({}+{})", held.0.raw, held.0.origin, held.0.bytes);
+            log::trace!(target: "cl_lifetime::buffer", "view {origin}+{bytes} of {block:p}: kept sub-buffer {:p} ({}+{})", held.0.raw(), held.0.origin, held.0.bytes);
             return Ok(held);
         }
         // The *on the root* rule.
@@ -181,19 +185,23 @@ impl Subs {
         check_align(root_origin, align)?;
         // SAFETY: `root` is live: `block` is (the caller's), and a sub-buffer keeps the
         // object it was made from; the driver checks the region.
-        let make = || unsafe { ffi::create_sub_buffer(root, root_origin, bytes) };
-        let raw = match shelf {
+        // The creation's one reference goes to its owner.
+        let make = || unsafe {
+            ffi::create_sub_buffer(root, root_origin, bytes).map(|raw| ffi::OwnedMem::from_raw(raw))
+        };
+        let mem = match shelf {
             Some(ctx) => ctx.shelves.take_or_make(root, (root_origin, bytes), make)?,
             None => make()?,
         };
+        let raw = mem.raw();
         let sub = Arc::new(SubMem {
-            raw,
+            mem: Some(mem),
             id: next_id(),
             origin,
             bytes,
             root_origin,
             handed: AtomicBool::new(false),
-            shelf: shelf.map(|ctx| (ctx.clone(), root)),
+            shelf: shelf.map(|ctx| (ctx.clone(), ffi::UnownedMem::new(root))),
         });
         log::trace!(target: "cl_lifetime::buffer", "view {origin}+{bytes} of {block:p}: new sub-buffer {raw:p} at {root_origin} of {root:p} ({} kept)", subs.len());
         subs.insert((origin, bytes), sub.clone());
