@@ -21,7 +21,7 @@ use crate::record::failure::settle;
 use crate::record::history::MapStep;
 use crate::record::history::Writes;
 use crate::record::submit::Touch;
-use crate::tracker::{Access, Span};
+use crate::tracker::{Access, Span, Use};
 
 impl After<'_> {
     /// Maps elements `range` of `buffer` for reading on the host; blocks until the map is
@@ -132,12 +132,14 @@ impl After<'_> {
     ) -> Result<Mapping<'b, T>> {
         let touch = Touch {
             block,
-            access,
+            how: Use {
+                access,
+                span,
+                late: true,
+            },
             map: MapStep::Map(access),
             reads: true,
             covers: false,
-            host: true,
-            span,
         };
         let mut writers = Writes::default();
         let mut mapped = ptr::null_mut();
@@ -339,12 +341,14 @@ impl<T: Pod> Mapping<'_, T> {
         let (block, mapped) = (self.block, self.ptr);
         let touch = Touch {
             block,
-            access: self.access,
+            how: Use {
+                access: self.access,
+                span: self.span,
+                late: true,
+            },
             map: MapStep::Unmap(self.access),
             reads: false,
             covers: false,
-            host: true,
-            span: self.span,
         };
         let unmapped = self.queue.after(&[]).submit().run(&[touch], |wait| {
             // SAFETY: the queue and the buffer are live (borrowed); `mapped` came from

@@ -159,6 +159,10 @@ unsafe impl ffi::Kind for EventKind {
     }
 }
 
+// SAFETY: every OpenCL call on an event may be made by several threads at once (OpenCL 3.0
+// appendix A.2).
+unsafe impl ffi::Shared for EventKind {}
+
 /// Gives up the library's reference to the event `raw` (one `clReleaseEvent`, logged if
 /// refused, and counted in the census if `counted`: taken with `census::event_taken`), or,
 /// while a gate is being failed through the library, holds it back until that failure has

@@ -24,7 +24,7 @@ pub(crate) use context::*;
 pub(crate) use device::*;
 pub(crate) use event::*;
 pub(crate) use mem::*;
-pub(crate) use owned::{Kind, Owned, Unowned};
+pub(crate) use owned::{Kind, Owned, Shared, Unowned};
 
 /// One reference to a memory object.
 pub(crate) type OwnedMem = Owned<owned::Mem>;

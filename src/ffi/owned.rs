@@ -18,11 +18,9 @@ use crate::error::Result;
 ///
 /// # Safety
 ///
-/// `Raw` is an OpenCL object handle (`cl_mem`, `cl_event`, ...). Every OpenCL call on such
-/// a handle may be made from any thread (OpenCL 3.0, appendix A.2), except
-/// `clSetKernelArg` on a kernel shared between threads, which [`super::set_arg_mem`] and
-/// its siblings declare `unsafe` for that reason: their callers hold the kernel's lock. So
-/// an owner of one reference may be sent to and shared between threads.
+/// `Raw` is an OpenCL object handle (`cl_mem`, `cl_event`, ...): every OpenCL call on it
+/// may be made from any thread (OpenCL 3.0, appendix A.2), so an owner of one reference
+/// may be sent to another thread. Sharing one between threads is [`Shared`]'s contract.
 pub(crate) unsafe trait Kind {
     /// The raw handle.
     type Raw: Copy + Eq + fmt::Pointer;
@@ -53,11 +51,21 @@ pub(crate) struct Owned<K: Kind> {
     kind: PhantomData<fn() -> K>,
 }
 
+/// A kind of handle whose every OpenCL call may be made by several threads at once: every
+/// kind but kernels, whose `clSetKernelArg` is the one call that is not (OpenCL 3.0,
+/// appendix A.2). A kernel's owner is shared only behind its kernel's lock.
+///
+/// # Safety
+///
+/// No OpenCL call on the kind's handles needs the caller to keep other threads out.
+pub(crate) unsafe trait Shared: Kind {}
+
 // SAFETY: an owner holds one reference to a handle, which `K`'s contract (an OpenCL object
 // handle: every call on it may be made from any thread) lets any thread use and release.
 unsafe impl<K: Kind> Send for Owned<K> {}
-// SAFETY: as above; `&Owned<K>` only reads the handle's value.
-unsafe impl<K: Kind> Sync for Owned<K> {}
+// SAFETY: `K`'s calls may be made by several threads at once (`Shared`'s contract), and
+// `&Owned<K>` only reads the handle's value.
+unsafe impl<K: Shared> Sync for Owned<K> {}
 
 impl<K: Kind> Owned<K> {
     /// Takes over the one reference the caller owns.
@@ -142,8 +150,8 @@ impl<K: Kind> Copy for Unowned<K> {}
 // SAFETY: as for `Owned`: an OpenCL object handle, which any thread may use; it owns
 // nothing, so nothing is released.
 unsafe impl<K: Kind> Send for Unowned<K> {}
-// SAFETY: as above.
-unsafe impl<K: Kind> Sync for Unowned<K> {}
+// SAFETY: as for `Owned`.
+unsafe impl<K: Shared> Sync for Unowned<K> {}
 
 impl<K: Kind> Unowned<K> {
     /// `raw`, kept alive by what its holder owns as long as the holder uses it.
@@ -163,7 +171,7 @@ impl<K: Kind> Unowned<K> {
 
 /// Declares the kinds with a plain `clRetain*`/`clRelease*` pair.
 macro_rules! kinds {
-    ($($(#[$doc:meta])* $name:ident($raw:ty, $retain:ident, $release:ident, $target:literal);)*) => {$(
+    ($($(#[$doc:meta])* $name:ident($raw:ty, $retain:ident, $release:ident, $target:literal $(, $shared:ident)?);)*) => {$(
         $(#[$doc])*
         pub(crate) enum $name {}
 
@@ -182,21 +190,27 @@ macro_rules! kinds {
                 unsafe { super::$release(raw) }
             }
         }
+
+        $(
+            // SAFETY: every OpenCL call on `$raw` may be made by several threads at once
+            // (OpenCL 3.0 appendix A.2 excepts only `clSetKernelArg`).
+            unsafe impl $shared for $name {}
+        )?
     )*};
 }
 
 kinds! {
     /// Memory objects: buffers, sub-buffers, pinned staging blocks.
-    Mem(cl_mem, retain_mem, release_mem, "cl_lifetime::buffer");
+    Mem(cl_mem, retain_mem, release_mem, "cl_lifetime::buffer", Shared);
     /// Command queues.
-    Queue(cl_command_queue, retain_queue, release_queue, "cl_lifetime::queue");
+    Queue(cl_command_queue, retain_queue, release_queue, "cl_lifetime::queue", Shared);
     /// Contexts.
-    Context(cl_context, retain_context, release_context, "cl_lifetime::context");
+    Context(cl_context, retain_context, release_context, "cl_lifetime::context", Shared);
     /// Programs.
-    Program(cl_program, retain_program, release_program, "cl_lifetime::program");
-    /// Kernel objects.
+    Program(cl_program, retain_program, release_program, "cl_lifetime::program", Shared);
+    /// Kernel objects: `Send`, not `Sync` (`clSetKernelArg`), so shared only behind a lock.
     Kernel(cl_kernel, retain_kernel, release_kernel, "cl_lifetime::program");
     /// Events released at once: what the core layer's kind of event, whose releases follow
     /// its rules, releases through.
-    Event(cl_event, retain_event, release_event, "cl_lifetime::event");
+    Event(cl_event, retain_event, release_event, "cl_lifetime::event", Shared);
 }

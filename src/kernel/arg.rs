@@ -7,7 +7,7 @@ use crate::checks::Given;
 use crate::pod::{Pod, Ty};
 use crate::record::block::Block;
 use crate::record::submit::Touch;
-use crate::tracker::{Access, Span};
+use crate::tracker::{Access, Span, Use};
 
 /// Largest scalar argument, in bytes (a `double16` is 128).
 pub(crate) const MAX_SCALAR: usize = 128;
@@ -16,21 +16,21 @@ pub(crate) const MAX_SCALAR: usize = 128;
 #[derive(Clone, Copy)]
 pub(crate) struct BufferArg<'a> {
     pub(crate) block: &'a Block,
-    pub(crate) access: Access,
+    /// How the kernel uses it: its access, and its bytes, for the tracker (the same
+    /// [`Use`] reaches the buffer's record).
+    pub(crate) how: Use,
     /// Passed as read and written ([`Arg::read_write`] and its range form), which the
     /// library records as written: for error messages only.
     pub(crate) read_write: bool,
     pub(crate) ty: Ty,
     /// A view's bytes: origin and length in the block; `None` for the whole block.
     pub(crate) region: Option<(usize, usize)>,
-    /// Its bytes, for the tracker.
-    pub(crate) span: Span,
 }
 
 impl BufferArg<'_> {
     /// The name of the constructor that made it, less its range suffix.
     fn name(&self) -> &'static str {
-        match (self.access, self.read_write) {
+        match (self.how.access, self.read_write) {
             (Access::Read, _) => "read",
             (Access::Write, false) => "write",
             (Access::Write, true) => "read_write",
@@ -80,7 +80,7 @@ impl fmt::Debug for Arg<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             ArgKind::Buffer(b) => match b.region {
-                None if b.span == Span::ALL => write!(
+                None if b.how.span == Span::ALL => write!(
                     f,
                     "Arg::{}(buffer {} of {})",
                     b.name(),
@@ -93,8 +93,8 @@ impl fmt::Debug for Arg<'_> {
                     b.name(),
                     b.block.id,
                     b.ty.rust,
-                    b.span.start,
-                    b.span.end
+                    b.how.span.start,
+                    b.how.span.end
                 ),
                 Some((origin, bytes)) => write!(
                     f,
@@ -146,12 +146,12 @@ impl<'a> Arg<'a> {
     pub(crate) fn given(&self) -> Given {
         match self.0 {
             ArgKind::Buffer(BufferArg {
-                access,
+                how,
                 read_write,
                 ty,
                 ..
             }) => Given::Buffer {
-                access,
+                access: how.access,
                 read_write,
                 ty,
             },
@@ -171,11 +171,10 @@ impl<'a> Arg<'a> {
     ) -> Arg<'a> {
         Arg(ArgKind::Buffer(BufferArg {
             block,
-            access,
+            how: Use::new(access).within(span),
             read_write: false,
             ty,
             region,
-            span,
         }))
     }
 
@@ -189,7 +188,7 @@ impl<'a> Arg<'a> {
 
     pub(crate) fn touch(&self) -> Option<Touch<'a>> {
         match self.0 {
-            ArgKind::Buffer(b) => Some(Touch::kernel_arg(b.block, b.access).within(b.span)),
+            ArgKind::Buffer(b) => Some(Touch::kernel_arg(b.block, b.how)),
             _ => None,
         }
     }

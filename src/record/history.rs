@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::ffi::{self, cl_event};
 use crate::status::Status;
-use crate::tracker::{Access, Entry, EventSet, Lane, Span, State};
+use crate::tracker::{Access, Entry, EventSet, Lane, Span, State, Use};
 
 /// How a command changes a buffer's mapping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,15 +42,11 @@ enum Mapped {
 pub(crate) struct Recorded {
     /// The queue it ran on.
     pub(crate) lane: Lane,
-    /// Whether it reads or writes the buffer.
-    pub(crate) access: Access,
+    /// Its access, the bytes it touched, and whether it may end after later commands of
+    /// its queue (the tracker's *byte ranges* and *late ends* rules).
+    pub(crate) how: Use,
     /// Whether it writes all of the buffer, or reads it (see `record_write`).
     pub(crate) replaces: bool,
-    /// Whether it moves data between the buffer and host memory, so that it may end
-    /// after later commands of its queue (the tracker's *late ends* rule).
-    pub(crate) host: bool,
-    /// The bytes it touched (the tracker's *byte ranges* rule).
-    pub(crate) span: Span,
     /// Whether a failure had been seen in the context when it was enqueued (the *every
     /// failure reported* rule then keeps every command it supersedes).
     pub(crate) failure_seen: bool,
@@ -184,12 +180,11 @@ impl Record {
     ) {
         let Recorded {
             lane,
-            access,
+            how,
             replaces,
-            host,
-            span,
             failure_seen,
         } = how;
+        let Use { access, span, .. } = how;
         self.trust_queue_order(failures_possible);
         if access == Access::Write {
             self.record_write(&event, failures_possible, replaces, span);
@@ -199,13 +194,8 @@ impl Record {
         }
         let (failed, saw) = (&mut self.failed, &mut self.saw_failure);
         let state = |e: &Event| Self::ended(e, failed, saw);
-        if host {
-            self.events
-                .record_late_in(lane, access, span, event, had_wait_list, state);
-        } else {
-            self.events
-                .record_in(lane, access, span, event, had_wait_list, state);
-        }
+        self.events
+            .record_use(lane, how, event, had_wait_list, state);
         if self.saw_failure {
             self.tainted = true;
         }

@@ -85,13 +85,17 @@ use crate::error::Result;
 use crate::event::{Event, graveyard, snapshot};
 use crate::ffi::{self, cl_event};
 use crate::status::Status;
-use crate::tracker::{Access, Entry, Span};
+use crate::tracker::{Access, Entry, Span, Use};
 use crate::util::inline;
 
 /// One buffer a command touches, and how.
 pub(crate) struct Touch<'a> {
     pub(crate) block: &'a Block,
-    pub(crate) access: Access,
+    /// Its access, the bytes it touches (the tracker's *byte ranges* rule: all of them
+    /// unless [`Touch::within`] says otherwise), and whether it moves data between the
+    /// buffer and host memory, so that its event may end after later commands of its
+    /// queue (the tracker's *late ends* rule; design trap "pageable reads complete late").
+    pub(crate) how: Use,
     pub(crate) map: MapStep,
     /// Whether the command may read the buffer's contents (the *failed write* rule): every
     /// read, a kernel's writable argument (it may read too) and a map; not a write, fill
@@ -100,19 +104,15 @@ pub(crate) struct Touch<'a> {
     /// Whether the command writes all of the buffer (the *failed write* rule: with no
     /// read, it replaces every earlier write).
     pub(crate) covers: bool,
-    /// Whether the command moves data between the buffer and host memory, so that its
-    /// event may end after later commands of its queue (the tracker's *late ends* rule;
-    /// design trap "pageable reads complete late").
-    pub(crate) host: bool,
-    /// The bytes it touches (the tracker's *byte ranges* rule): all of them unless
-    /// [`Touch::within`] says otherwise.
-    pub(crate) span: Span,
 }
 
 impl<'a> Touch<'a> {
     /// The same touch, of the bytes `span` only.
     pub(crate) fn within(self, span: Span) -> Self {
-        Touch { span, ..self }
+        Touch {
+            how: self.how.within(span),
+            ..self
+        }
     }
 
     /// A command that reads the buffer when `access` is `Read`, and only writes it
@@ -120,12 +120,10 @@ impl<'a> Touch<'a> {
     pub(crate) fn new(block: &'a Block, access: Access) -> Self {
         Touch {
             block,
-            access,
+            how: Use::new(access),
             map: MapStep::None,
             reads: access == Access::Read,
             covers: false,
-            host: false,
-            span: Span::ALL,
         }
     }
 
@@ -140,18 +138,23 @@ impl<'a> Touch<'a> {
     /// A transfer between the buffer and host memory: a read, or a write of all of it
     /// when `covers`.
     pub(crate) fn host(block: &'a Block, access: Access, covers: bool) -> Self {
+        let touch = Touch::new(block, access);
         Touch {
             covers,
-            host: true,
-            ..Touch::new(block, access)
+            how: Use {
+                late: true,
+                ..touch.how
+            },
+            ..touch
         }
     }
 
-    /// A kernel argument: a writable one may be read too.
-    pub(crate) fn kernel_arg(block: &'a Block, access: Access) -> Self {
+    /// A kernel argument used as `how` says: a writable one may be read too.
+    pub(crate) fn kernel_arg(block: &'a Block, how: Use) -> Self {
         Touch {
+            how,
             reads: true,
-            ..Touch::new(block, access)
+            ..Touch::new(block, how.access)
         }
     }
 }
@@ -160,30 +163,25 @@ impl<'a> Touch<'a> {
 /// apart for a command that touches one buffer twice.
 #[derive(Clone, Copy)]
 struct Part {
-    access: Access,
+    how: Use,
     reads: bool,
     covers: bool,
-    span: Span,
 }
 
 impl Part {
     fn of(touch: &Touch<'_>) -> Part {
         Part {
-            access: touch.access,
+            how: touch.how,
             reads: touch.reads,
             covers: touch.covers,
-            span: touch.span,
         }
     }
 
     /// `other` as well: the stronger access, the hull of the bytes.
     fn merge(&mut self, other: Part) {
-        if other.access == Access::Write {
-            self.access = Access::Write;
-        }
+        self.how = self.how.merge(other.how);
         self.reads |= other.reads;
         self.covers |= other.covers;
-        self.span = self.span.hull(other.span);
     }
 }
 
@@ -192,12 +190,10 @@ struct Locked<'a> {
     block: &'a Block,
     /// The buffer's touches together: the stronger access, the hull of their bytes (for
     /// the mapping check, the zero fill and the trace).
-    access: Access,
+    how: Use,
     map: MapStep,
     reads: bool,
     covers: bool,
-    host: bool,
-    span: Span,
     /// The touches that share no byte, each recorded with its own access and bytes (the
     /// *two ranges* rule); one for a buffer touched once.
     parts: inline::List<Part>,
@@ -315,7 +311,7 @@ impl Submit<'_> {
             let touches = locked
                 .iter()
                 .map(|l| {
-                    let how = match l.access {
+                    let how = match l.how.access {
                         Access::Read => crate::trace::Use::Read,
                         Access::Write => crate::trace::Use::Write,
                     };
@@ -446,10 +442,8 @@ impl Submit<'_> {
         if let Some(event) = l.zero.take() {
             let how = Recorded {
                 lane: self.queue.lane,
-                access: Access::Write,
+                how: Use::new(Access::Write),
                 replaces: true,
-                host: false,
-                span: Span::ALL,
                 failure_seen: self.queue.ctx.gates.failure_seen(),
             };
             l.record.record(how, event, false, failures_possible());
@@ -474,20 +468,16 @@ impl Submit<'_> {
         for touch in order.iter() {
             match locked.last_mut() {
                 Some(last) if last.block.id == touch.block.id => {
-                    if touch.access == Access::Write {
-                        last.access = Access::Write;
-                    }
+                    last.how = last.how.merge(touch.how);
                     last.reads |= touch.reads;
                     last.covers |= touch.covers;
-                    last.host |= touch.host;
-                    last.span = last.span.hull(touch.span);
                     // The *two ranges* rule: a touch that shares bytes with a part joins
                     // it; one that shares none is a part of its own.
                     let part = Part::of(touch);
                     let joined = last
                         .parts
                         .iter_mut()
-                        .find(|p| p.span.overlaps_bytes(part.span));
+                        .find(|p| p.how.span.overlaps_bytes(part.how.span));
                     if let Some(joined) = joined {
                         joined.merge(part);
                     } else {
@@ -496,12 +486,10 @@ impl Submit<'_> {
                 }
                 _ => locked.push(Locked {
                     block: touch.block,
-                    access: touch.access,
+                    how: touch.how,
                     map: touch.map,
                     reads: touch.reads,
                     covers: touch.covers,
-                    host: touch.host,
-                    span: touch.span,
                     parts: {
                         let mut parts = inline::List::new();
                         parts.push(Part::of(touch));
@@ -527,12 +515,12 @@ impl Submit<'_> {
         gathered: &mut Gathered,
     ) -> Result<()> {
         for l in locked.iter() {
-            l.record.check_map(l.access, l.map)?;
+            l.record.check_map(l.how.access, l.map)?;
             // The failed write rule: nothing reads data whose write failed, range by range
             // (a copy within the buffer reads its source only).
             if failures_possible && l.reads {
                 for part in l.parts.iter().filter(|p| p.reads) {
-                    if let Some(failed) = l.record.failed_write(part.span) {
+                    if let Some(failed) = l.record.failed_write(part.how.span) {
                         return Err(failed.in_buffer(l.block.allocated_at));
                     }
                 }
@@ -603,12 +591,8 @@ impl Submit<'_> {
         failures_possible: bool,
         gathered: &mut Gathered,
     ) -> Result<()> {
-        let Part {
-            access,
-            reads,
-            span,
-            ..
-        } = part;
+        let Part { how, reads, .. } = part;
+        let Use { access, span, .. } = how;
         gathered.unelided += record.events().hazards_without_elision_in(access, span);
         // The failed write rule for a write that has ended: a reader of what it wrote is
         // refused if it failed.
@@ -700,17 +684,19 @@ impl Submit<'_> {
             // before read* rule); one it may read got its zero fill above.
             l.record.fresh = false;
             if let Some(writer) = writer.as_deref_mut() {
-                *writer = l.record.writes().only(l.span, l.block.allocated_at);
+                *writer = l.record.writes().only(l.how.span, l.block.allocated_at);
             }
             // The *two ranges* rule: each range with its own access, so that a failed
             // copy within the buffer is a failed write of its destination only.
             for part in l.parts.iter() {
+                // Late if any touch of the buffer is.
                 let how = Recorded {
                     lane: self.queue.lane,
-                    access: part.access,
+                    how: Use {
+                        late: l.how.late,
+                        ..part.how
+                    },
                     replaces: part.covers || part.reads,
-                    host: l.host,
-                    span: part.span,
                     failure_seen,
                 };
                 l.record

@@ -101,6 +101,46 @@ pub enum Access {
     Write,
 }
 
+/// How a command uses one buffer, the one description from its launch or transfer to the
+/// buffer's record: its access, the bytes it touches (rule 9), and whether its event may
+/// end after later commands of its queue (rule 8: it moves data between the buffer and
+/// host memory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Use {
+    pub(crate) access: Access,
+    pub(crate) span: Span,
+    pub(crate) late: bool,
+}
+
+impl Use {
+    /// All of the buffer, with `access`, ending in queue order.
+    pub(crate) const fn new(access: Access) -> Use {
+        Use {
+            access,
+            span: Span::ALL,
+            late: false,
+        }
+    }
+
+    /// The same use, of the bytes `span` only.
+    pub(crate) const fn within(self, span: Span) -> Use {
+        Use { span, ..self }
+    }
+
+    /// Both uses as one: the stronger access, the hull of the bytes, late if either is.
+    pub(crate) fn merge(self, other: Use) -> Use {
+        Use {
+            access: if other.access == Access::Write {
+                Access::Write
+            } else {
+                self.access
+            },
+            span: self.span.hull(other.span),
+            late: self.late || other.late,
+        }
+    }
+}
+
 /// The bytes of a buffer a command touches: `start..end` (rule 9), and through which
 /// memory object (rule 10).
 ///
@@ -432,7 +472,7 @@ impl<E> EventSet<E> {
         had_wait_list: bool,
         state: impl FnMut(&E) -> State,
     ) {
-        self.push(lane, access, Span::ALL, event, had_wait_list, false, state);
+        self.record_use(lane, Use::new(access), event, had_wait_list, state);
     }
 
     /// [`record`](EventSet::record) for a command touching `span` (rule 9).
@@ -445,7 +485,8 @@ impl<E> EventSet<E> {
         had_wait_list: bool,
         state: impl FnMut(&E) -> State,
     ) {
-        self.push(lane, access, span, event, had_wait_list, false, state);
+        let how = Use::new(access).within(span);
+        self.record_use(lane, how, event, had_wait_list, state);
     }
 
     /// [`record`](EventSet::record), for a command that may end after later commands of
@@ -458,7 +499,11 @@ impl<E> EventSet<E> {
         had_wait_list: bool,
         state: impl FnMut(&E) -> State,
     ) {
-        self.push(lane, access, Span::ALL, event, had_wait_list, true, state);
+        let how = Use {
+            late: true,
+            ..Use::new(access)
+        };
+        self.record_use(lane, how, event, had_wait_list, state);
     }
 
     /// [`record_late`](EventSet::record_late) for a command touching `span` (rule 9).
@@ -471,23 +516,27 @@ impl<E> EventSet<E> {
         had_wait_list: bool,
         state: impl FnMut(&E) -> State,
     ) {
-        self.push(lane, access, span, event, had_wait_list, true, state);
+        let how = Use {
+            access,
+            span,
+            late: true,
+        };
+        self.record_use(lane, how, event, had_wait_list, state);
     }
 
-    // Inlined into `record` and `record_late`: the enqueue path calls one of them per
-    // buffer touched.
+    /// Records `event`, a command on `lane` that uses the buffer as `how` says: what
+    /// every `record` form above comes to, and what the library calls.
+    // Inlined: the enqueue path calls it once per buffer touched.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    fn push(
+    pub(crate) fn record_use(
         &mut self,
         lane: Lane,
-        access: Access,
-        span: Span,
+        how: Use,
         event: E,
         had_wait_list: bool,
-        late: bool,
         state: impl FnMut(&E) -> State,
     ) {
+        let Use { access, span, late } = how;
         // Rules 3, 4 and 9.
         let superseded = |e: &Entry<E>| {
             span.contains(e.span)
