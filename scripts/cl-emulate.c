@@ -358,6 +358,10 @@ struct join {
     cl_event *deps; /* retained */
     int held;
     int runs_behind_failed; /* intel-cpu: complete once they ended, unless a user event failed */
+    /* intel-cpu: the command behind the event (retained), kept until the event is set: it
+     * may read CL_COMPLETE, and be released by the program, while PoCL, inside the set,
+     * still notifies it (PoCL 3.1 then aborts in pocl_lock_events_inorder). */
+    cl_event target;
 };
 /* Under `intel-cpu`: the in-order queues the program asked for, made out of order in PoCL,
  * with the last command enqueued on each (retained), which the next one waits on. */
@@ -575,6 +579,7 @@ static size_t settle_joins(void) {
             REAL(clSetUserEventStatus, set_status_fn)(j->event, failure ? failure : CL_COMPLETE);
         for (cl_uint k = 0; k < j->n; k++) REAL(clReleaseEvent, release_fn)(j->deps[k]);
         free(j->deps);
+        if (j->target) REAL(clReleaseEvent, release_fn)(j->target);
         /* A held command's event stays unset: the user event is never released. */
         if (failure || !j->held) REAL(clReleaseEvent, release_fn)(j->event);
         set++;
@@ -691,7 +696,7 @@ static void run_behind_failed(struct call *c, cl_command_queue q, cl_uint *n, co
         *w = NULL;
         return;
     }
-    struct join j = {joined, kept, deps, 0, 1};
+    struct join j = {joined, kept, deps, 0, 1, NULL};
     /* A blocking call returns only once the joiner has set the event: it gets it now. */
     if (blocking)
         add_join(j);
@@ -738,7 +743,7 @@ static int begin(struct call *c, cl_command_queue q, cl_uint type, cl_uint *n, c
             cl_event joined = REAL(clCreateUserEvent, user_event_fn)(ctx, NULL);
             if (joined) {
                 struct join j = {joined, 0, malloc((pending ? pending : 1) * sizeof(cl_event)),
-                                 failed > 0, 0};
+                                 failed > 0, 0, NULL};
                 if (!j.deps) abort();
                 for (cl_uint i = 0; i < *n; i++) {
                     if (status_of((*w)[i]) < 0) continue;
@@ -811,7 +816,14 @@ static void forget_event(cl_event e) {
 static cl_int end(struct call *c, cl_int rc) {
     /* After the enqueue: the joiner may set the event at once, and the driver must have the
      * command behind it by then (PoCL runs a command behind an event already failed). */
-    if (c->join.event) add_join(c->join);
+    if (c->join.event) {
+        cl_event target = c->asked && *c->asked ? *c->asked : c->event ? *c->event : NULL;
+        if (profile & INTEL_CPU && rc == CL_SUCCESS && target) {
+            REAL(clRetainEvent, release_fn)(target);
+            c->join.target = target;
+        }
+        add_join(c->join);
+    }
     if (rc == CL_SUCCESS && c->asked && *c->asked && profile & (MESA | INTEL_CPU)) {
         if (!c->state) pthread_mutex_lock(&lock);
         forget_event(*c->asked);
