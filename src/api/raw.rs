@@ -20,7 +20,7 @@ use crate::ffi::{self, cl_command_queue, cl_event};
 use crate::pod::Pod;
 use crate::record::block::Block;
 use crate::record::submit::Touch;
-use crate::tracker::{Access, Span, Use};
+use crate::tracker::{Access, Span};
 
 /// How a command from other code uses one buffer: see [`After::enqueue_raw`].
 ///
@@ -96,14 +96,9 @@ impl<'a> BufferUse<'a> {
     fn touch(&self) -> Touch<'a> {
         // Other code's command may move data to or from host memory: its end is not
         // inferred from its queue's order (the tracker's *late ends* rule).
-        let touch = Touch::new(self.block, self.access).within(self.span);
         Touch {
             reads: self.reads,
-            how: Use {
-                late: true,
-                ..touch.how
-            },
-            ..touch
+            ..Touch::host(self.block, self.access, false).within(self.span)
         }
     }
 }

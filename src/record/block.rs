@@ -59,8 +59,8 @@ pub(crate) enum Alloc {
     Released,
     /// A buffer's one reference.
     Buffer(ffi::OwnedMem),
-    /// A shared virtual memory allocation, freed by the release alone.
-    Svm(ffi::SvmAlloc),
+    /// A shared virtual memory allocation of a kind, freed by the release alone.
+    Svm(ffi::SvmAlloc, SvmKind),
 }
 
 impl Alloc {
@@ -70,7 +70,7 @@ impl Alloc {
     pub(crate) fn raw(&self) -> cl_mem {
         match self {
             Alloc::Buffer(mem) => mem.raw(),
-            Alloc::Svm(svm) => svm.ptr().cast(),
+            Alloc::Svm(svm, _) => svm.ptr().cast(),
             Alloc::Released => ptr::null_mut(),
         }
     }
@@ -141,7 +141,6 @@ impl Block {
         Ok(Block::adopt(
             ctx,
             Alloc::Buffer(mem),
-            Memory::Buffer,
             bytes,
             site,
             Bucket::Live,
@@ -166,8 +165,7 @@ impl Block {
         };
         Ok(Block::adopt(
             ctx,
-            Alloc::Svm(svm),
-            Memory::Svm(kind),
+            Alloc::Svm(svm, kind),
             bytes,
             site,
             Bucket::Live,
@@ -218,14 +216,7 @@ impl Block {
         }
         // SAFETY: `raw` is valid, as the caller vouches; this reference is the block's.
         let mem = unsafe { ffi::OwnedMem::retain(raw) }?;
-        let mut block = Block::adopt(
-            ctx,
-            Alloc::Buffer(mem),
-            Memory::Buffer,
-            bytes,
-            site,
-            Bucket::Live,
-        );
+        let mut block = Block::adopt(ctx, Alloc::Buffer(mem), bytes, site, Bucket::Live);
         block.shared = true;
         Ok(block)
     }
@@ -251,24 +242,26 @@ impl Block {
         Ok(Block::adopt(
             &parent.ctx,
             Alloc::Buffer(mem),
-            Memory::Buffer,
             bytes,
             site,
             Bucket::Freed,
         ))
     }
 
-    /// `alloc` as a block of `memory` of `bytes` handed out at `site`, counted in `bucket`
-    /// (`Live` for a new allocation).
+    /// `alloc` as a block of `bytes` handed out at `site`, counted in `bucket` (`Live` for
+    /// a new allocation).
     fn adopt(
         ctx: &Arc<ContextCore>,
         alloc: Alloc,
-        memory: Memory,
         bytes: usize,
         site: &'static Location<'static>,
         bucket: Bucket,
     ) -> Block {
         let raw = alloc.raw();
+        let memory = match alloc {
+            Alloc::Svm(_, kind) => Memory::Svm(kind),
+            Alloc::Buffer(_) | Alloc::Released => Memory::Buffer,
+        };
         let freed = match memory {
             // A carve (counted `Freed`): its memory is its arena's, and its release puts
             // it on the arena's shelf, where it may be taken again ([`crate::core::shelf`]):

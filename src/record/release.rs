@@ -228,7 +228,7 @@ impl Block {
                     }
                 }
             }
-            Alloc::Svm(svm) => {
+            Alloc::Svm(svm, _) => {
                 let released = {
                     let _one_at_a_time = svm_calls();
                     // SAFETY: every command that used it has ended, as above, and the SVM
