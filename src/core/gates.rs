@@ -42,6 +42,17 @@
 //!   running when it was given up has returned, and released then by the thread that
 //!   failed the last of them. A path correct on every driver: it costs one atomic load
 //!   per release, and a short list while a gate fails.
+//! - **One set at a time.** The library sets its user events, completed or failed, one
+//!   at a time in the process ([`one_set_at_a_time`]). PoCL 3.1 finishes a command twice
+//!   when two of its dependencies end at once and one of them failed: both threads see it
+//!   queued, and both finish it (design trap "PoCL's double finish"; an abort in
+//!   `pocl_update_event_finished`, or a SIGSEGV in `pocl_broadcast`). Two gates set from
+//!   two threads are such a pair when a command waits on both, or on one and on a
+//!   command of its in-order queue behind the other; PoCL propagates a set to every
+//!   dependent inside `clSetUserEventStatus`, so sets that do not overlap never meet
+//!   there. Not covered: a command ending on the driver's own thread as a gate fails, and
+//!   user events set by other code. A set from inside an enqueue of this thread (a raw
+//!   enqueue's closure) or from inside another set (a driver callback) is not held back.
 //! - **Open gates.** Each context counts its user events not set yet, with where each was
 //!   created: a wait behind one lasts until the host sets it, so a buffer's drop does not
 //!   wait behind them, and a stalled release names them in the log.
@@ -132,6 +143,34 @@ pub(crate) fn failing<R>(fail: impl FnOnce() -> R) -> R {
         release_now(held);
     }
     result
+}
+
+/// The *one set at a time* rule: the library's `clSetUserEventStatus` calls.
+static SETTING: Mutex<(), rank::GateSets> = Mutex::new(());
+
+thread_local! {
+    /// Whether this thread is inside [`one_set_at_a_time`].
+    static SETTING_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `set`, which sets a user event, while no other thread of the process sets one
+/// through the library (the *one set at a time* rule). A set nested in an enqueue of this
+/// thread, which a failing gate may be waiting for, or in another set, runs at once.
+pub(crate) fn one_set_at_a_time<R>(set: impl FnOnce() -> R) -> R {
+    if SETTING_HERE.get() || ENQUEUING_HERE.get() > 0 {
+        return set();
+    }
+    let _one = SETTING.lock();
+    /// Clears the mark however `set` ends.
+    struct Here;
+    impl Drop for Here {
+        fn drop(&mut self) {
+            SETTING_HERE.set(false);
+        }
+    }
+    SETTING_HERE.set(true);
+    let _here = Here;
+    set()
 }
 
 /// The events the library holds ([`crate::core::echo::RawEvent`]): each reference counted

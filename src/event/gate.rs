@@ -20,6 +20,7 @@
 //!   from a blocker where waits sleep): a raw set is seen within a poll pause.
 
 use super::*;
+use crate::core::gates;
 use crate::core::waiter::{Order, Watch, waiter};
 
 /// A user event that only the library sets.
@@ -187,11 +188,14 @@ impl Gate {
             self.gates.note_failure();
         }
         self.gates.closing();
+        // The gates' *one set at a time* rule.
+        let set_now =
+            || gates::one_set_at_a_time(|| ffi::set_user_event_status(self.event.raw(), status));
         let set = if status < 0 {
             // The gates' *no failure mid-enqueue* rule.
-            crate::core::gates::failing(|| ffi::set_user_event_status(self.event.raw(), status))
+            gates::failing(set_now)
         } else {
-            ffi::set_user_event_status(self.event.raw(), status)
+            set_now()
         };
         self.gates.closed(self.id);
         {
@@ -214,6 +218,112 @@ impl Gate {
         }
         if let Some(Some(StandIn::Twin(twin))) = self.event.inner.stand_in.get() {
             follow_status(self, twin.raw());
+        }
+    }
+}
+
+impl Gate {
+    /// A gate of `context` that the waiter sets complete once every command of `events`
+    /// has ended in the driver, whatever its status, holding `keep` until then (the
+    /// pool's *clean hand-over* rule): a command behind it runs after them, and never
+    /// fails with them. It is not counted among the context's open `gates`. `Err` when
+    /// the waiter could not watch the commands: nothing waits on the gate then.
+    pub(crate) fn after_all(
+        events: Vec<Event>,
+        context: cl_context,
+        gates: &Arc<OpenGates>,
+        keep: Box<dyn std::any::Any + Send>,
+        site: &'static std::panic::Location<'static>,
+    ) -> std::result::Result<Arc<Gate>, String> {
+        // Not one of the context's open gates: the library sets it, once commands end
+        // that wait, at most, on gates that are counted there.
+        let uncounted = Arc::new(OpenGates::default());
+        let gate = Gate::new(context, &uncounted, crate::util::next_id(), site)
+            .map_err(|e| e.to_string())?;
+        let joiner = Arc::new(Joiner {
+            gate: gate.clone(),
+            gates: gates.clone(),
+            left: Mutex::new(Some((events, keep))),
+        });
+        if let Err(e) = joiner.next() {
+            // Set, so that it is not left open; no command waits on it yet.
+            let _ = gate.set_status(ffi::codes::CL_INVALID_OPERATION);
+            return Err(e);
+        }
+        Ok(gate)
+    }
+}
+
+/// The commands a [`Joiner`] has not seen end yet, and what it holds until they have.
+type Left = (Vec<Event>, Box<dyn std::any::Any + Send>);
+
+/// The waker of [`Gate::after_all`]: watches its commands one at a time and sets the
+/// gate complete once none is left.
+struct Joiner {
+    gate: Arc<Gate>,
+    /// The context's open gates, which the commands may wait behind.
+    gates: Arc<OpenGates>,
+    /// The commands not seen ended yet, and what is held until they have; `None` once
+    /// the gate is set.
+    left: Mutex<Option<Left>, rank::Joiner>,
+}
+
+impl Joiner {
+    /// Has the waiter watch the first command not ended, or sets the gate when there
+    /// is none.
+    fn next(self: &Arc<Self>) -> std::result::Result<(), String> {
+        let pending = {
+            let mut left = self.left.lock();
+            let Some((events, _)) = left.as_mut() else {
+                return Ok(());
+            };
+            // The driver's own status: a command the library counts as failed may still
+            // run (NVIDIA), and the gate must not open before it ends.
+            events.retain(|e| ffi::execution_status(e.raw()).is_ok_and(|s| s > ffi::CL_COMPLETE));
+            match events.first() {
+                Some(first) => Some(first.clone()),
+                None => {
+                    let done = left.take();
+                    drop(left);
+                    drop(done);
+                    let _ = self.gate.set_status(ffi::CL_COMPLETE);
+                    return Ok(());
+                }
+            }
+        };
+        let Some(pending) = pending else {
+            return Ok(());
+        };
+        // SAFETY: `pending` is live (held here); the handle below takes a reference of
+        // its own.
+        let watched = unsafe { RawEvent::retain(pending.raw()) }.map_err(|e| e.to_string())?;
+        let watch = Arc::new(Watch::default());
+        let waker = std::task::Waker::from(self.clone());
+        watch.ended_or_wake(&waker);
+        let order = Order {
+            driver: self.gate.event.inner.context.raw() as usize,
+            queue: None,
+            in_order: false,
+            ends_on_its_own: false,
+            gates: Some(self.gates.clone()),
+        };
+        waiter()
+            .watch(Arc::new(watched), order, watch)
+            .map(drop)
+            .map_err(|e| format!("the waiter's thread could not start: {e}"))
+    }
+}
+
+impl std::task::Wake for Joiner {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Err(e) = self.next() {
+            // The gate must not open before the commands end; none of the library's
+            // threads can watch them now, so it stays closed and the log says why.
+            log::error!(target: "cl_lifetime::pool", "a pooled block's hand-over gate stays closed: {e}");
         }
     }
 }

@@ -380,13 +380,79 @@ impl Block {
     /// Hands a kept block out again, at `site`: it goes back to the live bytes and the
     /// failures of its earlier owner are forgotten, so none reaches the new owner's
     /// report.
-    pub(crate) fn hand_out_again(&mut self, site: &'static Location<'static>) {
+    ///
+    /// The *clean hand-over* rule: once a failure is possible, commands of the old owner
+    /// that the new owner's first command on `lane` (any queue, without one) would wait
+    /// on could still fail after any check made now (a gate failed later), and a driver
+    /// fails a command whose dependency failed. So the new record holds, in their place,
+    /// a gate that the waiter sets complete once they have all ended, whatever their
+    /// status: the new owner's commands run after them and never fail with them. The
+    /// old record is kept until then (its lent host memory with it). Commands ordered by
+    /// `lane`'s own in-order queue need none.
+    pub(crate) fn hand_out_again(&mut self, site: &'static Location<'static>, lane: Option<Lane>) {
         self.allocated_at = site;
         self.move_to(Bucket::Live);
         self.ctx
             .ledger
             .handed_out(self.id, self.bytes as u64, site, Source::Pool);
-        self.record.lock().forget_failures();
+        let clean = {
+            let mut record = self.record.lock();
+            record.forget_failures();
+            !crate::core::gates::failures_possible()
+                || match lane {
+                    Some(lane) => record.free_for(lane),
+                    None => record.all_ended(),
+                }
+        };
+        if !clean {
+            self.stand_in_for_old_commands(site);
+        }
+    }
+
+    /// The *clean hand-over* rule's gate, in place of the old owner's commands.
+    fn stand_in_for_old_commands(&mut self, site: &'static Location<'static>) {
+        let (pending, lane) = {
+            let record = self.record.lock();
+            // Started, so that they end without a later flush (design trap "flush before
+            // a cross-queue wait"): the gate's wait is on the host.
+            record.flush_producers();
+            (record.pending_events(), record.pending_lane())
+        };
+        let old = self.record.clone();
+        let gates = &self.ctx.gates;
+        match crate::event::gate::Gate::after_all(
+            pending,
+            self.ctx.raw(),
+            gates,
+            Box::new(old),
+            site,
+        ) {
+            Ok(gate) => {
+                let record = Arc::<Mutex<Record, rank::Record>>::default();
+                let how = crate::record::history::Recorded {
+                    // The in-order queue of every command it stands in for, whose order
+                    // runs a command of that queue after them with no wait (*same-queue
+                    // elision*); else a lane of its own, which no queue's order follows.
+                    lane: lane.unwrap_or(Lane {
+                        id: next_id(),
+                        in_order: false,
+                    }),
+                    how: crate::tracker::Use {
+                        access: Access::Write,
+                        span: crate::tracker::Span::ALL,
+                        late: false,
+                    },
+                    replaces: true,
+                    failure_seen: false,
+                };
+                record.lock().record(how, gate.event.clone(), true, true);
+                self.record = record;
+            }
+            Err(e) => log::warn!(
+                target: "cl_lifetime::pool",
+                "a pooled block handed out at {site}: no gate could stand in for its old owner's commands ({e}); the new owner's commands wait on them directly"
+            ),
+        }
     }
 
     pub(crate) fn set_home(&mut self, home: Home) {

@@ -346,6 +346,17 @@ impl Record {
             .any(|e| e.event.is_doomed())
     }
 
+    /// The in-order queue that every recorded command not ended in the driver ran on,
+    /// if one queue holds them all.
+    pub(crate) fn pending_lane(&self) -> Option<Lane> {
+        let mut pending = (self.events.entries().iter())
+            .chain(self.events.shadow())
+            .filter(|e| ffi::execution_status(e.event.raw()).is_ok_and(|s| s > ffi::CL_COMPLETE))
+            .map(|e| e.lane);
+        let lane = pending.next()?;
+        (lane.in_order && pending.all(|l| l == lane)).then_some(lane)
+    }
+
     pub(crate) fn free_for(&self, lane: Lane) -> bool {
         let ordered = |e: &Entry<Event>| lane.in_order && e.lane == lane;
         self.events
@@ -376,10 +387,6 @@ impl Record {
         self.writes = Writes::default();
     }
 
-    /// Flushes the library queues whose commands this record holds, for a release that
-    /// polls them (on the library's thread, or on the caller's while a gate is closed): a
-    /// command never flushed may never start (Oclgrind and rusticl run nothing before a
-    /// flush), and polling a status flushes nothing.
     /// Every event the record holds for a release to wait on (its entries, its shadow and
     /// the commands using lent host memory), each once.
     pub(crate) fn pending_events(&self) -> Vec<Event> {
@@ -393,6 +400,10 @@ impl Record {
         events
     }
 
+    /// Flushes the library queues whose commands this record holds, for a release that
+    /// polls them (on the library's thread, or on the caller's while a gate is closed): a
+    /// command never flushed may never start (Oclgrind and rusticl run nothing before a
+    /// flush), and polling a status flushes nothing.
     pub(crate) fn flush_producers(&self) {
         let entries = self.events.entries().iter().chain(self.events.shadow());
         let events = entries

@@ -72,6 +72,10 @@ pub(crate) mod rank {
         /// [`crate::core::driver`]: what each device's driver does, measured once. Held
         /// across the probe (contexts, queues, commands of its own).
         Probed,
+        /// [`crate::core::gates`]: the library's user-event sets, one at a time in the
+        /// process. Held across `clSetUserEventStatus` only, whose driver callbacks take
+        /// later ranks.
+        GateSets,
         /// [`crate::alloc`]: a pool's state. Held across a block's `free_for` status
         /// queries; never an enqueue.
         PoolState,
@@ -117,6 +121,9 @@ pub(crate) mod rank {
         Staging,
         /// [`crate::event`]: a user event's twin for its raw handle.
         Twin,
+        /// [`crate::event`]: the commands a pooled block's hand-over gate waits for.
+        /// Held across their status queries.
+        Joiner,
         /// [`crate::event`]: an event's dependency list.
         EventDeps,
         /// [`crate::event`]: the graveyard (try-lock only).

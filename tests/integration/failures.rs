@@ -1752,3 +1752,62 @@ isolated_test! {
         assert!(wrong.is_empty(), "seed {seed}: {wrong:#?}");
     }
 }
+
+// The gates' *one set at a time* rule (design trap "PoCL's double finish"): user events
+// set from several threads at once, most failed, while each command behind one also
+// follows the command before it on their shared in-order queue, which another thread's
+// gate decides. PoCL 3.1 finished such a command twice when its own gate and the command
+// before it ended at the same moment (aborts in `pocl_update_event_finished`, or a
+// SIGSEGV in `pocl_broadcast`, inside `clSetUserEventStatus`). Every command ends, and
+// the driver survives.
+isolated_test! {
+    fn gates_set_from_several_threads_at_once_never_finish_a_command_twice() {
+        let ctx = device!();
+        if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS) {
+            return;
+        }
+        let rounds: usize = std::env::var("CL_LIFETIME_SET_ROUNDS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(40);
+        let (threads, per_round) = (4, 64);
+        for round in 0..rounds {
+            // A fresh queue each round: some drivers refuse work on a queue after a failure.
+            let queue = ctx.queue().unwrap();
+            let gates: Vec<_> = (0..per_round).map(|_| ctx.user_event().unwrap()).collect();
+            let bufs: Vec<ClBuffer<u32>> =
+                (0..per_round).map(|_| ctx.buffer(16).unwrap()).collect();
+            let fills: Vec<_> = gates
+                .iter()
+                .zip(&bufs)
+                .map(|(gate, buf)| queue.after(&[gate.event()]).fill(buf, 1).unwrap())
+                .collect();
+            queue.flush().unwrap();
+            let barrier = std::sync::Barrier::new(threads);
+            std::thread::scope(|s| {
+                for t in 0..threads {
+                    let (gates, barrier) = (&gates, &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        for (i, gate) in gates.iter().enumerate().skip(t).step_by(threads) {
+                            if (i + round) % 5 == 0 {
+                                gate.complete().unwrap();
+                            } else {
+                                gate.fail(-9).unwrap();
+                            }
+                        }
+                    });
+                }
+            });
+            for (i, fill) in fills.iter().enumerate() {
+                // Failed or run: a command whose gate completed runs on a worker.
+                let _ = fill.wait();
+                let status = common::raw_status(fill.as_raw() as _);
+                assert!(
+                    status <= 0,
+                    "round {round}: fill {i} has not ended after every gate was set ({status})"
+                );
+            }
+        }
+    }
+}

@@ -907,6 +907,82 @@ fn a_recycled_block_does_not_pass_the_old_owners_failure_on() {
     }
 }
 
+/// The *clean hand-over* rule, for a failure that comes after the hand-over: a pooled
+/// block whose old owner's fill waits on an open gate goes to a new owner on another
+/// queue (taken with no queue given, or with one at the pool's maximum), and only then is
+/// the gate failed. The new owner's fill runs after the old owner's, and neither fails
+/// with it nor reads what it would have written. Before the rule's gate, the new owner's
+/// fill waited on the old owner's and failed with it (PoCL 3.1: status -1), and on an
+/// in-order queue every command enqueued behind it failed too: the randomized async test
+/// saw ten to seventeen tasks of one queue get `DependencyFailed` for commands that had
+/// no failed gate.
+#[test]
+fn a_gate_failed_after_a_hand_over_never_fails_the_new_owners_commands() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let n = 1024;
+    let bytes = (n * size_of::<u32>()) as u64;
+    for at_max in [false, true] {
+        // Fresh queues each round: some drivers refuse further work on a queue that ran a
+        // failed command.
+        let (q1, q2) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+        let options = if at_max {
+            PoolOptions::default().max_bytes(bytes)
+        } else {
+            PoolOptions::default()
+        };
+        let pool = Pool::new(&ctx, options).unwrap();
+        let gate = ctx.user_event().unwrap();
+        let old = pool.acquire::<u32>(n).unwrap();
+        let raw = old.as_raw();
+        let old_fill = q1.after(&[gate.event()]).fill(&old, 1).unwrap();
+        let (new, fill) = returns_while_gated(&gate, "a hand-over behind a gate", || {
+            assert!(old.release().unwrap().recycled);
+            let new = if at_max {
+                pool.acquire_on::<u32>(&q2, n).unwrap()
+            } else {
+                pool.acquire::<u32>(n).unwrap()
+            };
+            let fill = q2.fill(&new, 7).unwrap();
+            (new, fill)
+        });
+        assert_eq!(
+            new.as_raw(),
+            raw,
+            "at max {at_max}: the pooled block was not reused"
+        );
+        assert!(
+            !fill.is_terminal(),
+            "at max {at_max}: the new owner's fill ran before the old owner's gated fill"
+        );
+        gate.fail(-9).unwrap();
+        assert!(
+            old_fill.wait().is_err(),
+            "at max {at_max}: the old fill did not fail"
+        );
+        match wait_bounded(&fill) {
+            Some(ended) => assert!(
+                ended.is_ok(),
+                "at max {at_max}: the new owner's fill failed with the old owner's gate: {ended:?}"
+            ),
+            None => panic!(
+                "at max {at_max}: the new owner's fill never ran ({:?})",
+                fill.status()
+            ),
+        }
+        assert_eq!(
+            common::raw_status(fill.as_raw() as _),
+            0,
+            "at max {at_max}: the driver's status of the new owner's fill"
+        );
+        assert_eq!(contents(&q2, &new), vec![7; n], "at max {at_max}");
+        let report = new.release().unwrap();
+        assert!(report.failed.is_empty(), "at max {at_max}: {report:?}");
+    }
+}
+
 // The *doomed command* and *clean hand-over* rules: a command one of whose gates failed,
 // while another is still closed, may still be pending in the driver (rusticl fails it a
 // moment later, NVIDIA once every gate is set, and may run it). The block's next owner

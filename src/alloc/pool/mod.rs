@@ -12,6 +12,16 @@
 //!    through its first command's wait list (a device-side wait, never a host wait). A
 //!    block whose earlier commands could still overlap the new owner's is never handed out
 //!    unordered, which is what PyOpenCL's pool gets wrong across queues (its issue #447).
+//!    **Clean hand-over:** the old owner's failures are not the new owner's. A drained
+//!    failure is forgotten at the hand-over; a command already doomed (a dependency
+//!    failed) is passed over while there is room for a new block; and once a failure is
+//!    possible, commands still pending that the new owner's queue does not order (any,
+//!    for an acquire with no queue) are stood in for by a gate of the library that the
+//!    waiter sets complete once they have all ended, whatever their status
+//!    ([`crate::record::block::Block::hand_out_again`]). A device-side wait on them
+//!    would fail the new owner's command if one of them failed later, and on an in-order
+//!    queue every command behind it (PoCL 3.1: status -1 for tasks that used no failed
+//!    gate; `pool::a_gate_failed_after_a_hand_over_never_fails_the_new_owners_commands`).
 //! 3. **Threshold and trim.** The pool keeps at most [`PoolOptions::release_threshold`] unused bytes (like
 //!    `cudaMemPoolAttrReleaseThreshold`); [`Pool::trim`] releases unused blocks down to a
 //!    size. Blocks leave through deferred releases: the caller never waits.
@@ -411,7 +421,7 @@ impl PoolInner {
         let reused = self.pick(&mut self.lock(), class, memory, lane);
         let mut mem = match reused {
             Some(mut mem) => {
-                mem.hand_out_again(site);
+                mem.hand_out_again(site, lane);
                 self.poison_fill(&mem, queue);
                 mem
             }
