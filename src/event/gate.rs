@@ -34,6 +34,9 @@ pub(crate) struct Gate {
     /// Held while the twin is made, and while a set gate sets its twin: a twin made
     /// while the gate is set is set by it.
     twin: Mutex<(), rank::Twin>,
+    /// The commands it stands for, when it is a hand-over gate ([`Gate::after_all`]):
+    /// a cross-queue wait on the gate flushes their queues.
+    stands_for: OnceLock<Weak<Joiner>>,
 }
 
 impl Gate {
@@ -65,6 +68,7 @@ impl Gate {
             gates: gates.clone(),
             site,
             twin: Mutex::new(()),
+            stands_for: OnceLock::new(),
         }))
     }
 
@@ -245,6 +249,7 @@ impl Gate {
             gates: gates.clone(),
             left: Mutex::new(Some((events, keep))),
         });
+        let _ = gate.stands_for.set(Arc::downgrade(&joiner));
         if let Err(e) = joiner.next() {
             // Set, so that it is not left open; no command waits on it yet.
             let _ = gate.set_status(ffi::codes::CL_INVALID_OPERATION);
@@ -266,6 +271,24 @@ struct Joiner {
     /// The commands not seen ended yet, and what is held until they have; `None` once
     /// the gate is set.
     left: Mutex<Option<Left>, rank::Joiner>,
+}
+
+impl Gate {
+    /// Flushes the queues of the commands a hand-over gate stands for, so that they
+    /// start without a later flush (design trap "flush before a cross-queue wait"): a
+    /// command about to wait on the gate from another queue, or a release, asks it.
+    /// Not at the hand-over: where a flush runs a queue's commands itself (Oclgrind), it
+    /// would wait there for a gate in front of them.
+    pub(crate) fn flush_stood_for(&self) -> Result<()> {
+        let Some(joiner) = self.stands_for.get().and_then(Weak::upgrade) else {
+            return Ok(());
+        };
+        let events: Vec<Event> = match joiner.left.lock().as_ref() {
+            Some((events, _)) => events.clone(),
+            None => return Ok(()),
+        };
+        events.iter().try_for_each(Event::flush_producer)
+    }
 }
 
 impl Joiner {
@@ -304,7 +327,10 @@ impl Joiner {
             driver: self.gate.event.inner.context.raw() as usize,
             queue: None,
             in_order: false,
-            ends_on_its_own: false,
+            // Enqueued while every user event of the context was set, or all set now:
+            // nothing can hold it back, and a thread may block on it rather than the
+            // poller read it.
+            ends_on_its_own: pending.enqueued_ungated() || self.gates.count() == 0,
             gates: Some(self.gates.clone()),
         };
         waiter()

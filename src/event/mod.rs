@@ -556,9 +556,11 @@ impl Event {
     /// Flushes the library queue this event came from, if it has unflushed work, so that
     /// another queue can wait on it (design trap "flush before a cross-queue wait").
     pub(crate) fn flush_producer(&self) -> Result<()> {
-        match &self.inner.queue {
-            Some(queue) => queue.flush_if_dirty(),
-            None => Ok(()),
+        match (&self.inner.queue, &self.inner.origin) {
+            (Some(queue), _) => queue.flush_if_dirty(),
+            // A pooled block's hand-over gate: the queues of the commands it stands for.
+            (None, Origin::Gate(gate)) => gate.upgrade().map_or(Ok(()), |g| g.flush_stood_for()),
+            (None, _) => Ok(()),
         }
     }
 

@@ -411,11 +411,10 @@ impl Block {
 
     /// The *clean hand-over* rule's gate, in place of the old owner's commands.
     fn stand_in_for_old_commands(&mut self, site: &'static Location<'static>) {
+        // Their queues are flushed when a command of another queue waits on the gate
+        // (`Event::flush_producer`), not here.
         let (pending, lane) = {
             let record = self.record.lock();
-            // Started, so that they end without a later flush (design trap "flush before
-            // a cross-queue wait"): the gate's wait is on the host.
-            record.flush_producers();
             (record.pending_events(), record.pending_lane())
         };
         let old = self.record.clone();
