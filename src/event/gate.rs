@@ -327,10 +327,11 @@ impl Joiner {
             driver: self.gate.event.inner.context.raw() as usize,
             queue: None,
             in_order: false,
-            // Enqueued while every user event of the context was set, or all set now:
-            // nothing can hold it back, and a thread may block on it rather than the
-            // poller read it.
-            ends_on_its_own: pending.enqueued_ungated() || self.gates.count() == 0,
+            // Read by the poller, never blocked on: a command that waits on the gate may
+            // count as ending on its own, and the waiter's blockers may all be blocked
+            // on such commands (a wait on this gate through a blocker hung the Intel
+            // row so).
+            ends_on_its_own: false,
             gates: Some(self.gates.clone()),
         };
         waiter()
