@@ -123,23 +123,17 @@ impl Gate {
             watched.map_err(|e| e.to_string())?,
             followed.map_err(|e| e.to_string())?,
         );
-        let watch = Arc::new(Watch::default());
         let waker = std::task::Waker::from(Arc::new(Follower {
             source: followed,
             gate: self.clone(),
         }));
-        watch.ended_or_wake(&waker);
-        let order = Order {
-            driver: self.event.inner.context.raw() as usize,
-            queue: None,
-            in_order: false,
-            ends_on_its_own: on_its_own,
-            gates: Some(self.gates.clone()),
-        };
-        waiter()
-            .watch(Arc::new(watched), order, watch)
-            .map(drop)
-            .map_err(|e| format!("the waiter's thread could not start: {e}"))
+        wake_when_ended(
+            watched,
+            &waker,
+            self.event.inner.context.raw(),
+            on_its_own,
+            &self.gates,
+        )
     }
 
     /// The handle other code gets: the twin, made at the first call (the *raw
@@ -320,25 +314,40 @@ impl Joiner {
         // SAFETY: `pending` is live (held here); the handle below takes a reference of
         // its own.
         let watched = unsafe { RawEvent::retain(pending.raw()) }.map_err(|e| e.to_string())?;
-        let watch = Arc::new(Watch::default());
         let waker = std::task::Waker::from(self.clone());
-        watch.ended_or_wake(&waker);
-        let order = Order {
-            driver: self.gate.event.inner.context.raw() as usize,
-            queue: None,
-            in_order: false,
-            // Read by the poller, never blocked on: a command that waits on the gate may
-            // count as ending on its own, and the waiter's blockers may all be blocked
-            // on such commands (a wait on this gate through a blocker hung the Intel
-            // row so).
-            ends_on_its_own: false,
-            gates: Some(self.gates.clone()),
-        };
-        waiter()
-            .watch(Arc::new(watched), order, watch)
-            .map(drop)
-            .map_err(|e| format!("the waiter's thread could not start: {e}"))
+        // Read by the poller, never blocked on (`on_its_own` false): a command that waits
+        // on the gate may count as ending on its own, and the waiter's blockers may all
+        // be blocked on such commands (a wait on this gate through a blocker hung the
+        // Intel row so).
+        let context = self.gate.event.inner.context.raw();
+        wake_when_ended(watched, &waker, context, false, &self.gates)
     }
+}
+
+/// Has the waiter call `waker` once `watched`, a command or user event of `context`
+/// with no queue of the library's, has ended: blocked on by a waiter thread where it
+/// ends `on_its_own`, else read by the poller, which a gate of `gates` set through the
+/// library kicks.
+fn wake_when_ended(
+    watched: RawEvent,
+    waker: &std::task::Waker,
+    context: cl_context,
+    on_its_own: bool,
+    gates: &Arc<OpenGates>,
+) -> std::result::Result<(), String> {
+    let watch = Arc::new(Watch::default());
+    watch.ended_or_wake(waker);
+    let order = Order {
+        driver: context as usize,
+        queue: None,
+        in_order: false,
+        ends_on_its_own: on_its_own,
+        gates: Some(gates.clone()),
+    };
+    waiter()
+        .watch(Arc::new(watched), order, watch)
+        .map(drop)
+        .map_err(|e| format!("the waiter's thread could not start: {e}"))
 }
 
 impl std::task::Wake for Joiner {
