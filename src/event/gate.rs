@@ -289,6 +289,11 @@ impl Joiner {
     /// Has the waiter watch the first command not ended, or sets the gate when there
     /// is none.
     fn next(self: &Arc<Self>) -> std::result::Result<(), String> {
+        // The commands seen ended, let go of after the lock: the last reference to a
+        // command may be the last to its queue, whose drop takes locks ranked before
+        // this one (in a debug build the rank check panicked there, on the waiter's
+        // thread, and the gate never opened).
+        let ended: Vec<Event>;
         let pending = {
             let mut left = self.left.lock();
             let Some((events, _)) = left.as_mut() else {
@@ -296,29 +301,33 @@ impl Joiner {
             };
             // The driver's own status: a command the library counts as failed may still
             // run (NVIDIA), and the gate must not open before it ends.
-            events.retain(|e| ffi::execution_status(e.raw()).is_ok_and(|s| s > ffi::CL_COMPLETE));
+            let (still, done): (Vec<Event>, Vec<Event>) = std::mem::take(events)
+                .into_iter()
+                .partition(|e| ffi::execution_status(e.raw()).is_ok_and(|s| s > ffi::CL_COMPLETE));
+            *events = still;
+            ended = done;
             match events.first() {
-                Some(first) => Some(first.clone()),
+                Some(first) => first.clone(),
                 None => {
-                    let done = left.take();
+                    let all = left.take();
                     drop(left);
-                    drop(done);
-                    let _ = self.gate.set_status(ffi::CL_COMPLETE);
+                    drop(all);
+                    drop(ended);
+                    self.set_now();
                     return Ok(());
                 }
             }
         };
-        let Some(pending) = pending else {
-            return Ok(());
-        };
+        drop(ended);
         // SAFETY: `pending` is live (held here); the handle below takes a reference of
         // its own.
         let watched = unsafe { RawEvent::retain(pending.raw()) }.map_err(|e| e.to_string())?;
         let waker = std::task::Waker::from(self.clone());
-        // Read by the poller, never blocked on (`on_its_own` false): a command that waits
-        // on the gate may count as ending on its own, and the waiter's blockers may all
-        // be blocked on such commands (a wait on this gate through a blocker hung the
-        // Intel row so).
+        // Not counted as ending on its own (`on_its_own` false): it may wait behind a
+        // gate of the program's. The poller reads it; a blocker waits on it only while
+        // no gate of the context is open (the waiter's *blocked where it ends on its
+        // own* rule), when it waits at most on other hand-over gates, which the poller
+        // opens.
         let context = self.gate.event.inner.context.raw();
         wake_when_ended(watched, &waker, context, false, &self.gates)
     }
@@ -348,6 +357,17 @@ fn wake_when_ended(
         .watch(Arc::new(watched), order, watch)
         .map(drop)
         .map_err(|e| format!("the waiter's thread could not start: {e}"))
+}
+
+impl Joiner {
+    /// Opens the gate, and kicks the waiter for the context's gates: the commands behind
+    /// the gate are watched under those (a new owner's awaited command, the next
+    /// hand-over's joiner), not under the gate's own, so without the kick each link of
+    /// a chain of hand-overs would wait for a poll pause.
+    fn set_now(&self) {
+        let _ = self.gate.set_status(ffi::CL_COMPLETE);
+        waiter().kick(&self.gates);
+    }
 }
 
 impl std::task::Wake for Joiner {

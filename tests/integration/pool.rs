@@ -988,6 +988,61 @@ fn a_gate_failed_after_a_hand_over_never_fails_the_new_owners_commands() {
     }
 }
 
+// The *clean hand-over* rule's gate holds the old owner's commands until they end, and
+// may then hold the last reference to their queue. Before the fix it let them go while
+// holding its own lock, and the queue's drop took a lock ranked before it: in a debug
+// build the rank check panicked on the waiter's thread, the gate never opened, and the
+// new owner's fill never ran (the `intel` row of CI hung in
+// `max_bytes_bounds_pending_releases_when_threads_acquire_at_once` so).
+#[test]
+fn a_hand_over_gate_opens_when_it_holds_the_last_reference_to_the_old_owners_queue() {
+    let ctx = device!();
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
+        return;
+    }
+    let n = 1024;
+    // At its maximum, the pool must hand the pending block over.
+    let bytes = (n * size_of::<u32>()) as u64;
+    let pool = Pool::new(&ctx, PoolOptions::default().max_bytes(bytes)).unwrap();
+    let q2 = ctx.queue().unwrap();
+    let gate = ctx.user_event().unwrap();
+    let (raw, new, fill) = {
+        // Two hand-overs, each to a queue that is then dropped: the second gate stands
+        // for the first gate and the first new owner's fill.
+        let (q0, q1) = (ctx.queue().unwrap(), ctx.queue().unwrap());
+        let old = pool.acquire::<u32>(n).unwrap();
+        let raw = old.as_raw();
+        // The events are dropped here: the deferred releases, the old owners' records
+        // and the hand-over gates hold the rest.
+        drop(q0.after(&[gate.event()]).fill(&old, 1).unwrap());
+        q0.flush().unwrap();
+        old.release_deferred();
+        let middle = pool.acquire_on::<u32>(&q1, n).unwrap();
+        drop(q1.fill(&middle, 2).unwrap());
+        q1.flush().unwrap();
+        middle.release_deferred();
+        let new = pool.acquire_on::<u32>(&q2, n).unwrap();
+        let fill = q2.fill(&new, 7).unwrap();
+        (raw, new, fill)
+        // `q0` and `q1` are dropped here, with their fills still behind the gate.
+    };
+    assert_eq!(new.as_raw(), raw, "the pooled block was not reused");
+    assert!(
+        !fill.is_terminal(),
+        "the new owner's fill ran before the old owner's gated fill"
+    );
+    gate.complete().unwrap();
+    match wait_bounded(&fill) {
+        Some(ended) => assert!(ended.is_ok(), "the new owner's fill failed: {ended:?}"),
+        None => panic!(
+            "the new owner's fill never ran: the hand-over gate stayed closed ({:?})",
+            fill.status()
+        ),
+    }
+    assert_eq!(contents(&q2, &new), vec![7; n]);
+    assert!(new.release().unwrap().failed.is_empty());
+}
+
 // The *doomed command* and *clean hand-over* rules: a command one of whose gates failed,
 // while another is still closed, may still be pending in the driver (rusticl fails it a
 // moment later, NVIDIA once every gate is set, and may run it). The block's next owner
