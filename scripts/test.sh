@@ -1,26 +1,37 @@
 #!/usr/bin/env bash
-# `make test`: every test target, then the doc tests. A driver's abort in one test never
-# loses the others: a test binary that dies of a signal (SIGABRT from a driver, SIGSEGV)
-# has each of its tests run again, one process each, and the ones that die or fail are
-# named. Exits non-zero if anything failed.
+# `make test`: every test target, then the doc tests. A driver's abort or a hang in one
+# test never loses the others: a test binary that dies of a signal (SIGABRT from a driver,
+# SIGSEGV), or that is still running after CL_LIFETIME_BINARY_LIMIT seconds
+# (scripts/test-runner.sh stops it), has each of its tests run again, one process each
+# with a time limit, and the ones that die, hang or fail are named. Exits non-zero if
+# anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cargo=${CARGO:-cargo}
 log=$(mktemp)
 one=$(mktemp)
-trap 'rm -f "$log" "$one"' EXIT
+rerun=$(mktemp)
+trap 'rm -f "$log" "$one" "$rerun"' EXIT
+
+# Each test binary runs under scripts/test-runner.sh, which stops one that hangs and names
+# one that hung or died in $rerun.
+host=$(rustc -vV | sed -n 's/^host: //p')
+runner_var=CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$host")_RUNNER
+export "$runner_var=$PWD/scripts/test-runner.sh"
+export CL_LIFETIME_RERUN_LOG=$rerun
 
 $cargo test --all-targets --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 
-# "process didn't exit successfully: `BINARY` (signal: 6, SIGABRT: ...)"
-died=$(sed -n "s/.*process didn't exit successfully: \`\([^\` ]*\)[^\`]*\` (signal.*/\1/p" "$log" | sort -u)
-for bin in $died; do
-  echo "=== ${bin##*/} died of a signal: its tests again, one process each" >&2
+# "process didn't exit successfully: `[RUNNER] BINARY` (signal: 6, SIGABRT: ...)"
+died=$(sed -n "s/.*process didn't exit successfully: \`\([^\`]*\)\` (signal.*/\1/p" "$log" |
+  tr ' ' '\n' | grep -v 'test-runner.sh$' | grep '/deps/' | sort -u)
+for bin in $(printf '%s\n' $died $(cat "$rerun") | sort -u); do
+  echo "=== ${bin##*/} died of a signal or hung: its tests again, one process each" >&2
   failed=0
   while read -r name; do
     [ -n "$name" ] || continue
-    if ! timeout 600 "$bin" --exact "$name" --test-threads=1 >"$one" 2>&1; then
+    if ! timeout --kill-after=15 "${CL_LIFETIME_TEST_LIMIT:-300}" "$bin" --exact "$name" --test-threads=1 >"$one" 2>&1; then
       failed=$((failed + 1))
       echo "--- FAILED (exit $?): $name" >&2
       tail -n 30 "$one" >&2

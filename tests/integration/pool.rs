@@ -988,14 +988,17 @@ fn a_gate_failed_after_a_hand_over_never_fails_the_new_owners_commands() {
     }
 }
 
-// The *clean hand-over* rule's gate holds the old owner's commands until they end, and
-// may then hold the last reference to their queue. Before the fix it let them go while
-// holding its own lock, and the queue's drop took a lock ranked before it: in a debug
-// build the rank check panicked on the waiter's thread, the gate never opened, and the
-// new owner's fill never ran (the `intel` row of CI hung in
-// `max_bytes_bounds_pending_releases_when_threads_acquire_at_once` so).
+// The *clean hand-over* rule's gates, chained: the second stands for the first and for the
+// first new owner's fill, and both old owners' queues are gone. Each gate lets go of the
+// commands it saw end after its own lock, and opening one kicks the waiter for the
+// commands behind it. Before that, a gate that held the last reference to a command, and
+// so to its queue, let it go under its lock, the queue's drop took a lock ranked before
+// it, the rank check panicked on the waiter's thread in a debug build, and the gate never
+// opened: `max_bytes_bounds_pending_releases_when_threads_acquire_at_once` hung on
+// Intel's runtime (CI's `intel` row). This test did not meet that order of drops; it
+// checks that a chain through dropped queues opens.
 #[test]
-fn a_hand_over_gate_opens_when_it_holds_the_last_reference_to_the_old_owners_queue() {
+fn a_chain_of_hand_over_gates_through_dropped_queues_opens_when_the_first_command_ends() {
     let ctx = device!();
     if common::not_on(&ctx, "oclgrind", common::oclgrind::GATES) {
         return;
