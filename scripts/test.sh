@@ -14,13 +14,13 @@ rerun=$(mktemp)
 trap 'rm -f "$log" "$one" "$rerun"' EXIT
 
 # Each test binary runs under scripts/test-runner.sh, which stops one that hangs and names
-# one that hung or died in $rerun.
+# one that hung or died in $rerun. Only here: run through a runner, the merged doc tests
+# would all share one process.
 host=$(rustc -vV | sed -n 's/^host: //p')
 runner_var=CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$host")_RUNNER
-export "$runner_var=$PWD/scripts/test-runner.sh"
-export CL_LIFETIME_RERUN_LOG=$rerun
 
-$cargo test --all-targets --no-fail-fast 2>&1 | tee "$log"
+env "$runner_var=$PWD/scripts/test-runner.sh" CL_LIFETIME_RERUN_LOG="$rerun" \
+  $cargo test --all-targets --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 
 # "process didn't exit successfully: `[RUNNER] BINARY` (signal: 6, SIGABRT: ...)"
