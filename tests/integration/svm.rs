@@ -50,55 +50,19 @@ fn ramp(queue: &Queue, ctx: &Context, n: usize, kind: SvmKind) -> SvmBuffer<i32>
 }
 
 /// Overwrites the memory a release just freed, as the next allocation of its size would:
-/// a raw `clSVMAlloc` of `bytes` (which PoCL and Intel's runtime hand out at the address
-/// just freed), filled with -1 through a raw `clEnqueueSVMMemFill` on a queue of its own
-/// (so that it waits for nothing). Returns the pointer, freed by [`free_raw`].
-fn overwrite_freed(ctx: &Context, bytes: usize) -> usize {
+/// a new coarse-grained allocation of `bytes` (which PoCL and Intel's runtime hand out at
+/// the address just freed), filled with -1 on a queue of its own (so that it waits for
+/// nothing). Through the library, not a raw `clSVMAlloc`: NVIDIA's `clSVMAlloc` fails
+/// now and then under concurrent calls (design trap "NVIDIA's clSVMAlloc fails under
+/// concurrent calls"), and the library makes the process's calls one at a time, the
+/// other tests' included (a raw call here failed so in 1 of 2 full rounds on an H200).
+fn overwrite_freed(ctx: &Context, bytes: usize) -> SvmBuffer<i32> {
     let queue = ctx.queue().expect("a queue of its own");
-    let raw_ctx = ctx.as_raw() as cl_sys::cl_context;
-    // NVIDIA's `clSVMAlloc` returns NULL now and then while other threads allocate or free
-    // SVM (design trap "NVIDIA's clSVMAlloc fails under concurrent calls"), and the
-    // library's calls on the other tests' threads do: a raw call outside the library is
-    // tried again a bounded number of times.
-    let at = (0..1000)
-        .find_map(|_| {
-            // SAFETY: a live context whose devices report coarse-grained SVM (the test
-            // checked).
-            let at = unsafe { cl_sys::clSVMAlloc(raw_ctx, cl_sys::CL_MEM_READ_WRITE, bytes, 0) };
-            if at.is_null() {
-                std::thread::yield_now();
-            }
-            (!at.is_null()).then_some(at)
-        })
-        .expect("clSVMAlloc returned NULL 1000 times in a row");
-    let minus_one: i32 = -1;
-    let mut event: cl_sys::cl_event = std::ptr::null_mut();
-    // SAFETY: `at` holds `bytes` bytes, a multiple of 4; the pattern is 4 readable bytes.
-    let rc = unsafe {
-        cl_sys::clEnqueueSVMMemFill(
-            queue.as_raw() as cl_sys::cl_command_queue,
-            at,
-            (&raw const minus_one).cast(),
-            4,
-            bytes,
-            0,
-            std::ptr::null(),
-            &mut event,
-        )
-    };
-    assert_eq!(rc, 0, "clEnqueueSVMMemFill");
-    // SAFETY: `event` came from the fill above, waited on and released once.
-    unsafe {
-        assert_eq!(cl_sys::clWaitForEvents(1, &event), 0);
-        cl_sys::clReleaseEvent(event);
-    }
-    at as usize
-}
-
-fn free_raw(ctx: &Context, at: usize) {
-    // SAFETY: `at` came from `overwrite_freed` on this context; nothing uses it any more
-    // (its fill was waited for).
-    unsafe { cl_sys::clSVMFree(ctx.as_raw() as cl_sys::cl_context, at as *mut _) };
+    let svm = ctx
+        .svm::<i32>(bytes / 4, SvmKind::Coarse)
+        .expect("an allocation over the freed memory");
+    queue.fill_svm(&svm, -1).unwrap().wait().unwrap();
+    svm
 }
 
 /// Retains `event`'s raw handle through cl-sys, for the oracle.
@@ -184,7 +148,7 @@ fn svm_release_waits_for_its_gated_commands_then_frees() {
                 || gate.complete().unwrap(),
             );
             let_go(raw);
-            free_raw(&ctx, reused);
+            reused.release().unwrap();
             assert_eq!(
                 status_at_return, 0,
                 "{kind:?} {what}: released before its command completed"

@@ -62,6 +62,15 @@ extern "C" fn capture_start_env() {
 #[unsafe(link_section = ".init_array")]
 static CAPTURE_START_ENV: extern "C" fn() = capture_start_env;
 
+/// Installs the crash report in this process too, when `CL_LIFETIME_CRASH_DIR` asks for
+/// reports: a driver's crash in a test not run in a child process then names the crashing
+/// thread, which the test harness names after its test. Called once, before any context.
+pub fn report_crashes_where_asked() {
+    if std::env::var_os("CL_LIFETIME_CRASH_DIR").is_some() {
+        crash_report::install();
+    }
+}
+
 /// Runs `body` in a child process (this test binary again, running only the test `name`,
 /// its full path: see [`test_path`]), failing the test if the child crashes, fails, does
 /// not run the body, or has not ended after `limit`. `env` adds variables to the child's

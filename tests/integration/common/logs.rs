@@ -57,6 +57,7 @@ static CAPTURE: OnceLock<Capture> = OnceLock::new();
 pub fn install() {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     INSTALLED.get_or_init(|| {
+        super::child::report_crashes_where_asked();
         let capture = CAPTURE.get_or_init(|| Capture {
             print: env_logger::Builder::from_default_env()
                 .is_test(true)
