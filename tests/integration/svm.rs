@@ -61,7 +61,10 @@ fn overwrite_freed(ctx: &Context, bytes: usize) -> SvmBuffer<i32> {
     let svm = ctx
         .svm::<i32>(bytes / 4, SvmKind::Coarse)
         .expect("an allocation over the freed memory");
-    queue.fill_svm(&svm, -1).unwrap().wait().unwrap();
+    let fill = queue
+        .fill_svm(&svm, -1)
+        .expect("the fill over the freed memory");
+    fill.wait().expect("the fill over the freed memory ends");
     svm
 }
 
