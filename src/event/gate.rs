@@ -286,6 +286,15 @@ impl Gate {
 }
 
 impl Joiner {
+    /// Opens the gate, and kicks the waiter for the context's gates: the commands behind
+    /// the gate are watched under those (a new owner's awaited command, the next
+    /// hand-over's joiner), not under the gate's own, so without the kick each link of
+    /// a chain of hand-overs would wait for a poll pause.
+    fn set_now(&self) {
+        let _ = self.gate.set_status(ffi::CL_COMPLETE);
+        waiter().kick(&self.gates);
+    }
+
     /// Has the waiter watch the first command not ended, or sets the gate when there
     /// is none.
     fn next(self: &Arc<Self>) -> std::result::Result<(), String> {
@@ -357,17 +366,6 @@ fn wake_when_ended(
         .watch(Arc::new(watched), order, watch)
         .map(drop)
         .map_err(|e| format!("the waiter's thread could not start: {e}"))
-}
-
-impl Joiner {
-    /// Opens the gate, and kicks the waiter for the context's gates: the commands behind
-    /// the gate are watched under those (a new owner's awaited command, the next
-    /// hand-over's joiner), not under the gate's own, so without the kick each link of
-    /// a chain of hand-overs would wait for a poll pause.
-    fn set_now(&self) {
-        let _ = self.gate.set_status(ffi::CL_COMPLETE);
-        waiter().kick(&self.gates);
-    }
 }
 
 impl std::task::Wake for Joiner {

@@ -62,11 +62,14 @@ extern "C" fn capture_start_env() {
 #[unsafe(link_section = ".init_array")]
 static CAPTURE_START_ENV: extern "C" fn() = capture_start_env;
 
+/// The folder a crash report is also written to.
+const CRASH_DIR_VAR: &str = "CL_LIFETIME_CRASH_DIR";
+
 /// Installs the crash report in this process too, when `CL_LIFETIME_CRASH_DIR` asks for
 /// reports: a driver's crash in a test not run in a child process then names the crashing
 /// thread, which the test harness names after its test. Called once, before any context.
 pub fn report_crashes_where_asked() {
-    if std::env::var_os("CL_LIFETIME_CRASH_DIR").is_some() {
+    if std::env::var_os(CRASH_DIR_VAR).is_some() {
         crash_report::install();
     }
 }
@@ -180,8 +183,7 @@ mod crash_report {
     use std::ffi::c_void;
     use std::io::Write;
 
-    /// The folder the report is also written to.
-    const DIR_VAR: &str = "CL_LIFETIME_CRASH_DIR";
+    use super::CRASH_DIR_VAR as DIR_VAR;
 
     unsafe extern "C" {
         // The unwinder of the Rust runtime (libgcc_s): every Linux Rust binary links it.
