@@ -15,7 +15,9 @@
 //!    thread when its wait returns: the floor for any task whose executor parks its thread.
 //!    A second task awaits the same event on a thread that spins between polls, as a
 //!    busy-polling executor does: like for like with a driver whose `clWaitForEvents`
-//!    spins (NVIDIA's), where the blocked thread never sleeps either.
+//!    spins (NVIDIA's), where the blocked thread never sleeps either. That task polls
+//!    first, so its wake comes first (the library wakes tasks of one command in the order
+//!    they polled), and costs the parked task's next to nothing.
 //!    Reported: p50 and p99 of gate-to-wake over the trials, each side's, and their ratios
 //!    (goal: p99 within 1.5x of the blocked thread's). The two sides wait on the same command at the
 //!    same time, so its end is the same for both.
@@ -80,6 +82,7 @@ enum Idle {
 fn block_on_noting_wake<F: std::future::Future>(
     future: F,
     idle: Idle,
+    polled: &mpsc::Sender<()>,
 ) -> (Option<Instant>, F::Output) {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
@@ -109,10 +112,17 @@ fn block_on_noting_wake<F: std::future::Future>(
     let waker = Waker::from(noting.clone());
     let mut cx = TaskContext::from_waker(&waker);
     let mut future = std::pin::pin!(future);
+    let mut first = true;
     loop {
         if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
             let woken = *noting.woken.lock().unwrap_or_else(|p| p.into_inner());
+            if first {
+                let _ = polled.send(());
+            }
             return (woken, out);
+        }
+        if std::mem::take(&mut first) {
+            let _ = polled.send(());
         }
         match idle {
             Idle::Park => thread::park(),
@@ -178,16 +188,17 @@ fn wake_latency(
     let task_thread = |idle: Idle| {
         let (to_task, task_gets) = mpsc::channel::<Event>();
         let (task_says, from_task) = mpsc::channel::<(Instant, Instant)>();
+        let (polled, task_polled) = mpsc::channel::<()>();
         let task = thread::spawn(move || {
             for event in task_gets {
-                let (woken, _) = block_on_noting_wake(event.ended(), idle);
+                let (woken, _) = block_on_noting_wake(event.ended(), idle, &polled);
                 let _ = task_says.send((woken.unwrap_or_else(Instant::now), Instant::now()));
             }
         });
-        (to_task, from_task, task)
+        (to_task, from_task, task_polled, task)
     };
-    let (to_task, from_task, task) = task_thread(Idle::Park);
-    let (to_spinner, from_spinner, spinner) = task_thread(Idle::Spin);
+    let (to_task, from_task, task_polled, task) = task_thread(Idle::Park);
+    let (to_spinner, from_spinner, spinner_polled, spinner) = task_thread(Idle::Spin);
     let (mut ours, mut theirs, mut called, mut floor, mut spun) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for trial in 0..trials + 10 {
@@ -197,12 +208,16 @@ fn wake_latency(
         to_blocked
             .send(SendEvent(fill.as_raw()))
             .map_err(|_| anyhow!("blocked thread gone"))?;
-        to_task
-            .send(fill.clone())
-            .map_err(|_| anyhow!("task thread gone"))?;
+        // The spinning task's future first: the library wakes the two in the order they
+        // were polled, and a spinning task's wake-up costs the other next to nothing.
         to_spinner
             .send(fill.clone())
             .map_err(|_| anyhow!("spinning task thread gone"))?;
+        spinner_polled.recv()?;
+        to_task
+            .send(fill.clone())
+            .map_err(|_| anyhow!("task thread gone"))?;
+        task_polled.recv()?;
         // Both sides settle into their waits (not an ordering claim: a side that came late
         // would only look faster).
         thread::sleep(Duration::from_millis(2));

@@ -1,5 +1,5 @@
 //! What the measuring programs of cl-lifetime share (the examples of this package:
-//! `compare`, `enqueue_cost`, `alloc_cost`, `release_stages`): raw-`opencl3` pieces (error
+//! `compare`, `enqueue_cost`, `alloc_cost`, `release_stages`, `wake_parts`): raw-`opencl3` pieces (error
 //! mapping, the device header, kernel arguments and one-dimensional launches, a program
 //! handle, a user-event gate, the raw side's event keeping), the `spin` calibration, and
 //! the statistics and interleaved repetitions of their method ([`stats`]). Each example

@@ -365,22 +365,25 @@ impl OpenGates {
         self.count.store(open.len(), Ordering::Release);
     }
 
-    /// A gate of the context is about to be set: the waiter starts reading its context's
-    /// awaited commands now, so its poller is awake when they end (its *kicked* rule).
-    pub(crate) fn closing(&self) {
-        super::waiter::waiter().kick(self);
+    /// A gate of the context was set on this thread, after `kick`: this thread reads the
+    /// context's awaited commands until the waiter's poller is awake (the waiter's *read
+    /// where set* rule).
+    pub(crate) fn read_where_set(&self, kick: Option<u64>) {
+        if let Some(kick) = kick {
+            super::waiter::waiter().read_where_set(self, kick);
+        }
     }
 
     /// Gate `id` was set (completed or failed): the waiter reads its context's awaited
     /// commands at once, and blocks on those that now end on their own (its *kicked*
-    /// rule).
-    pub(crate) fn closed(&self, id: u64) {
+    /// rule). The kick, for [`OpenGates::read_where_set`].
+    pub(crate) fn closed(&self, id: u64) -> Option<u64> {
         {
             let mut open = self.open.lock();
             open.retain(|&(i, _)| i != id);
             self.count.store(open.len(), Ordering::Release);
         }
-        super::waiter::waiter().kick(self);
+        super::waiter::waiter().kick(self)
     }
 }
 

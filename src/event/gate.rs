@@ -175,17 +175,30 @@ impl Gate {
     /// Sets the gate through the library: the gates' *no failure mid-enqueue* rule,
     /// the waiter's kick, and the twin.
     pub(crate) fn set_status(&self, status: cl_int) -> Result<()> {
+        self.set_status_kicked(status).0
+    }
+
+    /// Sets the gate as [`Gate::set_status`] does, then reads the commands behind it on
+    /// this thread until the waiter's poller is awake (the waiter's *read where set* rule):
+    /// for the program's own calls ([`UserEvent::complete`](crate::UserEvent::complete),
+    /// [`fail`](crate::UserEvent::fail)), which hold no lock of the library, since the
+    /// tasks of the commands that end are woken here.
+    pub(crate) fn set_status_here(&self, status: cl_int) -> Result<()> {
+        let (set, kick) = self.set_status_kicked(status);
+        self.gates.read_where_set(kick);
+        set
+    }
+
+    /// [`Gate::set_status`], with the waiter's kick.
+    fn set_status_kicked(&self, status: cl_int) -> (Result<()>, Option<u64>) {
         if self.set.swap(true, Ordering::AcqRel) {
-            return Err(Error::cl(
-                "clSetUserEventStatus",
-                ffi::codes::CL_INVALID_OPERATION,
-            ));
+            let refused = Error::cl("clSetUserEventStatus", ffi::codes::CL_INVALID_OPERATION);
+            return (Err(refused), None);
         }
         if status < 0 {
             // Noted before the driver propagates it, so no enqueue that follows misses it.
             self.gates.note_failure();
         }
-        self.gates.closing();
         // The gates' *one set at a time* rule.
         let set_now =
             || gates::one_set_at_a_time(|| ffi::set_user_event_status(self.event.raw(), status));
@@ -195,7 +208,7 @@ impl Gate {
         } else {
             set_now()
         };
-        self.gates.closed(self.id);
+        let kick = self.gates.closed(self.id);
         {
             let _twin = self.twin.lock();
             if let Some(Some(StandIn::Twin(twin))) = self.event.inner.stand_in.get() {
@@ -205,7 +218,7 @@ impl Gate {
         }
         // Failed events that waited on this gate may be free to go now.
         graveyard::sweep();
-        set
+        (set, kick)
     }
 
     /// Sets the gate as its twin was set, if it was (a `UserEvent` dropped before the
@@ -292,7 +305,7 @@ impl Joiner {
     /// a chain of hand-overs would wait for a poll pause.
     fn set_now(&self) {
         let _ = self.gate.set_status(ffi::CL_COMPLETE);
-        waiter().kick(&self.gates);
+        let _ = waiter().kick(&self.gates);
     }
 
     /// Has the waiter watch the first command not ended, or sets the gate when there

@@ -75,7 +75,7 @@ impl UserEvent {
     /// # }
     /// ```
     pub fn complete(&self) -> Result<()> {
-        self.gate.set_status(ffi::CL_COMPLETE)
+        self.gate.set_status_here(ffi::CL_COMPLETE)
     }
 
     /// Fails the gate with `status`, which must be negative; commands waiting on it
@@ -110,7 +110,7 @@ impl UserEvent {
                 ffi::codes::CL_INVALID_VALUE,
             ));
         }
-        self.gate.set_status(status)
+        self.gate.set_status_here(status)
     }
 }
 

@@ -19,8 +19,11 @@
 //!   gate is set, one of an in-order queue only after the commands enqueued before it.
 //! - **The program** sets the gate once the opener's task is done, through the library
 //!   (then the gate's kick is a later step of its own: rule 3, *kicked*, `Waiter::kick`)
-//!   or through the gate's raw handle (no kick). The kick before the driver's call changes
-//!   only the poller's timing, which the model leaves out.
+//!   or through the gate's raw handle (no kick).
+//! - **The gate's setter**, after the kick (rule 3, *read where set*,
+//!   `Waiter::read_where_set`), reads, takes and ends watches as the poller does, beside
+//!   it, and stops reading at any step (the poller took the kick, its time is up, or all
+//!   it read ended).
 //! - **A task's first poll** finds its command ended (ready at once), or stores its waker
 //!   in a new watch and hands the command to the waiter (`Waiter::watch`): its lane
 //!   (rule 1), a blocker summoned where the lane has a command that ends on its own
@@ -335,7 +338,8 @@ enum Thread {
     Absent,
 }
 
-/// The poller.
+/// The poller, and the thread that set the gate through the library while it reads the
+/// gated commands (rule 3, *read where set*; `Off` before and after).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Poller {
     Off,
@@ -381,6 +385,7 @@ struct State {
     queue: [u8; QUEUE],
     queue_len: u8,
     poller: Poller,
+    setter: Poller,
     /// The crew (`Crew`): threads running, idle, woken for work, and starting.
     threads: u8,
     idle: u8,
@@ -391,11 +396,11 @@ struct State {
 
 /// A state's bytes, for the set of states seen: quicker to hash and compare than its
 /// fields one by one.
-type Key = [u8; 64];
+type Key = [u8; 72];
 
 impl State {
     fn key(&self) -> Key {
-        let mut key = [0u8; 64];
+        let mut key = [0u8; 72];
         let mut at = 0;
         let mut put = |b: u8| {
             key[at] = b;
@@ -416,15 +421,17 @@ impl State {
         self.blocked.iter().for_each(|&c| put(c));
         self.queue.iter().for_each(|&c| put(c));
         put(self.queue_len);
-        let (tag, a, b) = match self.poller {
-            Poller::Off => (0, 0, 0),
-            Poller::Idle => (1, 0, 0),
-            Poller::Reading(read) => (2, read, 0),
-            Poller::Ending { list, phase } => (3, list, phase as u8),
-        };
-        put(tag);
-        put(a);
-        put(b);
+        for reader in [self.poller, self.setter] {
+            let (tag, a, b) = match reader {
+                Poller::Off => (0, 0, 0),
+                Poller::Idle => (1, 0, 0),
+                Poller::Reading(read) => (2, read, 0),
+                Poller::Ending { list, phase } => (3, list, phase as u8),
+            };
+            put(tag);
+            put(a);
+            put(b);
+        }
         put(self.threads);
         put(self.idle);
         put(self.summoned);
@@ -485,6 +492,10 @@ enum Step {
     PollerTakes { read: u8 },
     PollerEnds { command: usize, phase: Phase },
     PollerExits,
+    SetterReads { command: usize },
+    SetterTakes { read: u8 },
+    SetterEnds { command: usize, phase: Phase },
+    SetterLeaves,
     Crew { was: Thread },
 }
 
@@ -518,6 +529,17 @@ impl std::fmt::Display for Step {
                 write!(f, "the poller ends command {command}'s watch: {phase:?}")
             }
             Step::PollerExits => write!(f, "the poller ends"),
+            Step::SetterReads { command } => {
+                write!(f, "the gate's setter reads command {command} ended")
+            }
+            Step::SetterTakes { read } => write!(
+                f,
+                "the gate's setter takes the commands it read ended, of {read:#b}"
+            ),
+            Step::SetterEnds { command, phase } => {
+                write!(f, "the gate's setter ends command {command}'s watch: {phase:?}")
+            }
+            Step::SetterLeaves => write!(f, "the gate's setter stops reading"),
             Step::Crew { was } => write!(f, "a thread of the crew steps from {was:?}"),
         }
     }
@@ -552,6 +574,7 @@ impl State {
             queue: [0; QUEUE],
             queue_len: 0,
             poller: Poller::Off,
+            setter: Poller::Off,
             threads: 0,
             idle: 0,
             summoned: 0,
@@ -614,7 +637,8 @@ impl State {
     /// Whether some thread of the waiter is about to take or end `command`'s watch.
     fn is_ending(&self, command: usize) -> bool {
         let c = command as u8;
-        let poller = matches!(self.poller, Poller::Reading(set) | Poller::Ending { list: set, .. } if set & (1 << c) != 0);
+        let reading = |r: Poller| matches!(r, Poller::Reading(set) | Poller::Ending { list: set, .. } if set & (1 << c) != 0);
+        let poller = reading(self.poller) || reading(self.setter);
         let crew = self.crew.iter().any(|t| match *t {
             Thread::Ending { list, .. } => list & (1 << c) != 0,
             _ => false,
@@ -628,6 +652,7 @@ impl State {
             let holds = self.watched != 0
                 || self.queue_len != 0
                 || self.poller != Poller::Off
+                || self.setter != Poller::Off
                 || self.threads != 0;
             return holds.then_some(Broken::LeftOver);
         }
@@ -863,7 +888,12 @@ impl Move<'_> {
         let Protocol::Waiter { blockers } = self.p.protocol else {
             return;
         };
-        if self.s.watched == 0 || blockers == 0 {
+        if self.s.watched == 0 {
+            return;
+        }
+        // The setter reads the gated commands next (`Waiter::read_where_set`).
+        self.s.setter = Poller::Idle;
+        if blockers == 0 {
             return;
         }
         for lane in 0..LANES {
@@ -1081,6 +1111,18 @@ fn successors(p: &Program, s: &State) -> Vec<(Step, State, Option<Broken>)> {
                 true
             });
         }
+        // So does the gate's setter, while it reads.
+        let read = match s.setter {
+            Poller::Idle => Some(0),
+            Poller::Reading(read) if read & (1 << c) == 0 => Some(read),
+            _ => None,
+        };
+        if let Some(read) = read.filter(|_| s.is_watched(c) && s.has_ended(c)) {
+            step(&mut out, Step::SetterReads { command: c }, &|m| {
+                m.s.setter = Poller::Reading(read | 1 << c);
+                true
+            });
+        }
     }
     // The program.
     let opener_done = p
@@ -1137,6 +1179,45 @@ fn successors(p: &Program, s: &State) -> Vec<(Step, State, Option<Broken>)> {
             });
         }
         _ => {}
+    }
+    // The gate's setter: it takes and ends as the poller does, and stops reading at any
+    // time (the poller took the kick, its time is up, or all it read ended).
+    match s.setter {
+        Poller::Idle => step(&mut out, Step::SetterLeaves, &|m| {
+            m.s.setter = Poller::Off;
+            true
+        }),
+        Poller::Reading(read) => {
+            step(&mut out, Step::SetterTakes { read }, &|m| {
+                let list = read & m.s.watched;
+                for command in (0..m.p.commands.len()).filter(|c| list & (1 << c) != 0) {
+                    m.take(command);
+                    m.tidy(m.p.lane(command));
+                }
+                m.s.setter = match list {
+                    0 => Poller::Idle,
+                    _ => Poller::Ending {
+                        list,
+                        phase: Phase::Wake,
+                    },
+                };
+                true
+            });
+        }
+        Poller::Ending { list, phase } => {
+            let command = list.trailing_zeros() as usize;
+            step(&mut out, Step::SetterEnds { command, phase }, &|m| {
+                if !m.may_end(command, phase) {
+                    return false;
+                }
+                m.s.setter = match m.end_next(list, phase) {
+                    Some((list, phase)) => Poller::Ending { list, phase },
+                    None => Poller::Idle,
+                };
+                true
+            });
+        }
+        Poller::Off => {}
     }
     // The crew: alike threads in alike states make one step.
     for slot in 0..p.cap() {
@@ -1861,7 +1942,14 @@ fn the_pollers_schedule_holds_every_watched_command() {
                 let (_, ticket) = watched.swap_remove(k);
                 waiter.forget(&ticket);
             }
-            4 => waiter.kick(if next(2) == 0 { &unset } else { &set }),
+            4 => {
+                let gates = if next(2) == 0 { &unset } else { &set };
+                if let Some(kick) = waiter.kick(gates) {
+                    if next(2) == 0 {
+                        waiter.read_where_set(gates, kick);
+                    }
+                }
+            }
             _ => std::thread::sleep(Duration::from_micros(next(300))),
         }
         // Once the poller sleeps (it spins for a millisecond after a kick).
