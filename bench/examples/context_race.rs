@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::Instant;
 
@@ -55,7 +55,13 @@ fn main() -> anyhow::Result<()> {
                     for _ in 0..per_thread {
                         match create(device.0) {
                             Ok(c) => release(c),
-                            Err(s) => *failures.lock().unwrap().entry(s).or_default() += 1,
+                            Err(s) => {
+                                *failures
+                                    .lock()
+                                    .unwrap_or_else(PoisonError::into_inner)
+                                    .entry(s)
+                                    .or_default() += 1
+                            }
                         }
                     }
                 })
@@ -70,7 +76,7 @@ fn main() -> anyhow::Result<()> {
         }
         let failed: Vec<String> = failures
             .lock()
-            .unwrap()
+            .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .map(|(s, n)| format!("{n} x {}", ClStatus(*s)))
             .collect();
@@ -78,16 +84,27 @@ fn main() -> anyhow::Result<()> {
             "{phase:<9} {} creations in {:.1} s: {} failed [{}]; other work's failures: {:?}",
             CREATORS * per_thread,
             start.elapsed().as_secs_f64(),
-            failures.lock().unwrap().values().sum::<usize>(),
+            failures
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .sum::<usize>(),
             failed.join(", "),
-            other_failures.lock().unwrap()
+            other_failures
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
         );
     }
     Ok(())
 }
 
 fn create(device: cl_device_id) -> Result<cl_context, i32> {
-    opencl3::context::context::create_context(&[device], std::ptr::null(), None, std::ptr::null_mut())
+    opencl3::context::context::create_context(
+        &[device],
+        std::ptr::null(),
+        None,
+        std::ptr::null_mut(),
+    )
 }
 
 fn release(context: cl_context) {
@@ -102,14 +119,25 @@ fn other_work(
     stop: &AtomicBool,
     failures: &Mutex<BTreeMap<String, usize>>,
 ) {
-    let fail = |what: &str| *failures.lock().unwrap().entry(what.to_string()).or_default() += 1;
+    let fail = |what: &str| {
+        *failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(what.to_string())
+            .or_default() += 1
+    };
     while !stop.load(Ordering::Acquire) {
         match phase {
             "svm" => {
                 // SAFETY: a coarse-grained allocation of 4 KiB in a live context, freed
                 // once, unused in between.
                 unsafe {
-                    match opencl3::memory::svm_alloc(shared.0, opencl3::memory::CL_MEM_READ_WRITE, 4096, 0) {
+                    match opencl3::memory::svm_alloc(
+                        shared.0,
+                        opencl3::memory::CL_MEM_READ_WRITE,
+                        4096,
+                        0,
+                    ) {
                         Ok(p) => {
                             let _ = opencl3::memory::svm_free(shared.0, p);
                         }
@@ -137,7 +165,12 @@ fn other_work(
                 Ok(c) => {
                     // SAFETY: an allocation of 4 KiB in the new context, freed before it.
                     unsafe {
-                        match opencl3::memory::svm_alloc(c, opencl3::memory::CL_MEM_READ_WRITE, 4096, 0) {
+                        match opencl3::memory::svm_alloc(
+                            c,
+                            opencl3::memory::CL_MEM_READ_WRITE,
+                            4096,
+                            0,
+                        ) {
                             Ok(p) => {
                                 let _ = opencl3::memory::svm_free(c, p);
                             }

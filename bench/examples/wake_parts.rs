@@ -31,8 +31,7 @@ struct SendEvent(cl_event);
 unsafe impl Send for SendEvent {}
 
 fn status(event: cl_event) -> cl_int {
-    cle::get_event_info(event, cle::CL_EVENT_COMMAND_EXECUTION_STATUS)
-        .map_or(-1, |s| s.to_int())
+    cle::get_event_info(event, cle::CL_EVENT_COMMAND_EXECUTION_STATUS).map_or(-1, |s| s.to_int())
 }
 
 /// Reads `event`'s status until it ended: when it was seen, and how many reads it took.

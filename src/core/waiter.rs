@@ -1399,11 +1399,17 @@ mod tests {
         waiter.read_where_set(&open, kick);
         assert_eq!(ended_task.woken(), 1, "the ended command's task, on return");
         assert!(ended_watch.ended_or_wake(&Waker::from(ended_task.clone())));
-        assert_eq!(pending_task.woken(), 0, "a command still pending woke its task");
+        assert_eq!(
+            pending_task.woken(),
+            0,
+            "a command still pending woke its task"
+        );
 
         holding.let_go();
         pending.end();
-        eventually("the poller wakes the other task", || pending_task.woken() == 1);
+        eventually("the poller wakes the other task", || {
+            pending_task.woken() == 1
+        });
         eventually("nothing is left watched", || waiter.watched() == 0);
     }
 

@@ -537,7 +537,10 @@ impl std::fmt::Display for Step {
                 "the gate's setter takes the commands it read ended, of {read:#b}"
             ),
             Step::SetterEnds { command, phase } => {
-                write!(f, "the gate's setter ends command {command}'s watch: {phase:?}")
+                write!(
+                    f,
+                    "the gate's setter ends command {command}'s watch: {phase:?}"
+                )
             }
             Step::SetterLeaves => write!(f, "the gate's setter stops reading"),
             Step::Crew { was } => write!(f, "a thread of the crew steps from {was:?}"),

@@ -74,6 +74,45 @@ pub fn report_crashes_where_asked() {
     }
 }
 
+/// The tests whose threads have opened the test logger and not ended yet, by thread name
+/// (the harness names each test's thread after the test): a crash report lists them.
+static RUNNING: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Takes its test off [`RUNNING`] when the test's thread ends.
+struct Running(String);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut running = RUNNING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(i) = running.iter().position(|t| *t == self.0) {
+            running.swap_remove(i);
+        }
+    }
+}
+
+thread_local! {
+    static THIS_TEST: std::cell::RefCell<Option<Running>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Notes the calling thread's test among those running, once per thread.
+pub fn note_running_test() {
+    let Some(name) = std::thread::current().name().map(str::to_owned) else {
+        return;
+    };
+    THIS_TEST.with(|this| {
+        let mut this = this.borrow_mut();
+        if this.is_none() {
+            RUNNING
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(name.clone());
+            *this = Some(Running(name));
+        }
+    });
+}
+
 /// Runs `body` in a child process (this test binary again, running only the test `name`,
 /// its full path: see [`test_path`]), failing the test if the child crashes, fails, does
 /// not run the body, or has not ended after `limit`. `env` adds variables to the child's
@@ -250,6 +289,10 @@ mod crash_report {
             module(ip),
             std::thread::current().name()
         ));
+        // Not waited for: the crashing thread may hold it.
+        if let Ok(running) = super::RUNNING.try_lock() {
+            report(&format!("crash: tests running: {}", running.join(", ")));
+        }
         // SAFETY: `frame` only reads each frame's instruction pointer.
         unsafe { _Unwind_Backtrace(frame, std::ptr::null_mut()) };
         // SAFETY: back to the default action, then the same signal again: the process

@@ -55,6 +55,7 @@ static CAPTURE: OnceLock<Capture> = OnceLock::new();
 
 /// Installs the capturing logger, once per process.
 pub fn install() {
+    super::child::note_running_test();
     static INSTALLED: OnceLock<()> = OnceLock::new();
     INSTALLED.get_or_init(|| {
         super::child::report_crashes_where_asked();
