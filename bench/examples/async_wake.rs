@@ -5,6 +5,7 @@
 //! make bench                                   # runs this after the comparisons
 //! cargo run --release -p cl-lifetime-bench --example async_wake -- --quick
 //! cargo run --release -p cl-lifetime-bench --example async_wake -- --latency-only  # row 1
+//! cargo run --release -p cl-lifetime-bench --example async_wake -- --dropped-only  # row 4
 //! ```
 //!
 //! 1. **Wake latency.** Each trial enqueues a fill behind a user event, has a thread block
@@ -57,6 +58,12 @@ fn main() -> anyhow::Result<()> {
         std::env::var(cl_lifetime::WAIT_VAR).unwrap_or_default()
     );
 
+    if std::env::args().any(|a| a == "--quiet-only") {
+        return quiet(&ctx, &queue, &buf);
+    }
+    if std::env::args().any(|a| a == "--dropped-only") {
+        return dropped(&ctx, &queue, &buf);
+    }
     wake_latency(&ctx, &queue, &buf, if quick { 100 } else { 400 })?;
     if std::env::args().any(|a| a == "--latency-only") {
         return Ok(());

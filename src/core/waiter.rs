@@ -14,9 +14,15 @@
 //! 2. **Polled.** Every watched command is on the poller's schedule until it is seen ended
 //!    or forgotten: its status is read after pauses that double from [`FIRST_PAUSE`] to
 //!    [`MAX_PAUSE`], or longer where that many reads would cost the poller more than
-//!    1/[`POLL_SHARE`] of a core. The poller never blocks on a command, so every command
-//!    that ends is seen within its pause, whatever the program's gates do: no wake-up
-//!    depends on another command ending, and no set of awaits can deadlock.
+//!    1/[`POLL_SHARE`] of a core. While nothing ends, the same share holds for each level
+//!    of the schedule: a level whose commands were last read with none ended waits, past
+//!    its pause, until the share of what reading it costs has passed, at most the longest
+//!    pause. So watching many commands at once (a million futures of gated commands)
+//!    costs the poller its share, not a read of each at every doubling pause, and the
+//!    cost per watched command does not grow with their number. The poller never blocks
+//!    on a command, so every command that ends is seen within its pause, whatever the
+//!    program's gates do: no wake-up depends on another command ending, and no set of
+//!    awaits can deadlock.
 //! 3. **Kicked.** A gate set through the library (complete or failed) kicks the poller,
 //!    after the driver's call: every watched command of the gate's context is read back to
 //!    back, yielding between passes, for [`SPIN`], then from [`FIRST_PAUSE`] again. A
@@ -219,7 +225,7 @@ impl Watch {
     ///
     /// The mark is set after the wake returns, with its panic: a poll during the wake
     /// stores a new waker, woken in turn.
-    fn end_and_wake(&self) {
+    pub(crate) fn end_and_wake(&self) {
         let first = self.lock().waker.take();
         let panic = first.and_then(wake_contained);
         let second = {
@@ -315,6 +321,11 @@ struct Schedule {
     /// Level `k`: read at `due[k]`, then filed at level `k + 1`.
     levels: Vec<Vec<Filed>>,
     due: Vec<Option<Instant>>,
+    /// When level `k`'s first command was filed, since it was last read.
+    since: Vec<Option<Instant>>,
+    /// Level `k` holds commands of a read that saw some command end: it is read at its
+    /// pause, whatever its size.
+    ending: Vec<bool>,
 }
 
 impl Schedule {
@@ -324,6 +335,8 @@ impl Schedule {
             spin_until: Instant::now(),
             levels: (0..LEVELS).map(|_| Vec::new()).collect(),
             due: vec![None; LEVELS],
+            since: vec![None; LEVELS],
+            ending: vec![false; LEVELS],
         }
     }
 
@@ -331,8 +344,20 @@ impl Schedule {
         let level = level.min(LEVELS - 1);
         if self.levels[level].is_empty() {
             self.due[level] = Some(now + pause(level, top_pause));
+            self.since[level] = Some(now);
         }
         self.levels[level].push(filed);
+    }
+
+    /// Forgets every place: none is any watched command's.
+    fn clear(&mut self) {
+        self.spin.clear();
+        for level in 0..LEVELS {
+            self.levels[level].clear();
+            self.due[level] = None;
+            self.since[level] = None;
+            self.ending[level] = false;
+        }
     }
 
     fn spin(&mut self, filed: Filed, now: Instant) {
@@ -385,7 +410,8 @@ struct State<E> {
     poller: bool,
     /// When the sleeping poller wakes by itself.
     poller_wakes: Option<Instant>,
-    /// The cost of one status read, in nanoseconds, as the poller last measured it.
+    /// What one place of the schedule cost the poller to read, in nanoseconds, as it last
+    /// measured: its status read and its work under the lock (a stale place's look-up).
     read_ns: u64,
     /// Lanes waiting for a blocker.
     wanting: VecDeque<LaneKey>,
@@ -565,7 +591,7 @@ impl<E: Awaited> Waiter<E> {
                 state.lanes.remove(&ticket.lane);
             }
             if removed.is_some() {
-                state.watched -= 1;
+                state.unwatch();
             }
             removed
         };
@@ -834,8 +860,17 @@ impl<E: Awaited> State<E> {
         if lane.entries.is_empty() && lane.blocked.is_none() {
             self.lanes.remove(&key);
         }
-        self.watched -= 1;
+        self.unwatch();
         Some(entry)
+    }
+
+    /// One command less is watched; with none left, every place in the schedule is stale
+    /// and goes at once, rather than waiting (with the *polled* rule's share) to be read.
+    fn unwatch(&mut self) {
+        self.watched -= 1;
+        if self.watched == 0 {
+            self.schedule.clear();
+        }
     }
 
     /// The *read in order* rule, after a blocker's wait on `id` of `key` returned: the
@@ -935,7 +970,24 @@ impl<E: Awaited> State<E> {
         }
         for level in 0..LEVELS {
             if self.schedule.due[level].is_some_and(|d| d <= now) {
+                // While nothing ends, a level whose reads would cost more than the poll
+                // share since it was filed waits that long, at most the longest pause
+                // (the *polled* rule).
+                let share = Duration::from_nanos(
+                    (self.schedule.levels[level].len() as u64)
+                        .saturating_mul(self.read_ns)
+                        .saturating_mul(u64::from(POLL_SHARE)),
+                )
+                .min(self.top_pause());
+                if let Some(at) = self.schedule.since[level].map(|s| s + share) {
+                    if at > now && !self.schedule.ending[level] {
+                        self.schedule.due[level] = Some(at);
+                        continue;
+                    }
+                }
                 self.schedule.due[level] = None;
+                self.schedule.since[level] = None;
+                self.schedule.ending[level] = false;
                 let filed = std::mem::take(&mut self.schedule.levels[level]);
                 batch.extend(filed.into_iter().map(|f| (f, Some(level))));
             }
@@ -983,6 +1035,11 @@ fn poll<E: Awaited>(shared: &Arc<Shared<E>>) {
             continue;
         }
         idle_since = None;
+        // What a command's read costs the poller, its work under the lock included (the
+        // *polled* rule's share).
+        let building = Instant::now();
+        // Places of forgotten or refiled commands among them cost their look-up too.
+        let count = batch.len();
         let reads: Vec<Read<E>> = batch
             .into_iter()
             .filter_map(|(f, level)| {
@@ -991,19 +1048,15 @@ fn poll<E: Awaited>(shared: &Arc<Shared<E>>) {
             })
             .collect();
         drop(state);
-        let started = Instant::now();
         let ended: Vec<bool> = reads.iter().map(|(_, _, e)| e.has_ended()).collect();
-        let cost = started.elapsed();
+        let mut cost = building.elapsed();
         state = shared.lock();
-        if !reads.is_empty() {
-            state.read_ns =
-                u64::try_from(cost.as_nanos() / reads.len() as u128).unwrap_or(u64::MAX);
-        }
         let now = Instant::now();
         let top = state.top_pause();
         let mut woken = Vec::new();
         let mut events = Vec::with_capacity(reads.len());
         let mut spun = false;
+        let some_ended = ended.contains(&true);
         for ((f, level, event), ended) in reads.into_iter().zip(ended) {
             events.push(event);
             if !state.is_filed(&f) {
@@ -1024,6 +1077,14 @@ fn poll<E: Awaited>(shared: &Arc<Shared<E>>) {
                 None => state.schedule.file(0, f, now, top),
                 Some(k) => state.schedule.file(k + 1, f, now, top),
             }
+            if some_ended {
+                let next = level.map_or(0, |k| (k + 1).min(LEVELS - 1));
+                state.schedule.ending[next] = true;
+            }
+        }
+        if count > 0 {
+            cost += now.elapsed();
+            state.read_ns = u64::try_from(cost.as_nanos() / count as u128).unwrap_or(u64::MAX);
         }
         drop(state);
         // Outside the lock: wakers and the events' releases.

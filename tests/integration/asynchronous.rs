@@ -552,7 +552,8 @@ isolated_test! {
 
 isolated_test! {
     /// Issue 47: the waker of a pooled allocation waiting for bytes to leave runs on the
-    /// context's reaper thread; if it panics, the reaper must go on releasing.
+    /// context's reaper thread; if it panics, the reaper must go on releasing, and the
+    /// allocation's task gets the panic at its next poll.
     fn a_panicking_waker_of_a_pooled_allocation_leaves_the_reaper_running() {
         let Some(ctx) = async_context() else { return };
         let queue = ctx.queue().unwrap();
@@ -577,7 +578,8 @@ isolated_test! {
             // A block 8 times smaller: the pool does not hand out the big one for it,
             // and must let the big one go to make room.
             let mut small = Box::pin(pool.acquire_async::<u32>(256));
-            let waker = Waker::from(Arc::new(Panicking::default()));
+            let panicking = Arc::new(Panicking::default());
+            let waker = Waker::from(panicking.clone());
             pending = small
                 .as_mut()
                 .poll(&mut TaskContext::from_waker(&waker))
@@ -586,6 +588,20 @@ isolated_test! {
             // survive it.
             ctx.wait_deferred();
             iterations *= 2;
+            if pending {
+                panicking.0.wait_woken("the panicking waker");
+                // Polled again, the task gets its waker's panic.
+                let task = Arc::new(Counting::default());
+                let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let waker = Waker::from(task.clone());
+                    small.as_mut().poll(&mut TaskContext::from_waker(&waker)).is_ready()
+                }));
+                let panic = again.expect_err("the waker's panic is the task's");
+                assert_eq!(
+                    panic.downcast_ref::<&str>(),
+                    Some(&"a waker that panics when woken")
+                );
+            }
         }
         assert!(pending, "the allocation never waited for bytes leaving");
         let other = ctx.buffer::<u32>(256).unwrap();

@@ -60,6 +60,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar};
 
+use crate::core::waiter::Watch;
 use crate::util::sync::{Guard, Mutex, rank};
 use std::time::Duration;
 
@@ -214,8 +215,9 @@ struct PoolState {
 struct Leaving {
     bytes: Mutex<u64, rank::PoolLeaving>,
     done: Condvar,
-    /// The tasks of async allocations waiting for bytes to leave, woken with `done`.
-    wakers: Mutex<Vec<std::task::Waker>, rank::PoolWakers>,
+    /// The tasks of async allocations waiting for bytes to leave, woken with `done`; a
+    /// waker's panic is kept in its watch for its task.
+    wakers: Mutex<Vec<Arc<Watch>>, rank::PoolWakers>,
 }
 
 /// What [`PoolInner::try_take`] did.
@@ -255,25 +257,24 @@ impl Leaving {
         drop(leaving);
         self.done.notify_all();
         let wakers = std::mem::take(&mut *self.wakers.lock());
-        // On the reaper's thread: a waker that panics must not end it.
-        for waker in wakers {
-            if crate::core::waiter::contained(|| waker.wake()).is_err() {
-                log::error!(target: "cl_lifetime::pool", "a task's waker panicked on the reaper thread");
-            }
+        // On the reaper's thread: a waker that panics must not end it; its panic goes to
+        // its task, resumed at its next poll.
+        for watch in wakers {
+            watch.end_and_wake();
         }
     }
 
-    /// Whether the bytes are no longer `seen`; if they still are, `waker` is woken when
-    /// they change.
-    fn changed_or_wake(&self, seen: u64, waker: &std::task::Waker) -> bool {
+    /// Whether the bytes are no longer `seen`; if they still are, `watch` is ended (its
+    /// waker woken) when they change.
+    fn changed_or_wake(&self, seen: u64, watch: &Arc<Watch>) -> bool {
         let mut wakers = self.wakers.lock();
         // Read under the wakers' lock, which `done` takes after changing the bytes: a
-        // change after this read finds the waker.
+        // change after this read finds the watch.
         if self.bytes() != seen {
             return true;
         }
-        if !wakers.iter().any(|w| w.will_wake(waker)) {
-            wakers.push(waker.clone());
+        if !wakers.iter().any(|w| Arc::ptr_eq(w, watch)) {
+            wakers.push(watch.clone());
         }
         false
     }
@@ -915,7 +916,13 @@ impl Pool {
         site: &'static Location<'static>,
     ) -> impl std::future::Future<Output = Result<ClBuffer<T>>> + Send + 'static {
         let inner = self.inner.clone();
+        // The watch of the wait for bytes to leave, while one is registered.
+        let mut waiting: Option<Arc<Watch>> = None;
         std::future::poll_fn(move |cx| {
+            // The panic of this task's waker, caught on the reaper's thread.
+            if let Some(panic) = waiting.as_ref().and_then(|w| w.take_panic()) {
+                std::panic::resume_unwind(panic);
+            }
             let bytes = match Block::check_size::<T>(&inner.ctx, len) {
                 Ok(bytes) => bytes,
                 Err(e) => return std::task::Poll::Ready(Err(e)),
@@ -927,7 +934,18 @@ impl Pool {
                         return std::task::Poll::Ready(Ok(ClBuffer::from_block(block, len)));
                     }
                     Ok(Taken::AfterLeaving { seen }) => {
-                        if !inner.leaving.changed_or_wake(seen, cx.waker()) {
+                        // The registered watch with this poll's waker, or a new one once
+                        // it has ended.
+                        let watch = match &waiting {
+                            Some(w) if !w.ended_or_wake(cx.waker()) => w.clone(),
+                            _ => {
+                                let w = Arc::new(Watch::default());
+                                let _ = w.ended_or_wake(cx.waker());
+                                waiting = Some(w.clone());
+                                w
+                            }
+                        };
+                        if !inner.leaving.changed_or_wake(seen, &watch) {
                             return std::task::Poll::Pending;
                         }
                     }
