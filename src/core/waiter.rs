@@ -15,14 +15,15 @@
 //!    or forgotten: its status is read after pauses that double from [`FIRST_PAUSE`] to
 //!    [`MAX_PAUSE`], or longer where that many reads would cost the poller more than
 //!    1/[`POLL_SHARE`] of a core. While nothing ends, the same share holds for each level
-//!    of the schedule: a level whose commands were last read with none ended waits, past
-//!    its pause, until the share of what reading it costs has passed, at most the longest
-//!    pause. So watching many commands at once (a million futures of gated commands)
-//!    costs the poller its share, not a read of each at every doubling pause, and the
-//!    cost per watched command does not grow with their number. The poller never blocks
-//!    on a command, so every command that ends is seen within its pause, whatever the
-//!    program's gates do: no wake-up depends on another command ending, and no set of
-//!    awaits can deadlock.
+//!    of the schedule: a level waits, past its pause, until the share of what reading it
+//!    costs has passed (at most the longest pause), unless within the last [`MAX_PAUSE`] it
+//!    was given commands expected to end soon: read back to back (after a kick, or from
+//!    their watch), or read in a pass that saw a command end. So watching many commands at
+//!    once (a million futures of gated commands) costs the poller its share, not a read of
+//!    each at every doubling pause, and the cost per watched command does not grow with
+//!    their number. The poller never blocks on a command, so every command that ends is
+//!    seen within its pause, whatever the program's gates do: no wake-up depends on
+//!    another command ending, and no set of awaits can deadlock.
 //! 3. **Kicked.** A gate set through the library (complete or failed) kicks the poller,
 //!    after the driver's call: every watched command of the gate's context is read back to
 //!    back, yielding between passes, for [`SPIN`], then from [`FIRST_PAUSE`] again. A
@@ -323,9 +324,10 @@ struct Schedule {
     due: Vec<Option<Instant>>,
     /// When level `k`'s first command was filed, since it was last read.
     since: Vec<Option<Instant>>,
-    /// Level `k` holds commands of a read that saw some command end: it is read at its
-    /// pause, whatever its size.
-    ending: Vec<bool>,
+    /// When level `k` was last given commands expected to end soon (survivors of reads
+    /// back to back, or of a read that saw a command end): for [`MAX_PAUSE`] after that it
+    /// is read at its pause, whatever its size.
+    hot: Vec<Option<Instant>>,
 }
 
 impl Schedule {
@@ -336,7 +338,7 @@ impl Schedule {
             levels: (0..LEVELS).map(|_| Vec::new()).collect(),
             due: vec![None; LEVELS],
             since: vec![None; LEVELS],
-            ending: vec![false; LEVELS],
+            hot: vec![None; LEVELS],
         }
     }
 
@@ -349,6 +351,12 @@ impl Schedule {
         self.levels[level].push(filed);
     }
 
+    /// Level `level` is given commands expected to end soon, at `at`.
+    fn heat(&mut self, level: usize, at: Instant) {
+        let hot = &mut self.hot[level];
+        *hot = (*hot).max(Some(at));
+    }
+
     /// Forgets every place: none is any watched command's.
     fn clear(&mut self) {
         self.spin.clear();
@@ -356,7 +364,7 @@ impl Schedule {
             self.levels[level].clear();
             self.due[level] = None;
             self.since[level] = None;
-            self.ending[level] = false;
+            self.hot[level] = None;
         }
     }
 
@@ -955,8 +963,9 @@ impl<E: Awaited> State<E> {
 
     /// What the poller reads now: the spinning commands while the spin lasts (level
     /// `None`), and the levels that are due.
-    fn due_batch(&mut self, now: Instant) -> Vec<(Filed, Option<usize>)> {
+    fn due_batch(&mut self, now: Instant) -> Due {
         let mut batch = Vec::new();
+        let mut hot = vec![None; LEVELS];
         if !self.schedule.spin.is_empty() {
             let spin = std::mem::take(&mut self.schedule.spin);
             if now < self.schedule.spin_until {
@@ -966,6 +975,7 @@ impl<E: Awaited> State<E> {
                 for f in spin {
                     self.schedule.file(0, f, now, top);
                 }
+                self.schedule.heat(0, now);
             }
         }
         for level in 0..LEVELS {
@@ -980,19 +990,20 @@ impl<E: Awaited> State<E> {
                 )
                 .min(self.top_pause());
                 if let Some(at) = self.schedule.since[level].map(|s| s + share) {
-                    if at > now && !self.schedule.ending[level] {
+                    let hot = self.schedule.hot[level].is_some_and(|t| now < t + MAX_PAUSE);
+                    if at > now && !hot {
                         self.schedule.due[level] = Some(at);
                         continue;
                     }
                 }
                 self.schedule.due[level] = None;
                 self.schedule.since[level] = None;
-                self.schedule.ending[level] = false;
+                hot[level] = self.schedule.hot[level].take();
                 let filed = std::mem::take(&mut self.schedule.levels[level]);
                 batch.extend(filed.into_iter().map(|f| (f, Some(level))));
             }
         }
-        batch
+        (batch, hot)
     }
 }
 
@@ -1000,6 +1011,10 @@ thread_local! {
     /// This thread is the poller or a blocker (the *read where set* rule).
     static ON_WAITER_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
+
+/// What the poller reads now: each place with its level (`None`: read back to back), and
+/// when each level taken was last made hot ([`Schedule::hot`]).
+type Due = (Vec<(Filed, Option<usize>)>, Vec<Option<Instant>>);
 
 /// A command the poller reads: where it was filed, at which level, and its event.
 type Read<E> = (Filed, Option<usize>, Arc<E>);
@@ -1013,7 +1028,7 @@ fn poll<E: Awaited>(shared: &Arc<Shared<E>>) {
         let now = Instant::now();
         state.apply_kicks(now);
         shared.kicks_taken.store(state.kicks, Ordering::Release);
-        let batch = state.due_batch(now);
+        let (batch, hot) = state.due_batch(now);
         if batch.is_empty() {
             if state.watched == 0 && state.schedule.spin.is_empty() {
                 let since = *idle_since.get_or_insert(now);
@@ -1069,17 +1084,21 @@ fn poll<E: Awaited>(shared: &Arc<Shared<E>>) {
                 }
                 continue;
             }
-            match level {
+            // Filed at the next level; expected to end soon (that level read at its
+            // pause for a while, whatever its size) when read back to back, read from a
+            // hot level, or read in a pass that saw a command end.
+            let (next, source) = match level {
                 None if now < state.schedule.spin_until => {
                     spun = true;
                     state.schedule.spin.push(f);
+                    continue;
                 }
-                None => state.schedule.file(0, f, now, top),
-                Some(k) => state.schedule.file(k + 1, f, now, top),
-            }
-            if some_ended {
-                let next = level.map_or(0, |k| (k + 1).min(LEVELS - 1));
-                state.schedule.ending[next] = true;
+                None => (0, Some(now)),
+                Some(k) => (k + 1, hot[k]),
+            };
+            state.schedule.file(next, f, now, top);
+            if let Some(at) = if some_ended { Some(now) } else { source } {
+                state.schedule.heat(next.min(LEVELS - 1), at);
             }
         }
         if count > 0 {
