@@ -985,6 +985,35 @@ impl Move<'_> {
         true
     }
 
+    /// A reader (the poller, or the gate's setter) takes the commands of `read` it read
+    /// ended and still watched, under the waiter's lock: its next state.
+    fn take_read(&mut self, read: u8) -> Poller {
+        let list = read & self.s.watched;
+        for command in (0..self.p.commands.len()).filter(|c| list & (1 << c) != 0) {
+            self.take(command);
+            self.tidy(self.p.lane(command));
+        }
+        match list {
+            0 => Poller::Idle,
+            _ => Poller::Ending {
+                list,
+                phase: Phase::Wake,
+            },
+        }
+    }
+
+    /// A reader's step of ending the watches of `list`: its next state, or `None` while
+    /// the watch's lock is held.
+    fn end_read(&mut self, list: u8, phase: Phase) -> Option<Poller> {
+        if !self.may_end(list.trailing_zeros() as usize, phase) {
+            return None;
+        }
+        Some(match self.end_next(list, phase) {
+            Some((list, phase)) => Poller::Ending { list, phase },
+            None => Poller::Idle,
+        })
+    }
+
     /// Whether the waiter may take the watch's lock for `phase` now.
     fn may_end(&self, command: usize, phase: Phase) -> bool {
         !self.s.watches[command].locked
@@ -1153,32 +1182,16 @@ fn successors(p: &Program, s: &State) -> Vec<(Step, State, Option<Broken>)> {
         }),
         Poller::Reading(read) => {
             step(&mut out, Step::PollerTakes { read }, &|m| {
-                let list = read & m.s.watched;
-                for command in (0..m.p.commands.len()).filter(|c| list & (1 << c) != 0) {
-                    m.take(command);
-                    m.tidy(m.p.lane(command));
-                }
-                m.s.poller = match list {
-                    0 => Poller::Idle,
-                    _ => Poller::Ending {
-                        list,
-                        phase: Phase::Wake,
-                    },
-                };
+                m.s.poller = m.take_read(read);
                 true
             });
         }
         Poller::Ending { list, phase } => {
             let command = list.trailing_zeros() as usize;
             step(&mut out, Step::PollerEnds { command, phase }, &|m| {
-                if !m.may_end(command, phase) {
-                    return false;
-                }
-                m.s.poller = match m.end_next(list, phase) {
-                    Some((list, phase)) => Poller::Ending { list, phase },
-                    None => Poller::Idle,
-                };
-                true
+                m.end_read(list, phase)
+                    .map(|next| m.s.poller = next)
+                    .is_some()
             });
         }
         _ => {}
@@ -1192,32 +1205,16 @@ fn successors(p: &Program, s: &State) -> Vec<(Step, State, Option<Broken>)> {
         }),
         Poller::Reading(read) => {
             step(&mut out, Step::SetterTakes { read }, &|m| {
-                let list = read & m.s.watched;
-                for command in (0..m.p.commands.len()).filter(|c| list & (1 << c) != 0) {
-                    m.take(command);
-                    m.tidy(m.p.lane(command));
-                }
-                m.s.setter = match list {
-                    0 => Poller::Idle,
-                    _ => Poller::Ending {
-                        list,
-                        phase: Phase::Wake,
-                    },
-                };
+                m.s.setter = m.take_read(read);
                 true
             });
         }
         Poller::Ending { list, phase } => {
             let command = list.trailing_zeros() as usize;
             step(&mut out, Step::SetterEnds { command, phase }, &|m| {
-                if !m.may_end(command, phase) {
-                    return false;
-                }
-                m.s.setter = match m.end_next(list, phase) {
-                    Some((list, phase)) => Poller::Ending { list, phase },
-                    None => Poller::Idle,
-                };
-                true
+                m.end_read(list, phase)
+                    .map(|next| m.s.setter = next)
+                    .is_some()
             });
         }
         Poller::Off => {}
