@@ -5,6 +5,7 @@
 //! make bench                                   # runs this after the comparisons
 //! cargo run --release -p cl-lifetime-bench --example async_wake -- --quick
 //! cargo run --release -p cl-lifetime-bench --example async_wake -- --latency-only  # row 1
+//! cargo run --release -p cl-lifetime-bench --example async_wake -- --quiet-only    # row 3
 //! cargo run --release -p cl-lifetime-bench --example async_wake -- --dropped-only  # row 4
 //! ```
 //!
