@@ -14,16 +14,9 @@
 //! 2. **Polled.** Every watched command is on the poller's schedule until it is seen ended
 //!    or forgotten: its status is read after pauses that double from [`FIRST_PAUSE`] to
 //!    [`MAX_PAUSE`], or longer where that many reads would cost the poller more than
-//!    1/[`POLL_SHARE`] of a core. While nothing ends, the same share holds for each level
-//!    of the schedule: a level waits, past its pause, until the share of what reading it
-//!    costs has passed (at most the longest pause), unless within the last [`MAX_PAUSE`] it
-//!    was given commands expected to end soon: read back to back (after a kick, or from
-//!    their watch), or read in a pass that saw a command end. So watching many commands at
-//!    once (a million futures of gated commands) costs the poller its share, not a read of
-//!    each at every doubling pause, and the cost per watched command does not grow with
-//!    their number. The poller never blocks on a command, so every command that ends is
-//!    seen within its pause, whatever the program's gates do: no wake-up depends on
-//!    another command ending, and no set of awaits can deadlock.
+//!    1/[`POLL_SHARE`] of a core. The poller never blocks on a command, so every command
+//!    that ends is seen within its pause, whatever the program's gates do: no wake-up
+//!    depends on another command ending, and no set of awaits can deadlock.
 //! 3. **Kicked.** A gate set through the library (complete or failed) kicks the poller,
 //!    after the driver's call: every watched command of the gate's context is read back to
 //!    back, yielding between passes, for [`SPIN`], then from [`FIRST_PAUSE`] again. A
@@ -322,12 +315,6 @@ struct Schedule {
     /// Level `k`: read at `due[k]`, then filed at level `k + 1`.
     levels: Vec<Vec<Filed>>,
     due: Vec<Option<Instant>>,
-    /// When level `k`'s first command was filed, since it was last read.
-    since: Vec<Option<Instant>>,
-    /// When level `k` was last given commands expected to end soon (survivors of reads
-    /// back to back, or of a read that saw a command end): for [`MAX_PAUSE`] after that it
-    /// is read at its pause, whatever its size.
-    hot: Vec<Option<Instant>>,
 }
 
 impl Schedule {
@@ -337,8 +324,6 @@ impl Schedule {
             spin_until: Instant::now(),
             levels: (0..LEVELS).map(|_| Vec::new()).collect(),
             due: vec![None; LEVELS],
-            since: vec![None; LEVELS],
-            hot: vec![None; LEVELS],
         }
     }
 
@@ -346,26 +331,8 @@ impl Schedule {
         let level = level.min(LEVELS - 1);
         if self.levels[level].is_empty() {
             self.due[level] = Some(now + pause(level, top_pause));
-            self.since[level] = Some(now);
         }
         self.levels[level].push(filed);
-    }
-
-    /// Level `level` is given commands expected to end soon, at `at`.
-    fn heat(&mut self, level: usize, at: Instant) {
-        let hot = &mut self.hot[level];
-        *hot = (*hot).max(Some(at));
-    }
-
-    /// Forgets every place: none is any watched command's.
-    fn clear(&mut self) {
-        self.spin.clear();
-        for level in 0..LEVELS {
-            self.levels[level].clear();
-            self.due[level] = None;
-            self.since[level] = None;
-            self.hot[level] = None;
-        }
     }
 
     fn spin(&mut self, filed: Filed, now: Instant) {
@@ -418,8 +385,7 @@ struct State<E> {
     poller: bool,
     /// When the sleeping poller wakes by itself.
     poller_wakes: Option<Instant>,
-    /// What one place of the schedule cost the poller to read, in nanoseconds, as it last
-    /// measured: its status read and its work under the lock (a stale place's look-up).
+    /// The cost of one status read, in nanoseconds, as the poller last measured it.
     read_ns: u64,
     /// Lanes waiting for a blocker.
     wanting: VecDeque<LaneKey>,
@@ -599,7 +565,7 @@ impl<E: Awaited> Waiter<E> {
                 state.lanes.remove(&ticket.lane);
             }
             if removed.is_some() {
-                state.unwatch();
+                state.watched -= 1;
             }
             removed
         };
@@ -868,17 +834,8 @@ impl<E: Awaited> State<E> {
         if lane.entries.is_empty() && lane.blocked.is_none() {
             self.lanes.remove(&key);
         }
-        self.unwatch();
-        Some(entry)
-    }
-
-    /// One command less is watched; with none left, every place in the schedule is stale
-    /// and goes at once, rather than waiting (with the *polled* rule's share) to be read.
-    fn unwatch(&mut self) {
         self.watched -= 1;
-        if self.watched == 0 {
-            self.schedule.clear();
-        }
+        Some(entry)
     }
 
     /// The *read in order* rule, after a blocker's wait on `id` of `key` returned: the
@@ -963,9 +920,8 @@ impl<E: Awaited> State<E> {
 
     /// What the poller reads now: the spinning commands while the spin lasts (level
     /// `None`), and the levels that are due.
-    fn due_batch(&mut self, now: Instant) -> Due {
+    fn due_batch(&mut self, now: Instant) -> Vec<(Filed, Option<usize>)> {
         let mut batch = Vec::new();
-        let mut hot = vec![None; LEVELS];
         if !self.schedule.spin.is_empty() {
             let spin = std::mem::take(&mut self.schedule.spin);
             if now < self.schedule.spin_until {
@@ -975,35 +931,16 @@ impl<E: Awaited> State<E> {
                 for f in spin {
                     self.schedule.file(0, f, now, top);
                 }
-                self.schedule.heat(0, now);
             }
         }
         for level in 0..LEVELS {
             if self.schedule.due[level].is_some_and(|d| d <= now) {
-                // While nothing ends, a level whose reads would cost more than the poll
-                // share since it was filed waits that long, at most the longest pause
-                // (the *polled* rule).
-                let share = Duration::from_nanos(
-                    (self.schedule.levels[level].len() as u64)
-                        .saturating_mul(self.read_ns)
-                        .saturating_mul(u64::from(POLL_SHARE)),
-                )
-                .min(self.top_pause());
-                if let Some(at) = self.schedule.since[level].map(|s| s + share) {
-                    let hot = self.schedule.hot[level].is_some_and(|t| now < t + MAX_PAUSE);
-                    if at > now && !hot {
-                        self.schedule.due[level] = Some(at);
-                        continue;
-                    }
-                }
                 self.schedule.due[level] = None;
-                self.schedule.since[level] = None;
-                hot[level] = self.schedule.hot[level].take();
                 let filed = std::mem::take(&mut self.schedule.levels[level]);
                 batch.extend(filed.into_iter().map(|f| (f, Some(level))));
             }
         }
-        (batch, hot)
+        batch
     }
 }
 
@@ -1011,10 +948,6 @@ thread_local! {
     /// This thread is the poller or a blocker (the *read where set* rule).
     static ON_WAITER_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
-
-/// What the poller reads now: each place with its level (`None`: read back to back), and
-/// when each level taken was last made hot ([`Schedule::hot`]).
-type Due = (Vec<(Filed, Option<usize>)>, Vec<Option<Instant>>);
 
 /// A command the poller reads: where it was filed, at which level, and its event.
 type Read<E> = (Filed, Option<usize>, Arc<E>);
@@ -1028,7 +961,7 @@ fn poll<E: Awaited>(shared: &Arc<Shared<E>>) {
         let now = Instant::now();
         state.apply_kicks(now);
         shared.kicks_taken.store(state.kicks, Ordering::Release);
-        let (batch, hot) = state.due_batch(now);
+        let batch = state.due_batch(now);
         if batch.is_empty() {
             if state.watched == 0 && state.schedule.spin.is_empty() {
                 let since = *idle_since.get_or_insert(now);
@@ -1050,11 +983,6 @@ fn poll<E: Awaited>(shared: &Arc<Shared<E>>) {
             continue;
         }
         idle_since = None;
-        // What a command's read costs the poller, its work under the lock included (the
-        // *polled* rule's share).
-        let building = Instant::now();
-        // Places of forgotten or refiled commands among them cost their look-up too.
-        let count = batch.len();
         let reads: Vec<Read<E>> = batch
             .into_iter()
             .filter_map(|(f, level)| {
@@ -1063,15 +991,19 @@ fn poll<E: Awaited>(shared: &Arc<Shared<E>>) {
             })
             .collect();
         drop(state);
+        let started = Instant::now();
         let ended: Vec<bool> = reads.iter().map(|(_, _, e)| e.has_ended()).collect();
-        let mut cost = building.elapsed();
+        let cost = started.elapsed();
         state = shared.lock();
+        if !reads.is_empty() {
+            state.read_ns =
+                u64::try_from(cost.as_nanos() / reads.len() as u128).unwrap_or(u64::MAX);
+        }
         let now = Instant::now();
         let top = state.top_pause();
         let mut woken = Vec::new();
         let mut events = Vec::with_capacity(reads.len());
         let mut spun = false;
-        let some_ended = ended.contains(&true);
         for ((f, level, event), ended) in reads.into_iter().zip(ended) {
             events.push(event);
             if !state.is_filed(&f) {
@@ -1084,26 +1016,14 @@ fn poll<E: Awaited>(shared: &Arc<Shared<E>>) {
                 }
                 continue;
             }
-            // Filed at the next level; expected to end soon (that level read at its
-            // pause for a while, whatever its size) when read back to back, read from a
-            // hot level, or read in a pass that saw a command end.
-            let (next, source) = match level {
+            match level {
                 None if now < state.schedule.spin_until => {
                     spun = true;
                     state.schedule.spin.push(f);
-                    continue;
                 }
-                None => (0, Some(now)),
-                Some(k) => (k + 1, hot[k]),
-            };
-            state.schedule.file(next, f, now, top);
-            if let Some(at) = if some_ended { Some(now) } else { source } {
-                state.schedule.heat(next.min(LEVELS - 1), at);
+                None => state.schedule.file(0, f, now, top),
+                Some(k) => state.schedule.file(k + 1, f, now, top),
             }
-        }
-        if count > 0 {
-            cost += now.elapsed();
-            state.read_ns = u64::try_from(cost.as_nanos() / count as u128).unwrap_or(u64::MAX);
         }
         drop(state);
         // Outside the lock: wakers and the events' releases.
