@@ -231,6 +231,12 @@ fn two_sources_under_one_name_are_two_programs() {
 #[test]
 fn a_user_program_named_like_the_pools_own_does_not_replace_it() {
     let ctx = device!();
+    // Once the process has made a user event, the pool's second hand-out of the block
+    // watches its old fill through the waiter (a hand-over gate), whose blocker thread
+    // crashed Oclgrind's runtime beside this thread's calls (1 of 2 runs of the row).
+    if common::not_on(&ctx, "oclgrind", common::oclgrind::THREADS) {
+        return;
+    }
     let queue = ctx.queue().unwrap();
     let mine = "__kernel void poison(__global int *x) { x[get_global_id(0)] = 7; }";
     let program = ctx.program_from_source("poison.cl", mine, "").unwrap();
