@@ -140,6 +140,7 @@ impl Ended {
                 in_order: queue.lane.in_order,
                 ends_on_its_own: self.event.enqueued_ungated(),
                 gates: Some(queue.ctx.gates.clone()),
+                held: self.event.held_by(),
             },
             None => Order {
                 driver: self.event.context_raw() as usize,
@@ -147,6 +148,7 @@ impl Ended {
                 in_order: false,
                 ends_on_its_own: false,
                 gates: None,
+                held: None,
             },
         }
     }

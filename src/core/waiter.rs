@@ -17,6 +17,14 @@
 //!    1/[`POLL_SHARE`] of a core. The poller never blocks on a command, so every command
 //!    that ends is seen within its pause, whatever the program's gates do: no wake-up
 //!    depends on another command ending, and no set of awaits can deadlock.
+//!
+//!    **Held.** A command that waits on a gate not set yet (in its wait list, or in that
+//!    of a pending command it waits on) cannot complete before a kick: it is read at the
+//!    longest pause until then, and after a kick's spin while that gate is still closed.
+//!    So awaits behind closed gates cost one filing each and almost no reads, however
+//!    many there are and however long they wait. Only a failure of another of its
+//!    dependencies, which the driver may pass on at once, ends it sooner; that end is
+//!    seen within the longest pause.
 //! 3. **Kicked.** A gate set through the library (complete or failed) kicks the poller,
 //!    after the driver's call: every watched command of the gate's context is read back to
 //!    back, yielding between passes, for [`SPIN`], then from [`FIRST_PAUSE`] again. A
@@ -67,7 +75,7 @@
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar};
 
 use crate::util::sync::{Guard, Mutex, rank};
@@ -97,6 +105,8 @@ const LEVELS: usize = 14;
 /// The level a new command is first read at where a blocker or a kick covers it (about a
 /// millisecond).
 const COVERED_LEVEL: usize = 4;
+/// The level of a command held behind a closed gate (the *held* rule): the longest pause.
+const HELD_LEVEL: usize = LEVELS - 1;
 /// The stack of a waiter thread: it waits, reads statuses and wakes tasks. Job threads run
 /// the program's closures, and get the default.
 const STACK: usize = 256 * 1024;
@@ -163,6 +173,14 @@ pub(crate) struct Order {
     pub(crate) ends_on_its_own: bool,
     /// Its context's user events not set yet, where known.
     pub(crate) gates: Option<Arc<OpenGates>>,
+    /// The flag of a gate that it waits on (the *held* rule), set once the gate is set,
+    /// where known.
+    pub(crate) held: Option<Arc<AtomicBool>>,
+}
+
+/// Whether the gate of `held` still holds its command back (the *held* rule).
+fn still_held(held: Option<&Arc<AtomicBool>>) -> bool {
+    held.is_some_and(|set| !set.load(Ordering::Acquire))
 }
 
 /// A panic caught on a library thread, for the task it belongs to.
@@ -266,6 +284,8 @@ struct Entry<E> {
     watch: Arc<Watch>,
     /// The token of its current place in the poller's schedule: other places are stale.
     filed: u64,
+    /// The flag of the gate it waits on (the *held* rule).
+    held: Option<Arc<AtomicBool>>,
 }
 
 struct Lane<E> {
@@ -499,6 +519,9 @@ impl<E: Awaited> Waiter<E> {
         let blocks = self.shared.blocks_on(order.driver);
         let now = Instant::now();
         let mut state = self.shared.lock();
+        // Read under the lock: a gate set after this read kicks the waiter after the
+        // command is filed, so the kick finds it.
+        let held = still_held(order.held.as_ref());
         let token = state.token();
         let lane = state.lanes.entry(key).or_insert_with(|| Lane {
             in_order: order.in_order,
@@ -515,6 +538,7 @@ impl<E: Awaited> Waiter<E> {
                 event,
                 watch,
                 filed: token,
+                held: order.held,
             },
         );
         if order.ends_on_its_own {
@@ -535,6 +559,9 @@ impl<E: Awaited> Waiter<E> {
         if blockable && !blocks {
             // A spinning driver's command that ends on its own: read back to back.
             state.schedule.spin(filed, now);
+        } else if held {
+            // The *held* rule: read at the longest pause until a kick.
+            state.schedule.file(HELD_LEVEL, filed, now, top);
         } else {
             state.schedule.file(COVERED_LEVEL, filed, now, top);
         }
@@ -910,6 +937,15 @@ impl<E: Awaited> State<E> {
         }
     }
 
+    /// Where a command read back to back is filed once the spin is over: the first level,
+    /// or the last where a gate still holds it back (the *held* rule).
+    fn level_after_spin(&self, f: &Filed) -> usize {
+        let held = (self.lanes.get(&f.lane))
+            .and_then(|l| l.entries.get(&f.id))
+            .is_some_and(|e| still_held(e.held.as_ref()));
+        if held { HELD_LEVEL } else { 0 }
+    }
+
     /// Whether `f` is still where the command of `f` is filed.
     fn is_filed(&self, f: &Filed) -> bool {
         self.lanes
@@ -929,7 +965,8 @@ impl<E: Awaited> State<E> {
             } else {
                 let top = self.top_pause();
                 for f in spin {
-                    self.schedule.file(0, f, now, top);
+                    let level = self.level_after_spin(&f);
+                    self.schedule.file(level, f, now, top);
                 }
             }
         }
@@ -1021,7 +1058,10 @@ fn poll<E: Awaited>(shared: &Arc<Shared<E>>) {
                     spun = true;
                     state.schedule.spin.push(f);
                 }
-                None => state.schedule.file(0, f, now, top),
+                None => {
+                    let level = state.level_after_spin(&f);
+                    state.schedule.file(level, f, now, top);
+                }
                 Some(k) => state.schedule.file(k + 1, f, now, top),
             }
         }
@@ -1160,9 +1200,15 @@ mod tests {
     struct Command {
         ended: Mutex<bool>,
         changed: Condvar,
+        /// How many times its status was read.
+        reads: AtomicUsize,
     }
 
     impl Command {
+        fn reads(&self) -> usize {
+            self.reads.load(std::sync::atomic::Ordering::SeqCst)
+        }
+
         fn end(&self) {
             *self.ended.lock().unwrap() = true;
             self.changed.notify_all();
@@ -1171,6 +1217,7 @@ mod tests {
 
     impl Awaited for Command {
         fn has_ended(&self) -> bool {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             *self.ended.lock().unwrap()
         }
 
@@ -1225,6 +1272,7 @@ mod tests {
             in_order: true,
             ends_on_its_own,
             gates: Some(gates.clone()),
+            held: None,
         }
     }
 
@@ -1367,6 +1415,50 @@ mod tests {
             self.state.lock().unwrap().1 = true;
             self.changed.notify_all();
         }
+    }
+
+    /// The *held* rule: a command held behind a closed gate is not read while a command
+    /// watched beside it is read again and again (before the rule, both were read at every
+    /// pause), nor after a kick for another gate once the kick's spin is over; once its
+    /// gate is set, the kick has it read and its task woken.
+    #[test]
+    fn a_command_held_behind_a_closed_gate_is_read_only_once_the_gate_is_set() {
+        let waiter = Waiter::new();
+        let open = gates(2);
+        let set = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let held = Arc::new(Command::default());
+        let beside = Arc::new(Command::default());
+        let held_order = Order {
+            held: Some(set.clone()),
+            ..order(Some(3), false, &open)
+        };
+        let (_, held_task, _) = watch(&waiter, &held, held_order);
+        let (_, _, _) = watch(&waiter, &beside, order(Some(4), false, &open));
+        // Three reads more of the command beside it than of the held one: the held one
+        // sits out the pauses that the other is read at.
+        eventually("the command beside it is read three times more", || {
+            beside.reads() >= held.reads() + 3
+        });
+        // Another gate of the context is set: both are read back to back for the kick's
+        // spin, then the held one waits again while the other is read.
+        let (held_then, beside_then) = (held.reads(), beside.reads());
+        waiter.kick(&open).expect("commands are watched");
+        eventually("the held command is read for the kick", || {
+            held.reads() > held_then
+        });
+        eventually("after the spin, the other is read three times more", || {
+            beside.reads() - beside_then >= held.reads() - held_then + 3
+        });
+        assert_eq!(held_task.woken(), 0);
+        // Its own gate is set: the kick has it read, and its task woken.
+        held.end();
+        set.store(true, std::sync::atomic::Ordering::Release);
+        waiter.kick(&open).expect("commands are watched");
+        eventually("the held command's task is woken", || {
+            held_task.woken() == 1
+        });
+        beside.end();
+        eventually("nothing is left watched", || waiter.watched() == 0);
     }
 
     /// The *read where set* rule: while the poller is held (here in a waker of the
@@ -1594,6 +1686,7 @@ mod tests {
                     in_order: next(2) == 0,
                     ends_on_its_own: !gated,
                     gates: Some(if gated { open.clone() } else { closed.clone() }),
+                    held: None,
                 };
                 let (watch, task, _) = watch(&waiter, &command, order);
                 watched.push((command, watch, task, gated));

@@ -26,7 +26,9 @@ use crate::core::waiter::{Order, Watch, waiter};
 /// A user event that only the library sets.
 pub(crate) struct Gate {
     pub(crate) event: Event,
-    set: AtomicBool,
+    /// Set once the gate is set: shared with the waiter, which reads the commands held
+    /// behind the gate at its longest pause until then (its *held* rule).
+    set: Arc<AtomicBool>,
     id: u64,
     gates: Arc<OpenGates>,
     /// Where it was created, for the log.
@@ -63,7 +65,7 @@ impl Gate {
                     Origin::Gate(weak.clone()),
                 )),
             },
-            set: AtomicBool::new(false),
+            set: Arc::new(AtomicBool::new(false)),
             id,
             gates: gates.clone(),
             site,
@@ -104,6 +106,11 @@ impl Gate {
             .get()
             .and_then(Option::as_ref)
             .map_or(inner.raw.raw(), StandIn::raw)
+    }
+
+    /// The flag set once the gate is set, for the waiter (its *held* rule).
+    pub(crate) fn set_flag(&self) -> &Arc<AtomicBool> {
+        &self.set
     }
 
     pub(crate) fn is_set(&self) -> bool {
@@ -374,6 +381,7 @@ fn wake_when_ended(
         in_order: false,
         ends_on_its_own: on_its_own,
         gates: Some(gates.clone()),
+        held: None,
     };
     waiter()
         .watch(Arc::new(watched), order, watch)

@@ -94,6 +94,9 @@ enum StandIn {
     Proxy(Arc<gate::Gate>),
 }
 
+/// How many events [`Event::held_by`] looks at.
+const HELD_WALK: usize = 16;
+
 /// [`EventInner::seen`] before a terminal status has been read.
 const UNKNOWN: cl_int = i32::MAX;
 
@@ -551,6 +554,44 @@ impl Event {
     /// Whether the library enqueued it while every user event of its context was set.
     pub(crate) fn enqueued_ungated(&self) -> bool {
         self.inner.enqueued_ungated
+    }
+
+    /// The flag of a gate not set yet that this command waits on, directly or through
+    /// the pending commands it waits on, looking at up to [`HELD_WALK`] events: until
+    /// the gate is set the command cannot complete, so the waiter reads it at its
+    /// longest pause (its *held* rule). Only a failure of another of its dependencies
+    /// can end it sooner, and the waiter sees that within the pause.
+    pub(crate) fn held_by(&self) -> Option<Arc<AtomicBool>> {
+        let deps_of = |event: &Event| -> Vec<Event> {
+            event
+                .inner
+                .deps
+                .lock()
+                .as_deref()
+                .map(<[Event]>::to_vec)
+                .unwrap_or_default()
+        };
+        let mut stack = deps_of(self);
+        let mut looked = 0;
+        while let Some(event) = stack.pop() {
+            looked += 1;
+            if looked > HELD_WALK {
+                return None;
+            }
+            match &event.inner.origin {
+                Origin::Gate(gate) => {
+                    if let Some(gate) = gate.upgrade().filter(|g| !g.is_set()) {
+                        return Some(gate.set_flag().clone());
+                    }
+                }
+                // One seen ended holds nothing back.
+                Origin::Command if event.inner.seen.load(Ordering::Acquire) == UNKNOWN => {
+                    stack.extend(deps_of(&event));
+                }
+                Origin::Command | Origin::Foreign => {}
+            }
+        }
+        None
     }
 
     /// Flushes the library queue this event came from, if it has unflushed work, so that

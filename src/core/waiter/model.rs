@@ -1764,6 +1764,7 @@ fn the_models_lane_rules_are_the_waiters() {
                         event: Arc::new(Status(e.ended)),
                         watch: Arc::default(),
                         filed: 0,
+                        held: None,
                     };
                     (u64::from(e.command), entry)
                 })
@@ -1887,7 +1888,8 @@ impl super::Awaited for Switch {
 /// command, at any time), against the waiter's own threads: whenever the poller sleeps,
 /// every watched command has a place in its schedule that is still its own, in a level
 /// that is due at some time, or in the spin. Random programs of watches, ends, drops and
-/// kicks, on lanes with commands that end on their own or not.
+/// kicks, on lanes with commands that end on their own or not, held behind closed gates
+/// or not (the *held* rule), those gates set at random.
 #[test]
 fn the_pollers_schedule_holds_every_watched_command() {
     use std::sync::Arc;
@@ -1909,6 +1911,9 @@ fn the_pollers_schedule_holds_every_watched_command() {
     let unset = Arc::new(OpenGates::default());
     unset.opened(0, std::panic::Location::caller());
     let set = Arc::new(OpenGates::default());
+    // The flags of two closed gates that commands may be held behind; one set is replaced
+    // by a closed one, so later commands are held again.
+    let mut flags: [Arc<std::sync::atomic::AtomicBool>; 2] = Default::default();
     let mut watched = Vec::new();
     let mut checks = 0;
     for _ in 0..400 {
@@ -1927,6 +1932,10 @@ fn the_pollers_schedule_holds_every_watched_command() {
                     in_order: next(2) == 0,
                     ends_on_its_own: next(2) == 0,
                     gates: Some(if next(2) == 0 { &unset } else { &set }.clone()),
+                    held: match next(3) {
+                        2 => None,
+                        f => Some(flags[f as usize].clone()),
+                    },
                 };
                 let ticket = waiter
                     .watch(command.clone(), order, watch)
@@ -1944,6 +1953,13 @@ fn the_pollers_schedule_holds_every_watched_command() {
             }
             4 => {
                 let gates = if next(2) == 0 { &unset } else { &set };
+                if next(2) == 0 {
+                    // A held command's gate is set before its kick, as `Gate::set_status`
+                    // sets it.
+                    let f = next(2) as usize;
+                    flags[f].store(true, std::sync::atomic::Ordering::Release);
+                    flags[f] = Arc::default();
+                }
                 if let Some(kick) = waiter.kick(gates) {
                     if next(2) == 0 {
                         waiter.read_where_set(gates, kick);
