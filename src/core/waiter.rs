@@ -34,11 +34,12 @@
 //!    **Read where set.** Until the poller has taken the kick (a sleeping thread takes
 //!    tens of microseconds to run again: 47 µs at the median and 183 µs at p99 on an idle
 //!    H200 host, longer than the gated command's own latency), the thread that set the
-//!    gate reads up to [`SCAN`] of those commands itself (each lane's oldest first), back
-//!    to back, and wakes the tasks of those that end, for at most [`SPIN`]. A command that
-//!    its gate lets go is thus seen ending as soon as a thread blocked in
-//!    `clWaitForEvents` sees it. The setter pays for it: its call returns up to the
-//!    poller's wake-up later. Never on the poller's or a blocker's thread.
+//!    gate reads up to [`SCAN`] of those commands itself (each lane's oldest first,
+//!    passing over those still held, above), back to back, and wakes the tasks of those
+//!    that end, for at most [`SPIN`]. A command that its gate lets go is thus seen ending
+//!    as soon as a thread blocked in `clWaitForEvents` sees it. The setter pays for it:
+//!    its call returns up to the poller's wake-up later. Never on the poller's or a
+//!    blocker's thread.
 //! 4. **Blocked where it ends on its own.** A lane with a command that ends on its own
 //!    (enqueued while every user event of its context was set, or watched while none is
 //!    unset) gets a blocker: a thread blocked in `clWaitForEvents` on that command, which
@@ -641,7 +642,8 @@ impl<E: Awaited> Waiter<E> {
     }
 
     /// The *read where set* rule: the thread that set a gate of `gates`, kicked as `kick`,
-    /// reads up to [`SCAN`] of their context's watched commands (each lane's oldest first)
+    /// reads up to [`SCAN`] of their context's watched commands not held behind a gate
+    /// still closed (each lane's oldest first)
     /// back to back, and wakes the tasks of those that end, until the poller has taken the
     /// kick, they have all ended, or [`SPIN`] has passed. Not on the waiter's own threads,
     /// whose poller this would wait for.
@@ -653,9 +655,14 @@ impl<E: Awaited> Waiter<E> {
         let key = std::ptr::from_ref(gates) as usize;
         let mut reads: Vec<(LaneKey, u64, Arc<E>)> = {
             let state = self.shared.lock();
+            // Not those still held behind a closed gate (the *held* rule): this set did not
+            // let them go, and the poller's kick reads them all the same.
             let mut lanes: Vec<_> = (state.lanes.iter())
                 .filter(|(_, l)| l.gates_key() == Some(key))
-                .map(|(k, l)| (*k, l.entries.iter()))
+                .map(|(k, l)| {
+                    let free = (l.entries.iter()).filter(|(_, e)| !still_held(e.held.as_ref()));
+                    (*k, free)
+                })
                 .collect();
             let mut reads = Vec::new();
             // A command of each lane in turn, oldest first, up to SCAN.
@@ -1458,6 +1465,57 @@ mod tests {
             held_task.woken() == 1
         });
         beside.end();
+        eventually("nothing is left watched", || waiter.watched() == 0);
+    }
+
+    /// The *read where set* and *held* rules together: commands held behind another gate,
+    /// still closed, do not take the setter's reads. Before, the setter read the oldest
+    /// [`SCAN`] commands of the lane, all held, and missed the one its set let go.
+    #[test]
+    fn the_thread_that_sets_a_gate_reads_past_commands_held_behind_another() {
+        let waiter = Waiter::new();
+        // The poller is held in a task's waker, as below.
+        let elsewhere = gates(1);
+        let holder = Arc::new(Command::default());
+        holder.end();
+        let holding = Arc::new(Holding::default());
+        let held_watch = Arc::new(Watch::default());
+        assert!(!held_watch.ended_or_wake(&Waker::from(holding.clone())));
+        waiter
+            .watch(holder, order(None, false, &elsewhere), held_watch)
+            .unwrap();
+        holding.wait_woken();
+
+        let open = gates(2);
+        let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let held: Vec<_> = (0..super::SCAN)
+            .map(|_| {
+                let command = Arc::new(Command::default());
+                let held_order = Order {
+                    held: Some(closed.clone()),
+                    ..order(Some(8), false, &open)
+                };
+                (command.clone(), watch(&waiter, &command, held_order).1)
+            })
+            .collect();
+        let ended = Arc::new(Command::default());
+        let (_, ended_task, _) = watch(&waiter, &ended, order(Some(8), false, &open));
+        ended.end();
+        let kick = waiter.kick(&open).expect("commands are watched");
+        waiter.read_where_set(&open, kick);
+        assert_eq!(ended_task.woken(), 1, "the ended command's task, on return");
+        assert!(held.iter().all(|(_, task)| task.woken() == 0));
+
+        holding.let_go();
+        closed.store(true, std::sync::atomic::Ordering::Release);
+        for (command, _) in &held {
+            command.end();
+        }
+        // The poller, let go, may have seen them all end already.
+        let _ = waiter.kick(&open);
+        eventually("the held commands' tasks are woken", || {
+            held.iter().all(|(_, task)| task.woken() == 1)
+        });
         eventually("nothing is left watched", || waiter.watched() == 0);
     }
 
