@@ -947,18 +947,18 @@ impl<E: Awaited> State<E> {
     /// Where a command read back to back is filed once the spin is over: the first level,
     /// or the last where a gate still holds it back (the *held* rule).
     fn level_after_spin(&self, f: &Filed) -> usize {
-        let held = (self.lanes.get(&f.lane))
-            .and_then(|l| l.entries.get(&f.id))
-            .is_some_and(|e| still_held(e.held.as_ref()));
+        let held = (self.entry(f)).is_some_and(|e| still_held(e.held.as_ref()));
         if held { HELD_LEVEL } else { 0 }
+    }
+
+    /// The watched command of `f`, if it is still watched.
+    fn entry(&self, f: &Filed) -> Option<&Entry<E>> {
+        self.lanes.get(&f.lane)?.entries.get(&f.id)
     }
 
     /// Whether `f` is still where the command of `f` is filed.
     fn is_filed(&self, f: &Filed) -> bool {
-        self.lanes
-            .get(&f.lane)
-            .and_then(|l| l.entries.get(&f.id))
-            .is_some_and(|e| e.filed == f.token)
+        self.entry(f).is_some_and(|e| e.filed == f.token)
     }
 
     /// What the poller reads now: the spinning commands while the spin lasts (level
@@ -1030,7 +1030,7 @@ fn poll<E: Awaited>(shared: &Arc<Shared<E>>) {
         let reads: Vec<Read<E>> = batch
             .into_iter()
             .filter_map(|(f, level)| {
-                let entry = state.lanes.get(&f.lane)?.entries.get(&f.id)?;
+                let entry = state.entry(&f)?;
                 (entry.filed == f.token).then(|| (f, level, entry.event.clone()))
             })
             .collect();
@@ -1408,6 +1408,22 @@ mod tests {
         }
     }
 
+    /// Holds `waiter`'s poller in a task's waker until the holding is let go: the poller
+    /// reads an ended command (behind another context's gate, so no blocker) and wakes it.
+    fn hold_poller(waiter: &Waiter<Command>) -> Arc<Holding> {
+        let elsewhere = gates(1);
+        let holder = Arc::new(Command::default());
+        holder.end();
+        let holding = Arc::new(Holding::default());
+        let held_watch = Arc::new(Watch::default());
+        assert!(!held_watch.ended_or_wake(&Waker::from(holding.clone())));
+        waiter
+            .watch(holder, order(None, false, &elsewhere), held_watch)
+            .unwrap();
+        holding.wait_woken();
+        holding
+    }
+
     impl Holding {
         fn wait_woken(&self) {
             let state = self.state.lock().unwrap();
@@ -1474,17 +1490,7 @@ mod tests {
     #[test]
     fn the_thread_that_sets_a_gate_reads_past_commands_held_behind_another() {
         let waiter = Waiter::new();
-        // The poller is held in a task's waker, as below.
-        let elsewhere = gates(1);
-        let holder = Arc::new(Command::default());
-        holder.end();
-        let holding = Arc::new(Holding::default());
-        let held_watch = Arc::new(Watch::default());
-        assert!(!held_watch.ended_or_wake(&Waker::from(holding.clone())));
-        waiter
-            .watch(holder, order(None, false, &elsewhere), held_watch)
-            .unwrap();
-        holding.wait_woken();
+        let holding = hold_poller(&waiter);
 
         let open = gates(2);
         let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -1526,18 +1532,7 @@ mod tests {
     #[test]
     fn the_thread_that_sets_a_gate_wakes_what_ended_while_the_poller_is_held() {
         let waiter = Waiter::new();
-        // The poller reads this command (behind another context's gate, so no blocker) and
-        // is held in its task's waker.
-        let elsewhere = gates(1);
-        let holder = Arc::new(Command::default());
-        holder.end();
-        let holding = Arc::new(Holding::default());
-        let held_watch = Arc::new(Watch::default());
-        assert!(!held_watch.ended_or_wake(&Waker::from(holding.clone())));
-        waiter
-            .watch(holder, order(None, false, &elsewhere), held_watch)
-            .unwrap();
-        holding.wait_woken();
+        let holding = hold_poller(&waiter);
 
         let open = gates(1);
         let pending = Arc::new(Command::default());
